@@ -1,0 +1,43 @@
+"""The ``laketail`` command: runs a broker and talks to one over HTTP.
+
+One module per command group; this one only assembles them::
+
+    laketail serve      run a broker (serve.py)
+    laketail topics     create, list, describe, alter, delete topics (topics.py)
+    laketail produce    records from stdin, one per line (produce.py)
+    laketail consume    records to stdout, one per line (consume.py)
+
+Every command that talks to a broker takes ``--server URL`` (default
+``$LAKETAIL_SERVER`` or http://127.0.0.1:8082). Errors print ``error: <message>`` on
+stderr and exit 1; usage errors exit 2. Groups still to come (``groups``, ``sql``,
+``jobs``) register here the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import click
+
+from laketail import __version__
+from laketail.cli.consume import consume
+from laketail.cli.produce import produce
+from laketail.cli.serve import serve
+from laketail.cli.topics import topics
+
+__all__ = ["cli", "main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="laketail")
+def cli() -> None:
+    """laketail: Kafka's semantics, topics stored as Delta Lake tables."""
+
+
+for _command in (serve, topics, produce, consume):
+    cli.add_command(_command)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console-script entry point (``laketail = laketail.cli:main``)."""
+    cli.main(args=list(argv) if argv is not None else None, prog_name="laketail")

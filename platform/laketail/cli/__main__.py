@@ -1,0 +1,5 @@
+"""``python -m laketail.cli``: the same as the ``laketail`` command."""
+
+from laketail.cli import main
+
+main()

@@ -1,0 +1,50 @@
+"""What every client command shares: ``--server``, ``k=v`` parsing, the error exit.
+
+:class:`CommandError` is the one way a command fails on purpose: it prints
+``error: <message>`` on stderr and exits 1. Usage errors stay click's own (exit 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import click
+
+DEFAULT_SERVER = "http://127.0.0.1:8082"
+SERVER_ENV = "LAKETAIL_SERVER"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class CommandError(click.ClickException):
+    """A command failed (the broker said no, or nothing answered): exit 1."""
+
+    exit_code = 1
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.message}", err=True)
+
+
+def server_option(func: F) -> F:
+    """``--server URL``, accepted anywhere after the subcommand's name."""
+    return click.option(
+        "--server",
+        envvar=SERVER_ENV,
+        default=DEFAULT_SERVER,
+        show_default=True,
+        metavar="URL",
+        help=f"The broker's gateway URL (or ${SERVER_ENV}).",
+    )(func)
+
+
+def parse_pairs(values: Iterable[str], option: str = "--config") -> dict[str, str]:
+    """``["retention.ms=1000", ...]`` as a dict; a malformed pair is a usage error."""
+    out: dict[str, str] = {}
+    for raw in values:
+        name, sep, value = raw.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise click.BadParameter(f"expected KEY=VALUE, got {raw!r}", param_hint=option)
+        out[name] = value.strip()
+    return out

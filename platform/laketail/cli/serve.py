@@ -1,0 +1,91 @@
+"""``laketail serve``: run one broker (its gateway) in the foreground.
+
+Settings come from ``conf/laketail.toml`` (when present, or ``--config``), then
+``LAKETAIL_*`` variables, then these flags (``laketail.config.load_settings``); the
+app is ``laketail.api.app.create_app(settings)`` under uvicorn. Ctrl-C (SIGINT) or
+SIGTERM stops it cleanly: the app's shutdown closes the broker.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from laketail.cli.options import CommandError
+
+DEFAULT_CONFIG = Path("conf") / "laketail.toml"
+
+
+@click.command()
+@click.option("--data", metavar="DIR", help="Data root (tables, catalog) [default: ./laketail-data].")
+@click.option("--host", metavar="HOST", help="Interface to listen on [default: 127.0.0.1].")
+@click.option("--port", type=click.IntRange(0, 65535), help="Port to listen on [default: 8082].")
+@click.option("--broker-id", type=click.IntRange(min=0), help="This broker's id (broker.id) [default: 0].")
+@click.option("--log-dir", metavar="DIR", help="Hot segments directory (log.dirs) [default: DATA/logs/broker-ID].")
+@click.option("--advertised-url", metavar="URL", help="URL other brokers and clients use for this one.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="LAKETAIL_CONFIG",
+    help=f"Settings file [default: {DEFAULT_CONFIG} when it exists].",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+    default="info",
+    show_default=True,
+)
+@click.option("--access-log/--no-access-log", default=False, show_default=True, help="Log every request.")
+def serve(
+    data: str | None,
+    host: str | None,
+    port: int | None,
+    broker_id: int | None,
+    log_dir: str | None,
+    advertised_url: str | None,
+    config_path: Path | None,
+    log_level: str,
+    access_log: bool,
+) -> None:
+    """Run a laketail broker until Ctrl-C."""
+    from laketail.config import load_settings
+    from laketail.errors import LaketailError
+
+    if config_path is None:
+        config_path = DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None
+    elif not config_path.is_file():
+        raise CommandError(f"settings file {config_path} does not exist")
+    try:
+        settings = load_settings(
+            config_path,
+            data=data,
+            host=host,
+            port=port,
+            broker_id=broker_id,
+            log_dir=log_dir,
+            advertised_url=advertised_url,
+        )
+    except LaketailError as exc:
+        raise CommandError(exc.message) from exc
+
+    import uvicorn
+
+    from laketail.api.app import create_app
+
+    app = create_app(settings)
+    click.echo(
+        f"laketail broker {settings.broker_id}: data {settings.data}, hot logs "
+        f"{settings.hot_log_dir}, listening on http://{settings.host}:{settings.port}"
+        + (f" (config {config_path})" if config_path else ""),
+        err=True,
+    )
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level,
+        access_log=access_log,
+        lifespan="on",
+    )
