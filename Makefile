@@ -1,0 +1,54 @@
+# laketail: `make run` starts one broker, `make test` runs the tests.
+# Both check for Java 17+ (PySpark needs it), create .venv (Python 3.11+) when it is
+# missing and install laketail into it (again only when pyproject.toml changed).
+# PYTEST_ARGS passes options to pytest: make test PYTEST_ARGS='-k cli -x'.
+
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.laketail-installed
+PYTEST_ARGS ?=
+
+.PHONY: run test bench check-python check-java install
+
+run: check-java install
+	$(VENV)/bin/laketail serve --data ./laketail-data --host 127.0.0.1 --port 8082
+
+test: check-java install
+	$(VPY) -m pytest $(PYTEST_ARGS)
+
+bench: check-java install
+	$(VPY) -m bench
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml | check-python
+	$(VPY) -m pip install -e '.[dev]'
+	touch $@
+
+# Creates .venv when it is missing; fails plainly when the Python there (or, before
+# it exists, $(PYTHON)) is older than 3.11.
+check-python:
+	@if [ ! -x $(VPY) ]; then \
+	  if ! command -v $(PYTHON) >/dev/null 2>&1; then \
+	    echo "Python 3.11+ is required: $(PYTHON) was not found (install python3.11, or run make PYTHON=/path/to/python3.11)" >&2; exit 1; \
+	  fi; \
+	  if ! $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then \
+	    echo "Python 3.11+ is required: $(PYTHON) is $$($(PYTHON) -V 2>&1) (run make PYTHON=/path/to/python3.11)" >&2; exit 1; \
+	  fi; \
+	  echo "$(PYTHON) -m venv $(VENV)"; \
+	  $(PYTHON) -m venv $(VENV) || exit 1; \
+	fi
+	@$(VPY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
+	  echo "Python 3.11+ is required: $(VENV) has $$($(VPY) -V 2>&1); remove $(VENV) and run make PYTHON=/path/to/python3.11" >&2; exit 1; }
+
+check-java:
+	@version=$$(java -version 2>&1 | awk -F'"' '/version/ { print $$2; exit }'); \
+	major=$${version%%.*}; \
+	if [ "$$major" = 1 ]; then major=$$(echo "$$version" | cut -d. -f2); fi; \
+	case "$$major" in ''|*[!0-9]*) major=0 ;; esac; \
+	if [ "$$major" -lt 17 ]; then \
+	  echo 'Java 17 is required by PySpark: install it with `apt-get install openjdk-17-jre-headless`' >&2; \
+	  if [ -n "$$version" ]; then echo "(found Java $$version)" >&2; else echo "(no java on PATH)" >&2; fi; \
+	  exit 1; \
+	fi
