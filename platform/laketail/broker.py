@@ -1,0 +1,458 @@
+"""The broker: the one object the gateway talks to.
+
+It owns the catalog (topics and their configs), the log manager (every partition's
+hot log), the tierers (hot log -> Delta table) and the table readers, and offers what
+the HTTP routes need as a small set of methods. Routes never touch storage directly.
+
+Offsets, everywhere (one vocabulary):
+
+* ``log_start_offset`` -- the first offset not deleted by retention;
+* ``log_end_offset`` (LEO) -- the offset the next appended record gets;
+* ``high_watermark`` (HW) -- records below it are on every in-sync replica; with one
+  replica HW == LEO; consumers see only offsets below it;
+* ``last_stable_offset`` (LSO) -- the first offset of the oldest open transaction (HW
+  when none); read_committed readers stop there;
+* ``tiered_offset`` -- records below it are in the topic's Delta table;
+* a *committed* consumer offset is the next offset the group will read.
+
+Thread-safety: all public methods are called from the event loop thread; blocking
+disk and Delta work runs in worker threads inside the partition logs and tierers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from laketail.catalog import Catalog, TopicInfo, validate_topic_name
+from laketail.clock import Clock, SystemClock
+from laketail.config import TOPIC_CONFIGS, BrokerSettings
+from laketail.errors import (
+    InvalidPartitions,
+    InvalidReplicationFactor,
+    InvalidRequest,
+    OffsetOutOfRange,
+    RecordTooLarge,
+    UnknownTopicOrPartition,
+)
+from laketail.partitioner import StickyPartitioner, partition_for_key
+from laketail.records import (
+    CREATE_TIME,
+    HEADER_TYPE,
+    LOG_APPEND_TIME,
+    TIMESTAMP_TYPE,
+    Acks,
+    IsolationLevel,
+    build_frame_batch,
+)
+from laketail.storage.log_manager import LogManager
+from laketail.storage.table_reader import TableReader
+from laketail.storage.tierer import Tierer
+
+log = logging.getLogger(__name__)
+
+#: Columns a produce request may carry, all optional but ``value``. ``timestamp`` is
+#: Kafka's milliseconds (null: now); ``partition`` null means "let the partitioner pick".
+PRODUCE_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADER_TYPE),
+        pa.field("timestamp", pa.int64()),
+        pa.field("partition", pa.int32()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    topic: str
+    partition: int
+    leader: int
+    replicas: list[int]
+    isr: list[int]
+    leader_epoch: int
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    tiered_offset: int
+
+
+@dataclass(frozen=True)
+class ProduceResult:
+    """Where each record of a produce request went, in request order."""
+
+    partitions: list[int]
+    offsets: list[int]
+    timestamps_ms: list[int]
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """Records in ``RECORD_SCHEMA`` (timestamps in microseconds) plus the partition's
+    offsets at the time of the read. ``next_offset`` is where the next fetch starts."""
+
+    records: pa.Table
+    next_offset: int
+    high_watermark: int
+    log_start_offset: int
+    last_stable_offset: int
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    name: str
+    value: str
+    is_default: bool
+    source: str  # DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG or DEFAULT_CONFIG
+    doc: str
+    read_only: bool = False
+    sensitive: bool = False
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    broker_id: int
+    url: str
+    host: str
+    port: int
+
+
+@dataclass
+class _TopicRuntime:
+    info: TopicInfo
+    sticky: StickyPartitioner = field(default_factory=StickyPartitioner)
+
+
+class Broker:
+    """A single laketail broker (replication arrives with its own issue: the seams are
+    ``leader_epoch`` on every append and ``high_watermark`` separate from LEO)."""
+
+    def __init__(self, settings: BrokerSettings, clock: Clock | None = None) -> None:
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+        self.broker_id = settings.broker_id
+        self.catalog = Catalog(settings.data)
+        self.logs = LogManager(settings.hot_log_dir, clock=self.clock)
+        self.tables = TableReader(settings.data)
+        self.tierer = Tierer(self, clock=self.clock)
+        self._topics: dict[str, _TopicRuntime] = {}
+        self.cluster_id = ""
+        self.leader_epoch = 0
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the catalog and every partition log (recovering torn tails), then start
+        tiering. Records an unclean shutdown left untiered are tiered on the first pass."""
+        self.cluster_id = await asyncio.to_thread(self.catalog.open)
+        for info in self.catalog.topics():
+            await self._open_topic(info)
+        if self.settings.tier_enabled:
+            self.tierer.start()
+
+    async def close(self) -> None:
+        await self.tierer.stop()
+        await self.logs.close()
+
+    async def _open_topic(self, info: TopicInfo) -> None:
+        config = self.settings.topic_config(info.configs)
+        for p in range(info.partitions):
+            tiered = await asyncio.to_thread(self.tables.tiered_offset, info.name, p)
+            start = await asyncio.to_thread(self.tables.log_start_offset, info.name, p)
+            await asyncio.to_thread(self.logs.open_partition, info.name, p, config, tiered, start)
+        self._topics[info.name] = _TopicRuntime(info)
+
+    # -- metadata -----------------------------------------------------------------
+
+    def brokers(self) -> list[BrokerInfo]:
+        return [
+            BrokerInfo(self.broker_id, self.settings.url, self.settings.host, self.settings.port)
+        ]
+
+    def list_topics(self, include_internal: bool = True) -> list[str]:
+        names = sorted(self._topics)
+        if not include_internal:
+            names = [n for n in names if not self._topics[n].info.internal]
+        return names
+
+    def topic(self, name: str) -> TopicInfo:
+        runtime = self._topics.get(name)
+        if runtime is None:
+            raise UnknownTopicOrPartition.topic(name)
+        return runtime.info
+
+    def topic_config(self, name: str):
+        return self.settings.topic_config(self.topic(name).configs)
+
+    def describe_configs(self, name: str) -> list[ConfigEntry]:
+        info = self.topic(name)
+        effective = self.settings.topic_config(info.configs).to_kafka()
+        entries = []
+        for key, spec in TOPIC_CONFIGS.items():
+            if key in info.configs:
+                source, is_default = "DYNAMIC_TOPIC_CONFIG", False
+            elif key in self.settings.topic_defaults or key == "max.message.bytes" and (
+                self.settings.message_max_bytes != spec.default
+            ):
+                source, is_default = "STATIC_BROKER_CONFIG", False
+            else:
+                source, is_default = "DEFAULT_CONFIG", True
+            entries.append(ConfigEntry(key, effective[key], is_default, source, spec.doc))
+        return entries
+
+    def _check_partition(self, topic: str, partition: int) -> TopicInfo:
+        info = self.topic(topic)
+        if not 0 <= partition < info.partitions:
+            raise UnknownTopicOrPartition.partition(topic, partition)
+        return info
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState:
+        self._check_partition(topic, partition)
+        plog = self.logs.get(topic, partition)
+        return PartitionState(
+            topic=topic,
+            partition=partition,
+            leader=self.broker_id,
+            replicas=[self.broker_id],
+            isr=[self.broker_id],
+            leader_epoch=self.leader_epoch,
+            log_start_offset=plog.log_start_offset,
+            log_end_offset=plog.log_end_offset,
+            high_watermark=plog.high_watermark,
+            last_stable_offset=plog.high_watermark,
+            tiered_offset=plog.tiered_offset,
+        )
+
+    def partition_states(self, topic: str) -> list[PartitionState]:
+        return [self.partition_state(topic, p) for p in range(self.topic(topic).partitions)]
+
+    # -- admin ----------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int | None = None,
+        replication_factor: int | None = None,
+        configs: dict[str, str] | None = None,
+        *,
+        validate_only: bool = False,
+    ) -> TopicInfo:
+        validate_topic_name(name)
+        partitions = self.settings.num_partitions if partitions in (None, -1) else partitions
+        rf = (
+            self.settings.default_replication_factor
+            if replication_factor in (None, -1)
+            else replication_factor
+        )
+        if not isinstance(partitions, int) or partitions < 1:
+            raise InvalidPartitions(f"partitions must be at least 1, got {partitions}")
+        if not isinstance(rf, int) or rf < 1:
+            raise InvalidReplicationFactor(f"replication factor must be at least 1, got {rf}")
+        if rf > len(self.brokers()):
+            raise InvalidReplicationFactor(
+                f"replication factor {rf} is larger than the {len(self.brokers())} available broker(s)"
+            )
+        overrides = self.catalog.normalise_configs(configs or {})
+        self.settings.topic_config(overrides)  # validates values against each other
+        if validate_only:
+            self.catalog.check_can_create(name)
+            return TopicInfo(name, "", partitions, rf, overrides, internal=name.startswith("__"))
+        info = await asyncio.to_thread(self.catalog.create_topic, name, partitions, rf, overrides)
+        await asyncio.to_thread(self.tables.create_table, name)
+        await self._open_topic(info)
+        self.tierer.schedule(name)
+        return info
+
+    async def delete_topic(self, name: str) -> None:
+        info = self.topic(name)
+        self._topics.pop(name, None)
+        await self.tierer.forget(name)
+        for p in range(info.partitions):
+            await self.logs.delete_partition(name, p)
+        await asyncio.to_thread(self.catalog.delete_topic, name)
+        await asyncio.to_thread(self.tables.delete_table, name)
+
+    async def alter_topic_configs(
+        self, name: str, set_configs: dict[str, str] | None = None, delete: list[str] | None = None
+    ) -> TopicInfo:
+        info = self.topic(name)
+        merged = dict(info.configs)
+        merged.update(self.catalog.normalise_configs(set_configs or {}))
+        for key in delete or []:
+            if key not in TOPIC_CONFIGS:
+                from laketail.errors import InvalidConfig
+
+                raise InvalidConfig(f"unknown topic config '{key}'")
+            merged.pop(key, None)
+        config = self.settings.topic_config(merged)
+        new_info = await asyncio.to_thread(self.catalog.alter_topic, name, merged)
+        self._topics[name].info = new_info
+        for p in range(info.partitions):
+            self.logs.get(name, p).config = config
+        self.tierer.schedule(name)
+        return new_info
+
+    # -- produce ----------------------------------------------------------------------
+
+    async def produce(self, topic: str, batch: pa.RecordBatch | pa.Table, acks: Acks = "all") -> ProduceResult:
+        """Validate, partition, append; return each record's partition and offset.
+
+        ``batch`` has ``PRODUCE_SCHEMA``'s columns (any but ``value`` may be missing).
+        Nothing is written unless every record passes validation. With ``acks="0"`` the
+        append still happens, but the caller may answer before awaiting this.
+        """
+        info = self.topic(topic)
+        config = self.settings.topic_config(info.configs)
+        if isinstance(batch, pa.Table):
+            batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else pa.RecordBatch.from_pylist([], PRODUCE_SCHEMA)
+        n = batch.num_rows
+        if n == 0:
+            raise InvalidRequest("a produce request needs at least one record")
+        names = batch.schema.names
+        values = batch.column("value") if "value" in names else pa.nulls(n, pa.binary())
+        keys = batch.column("key") if "key" in names else pa.nulls(n, pa.binary())
+        headers = batch.column("headers") if "headers" in names else pa.nulls(n, HEADER_TYPE)
+
+        self._check_sizes(keys, values, headers, config.max_message_bytes)
+        partitions = self._assign_partitions(info, keys, batch.column("partition") if "partition" in names else None)
+
+        now_ms = self.clock.now_ms()
+        if config.message_timestamp_type == "LogAppendTime" or "timestamp" not in names:
+            ts_ms = pa.repeat(pa.scalar(now_ms, pa.int64()), n)
+            ts_type = LOG_APPEND_TIME if config.message_timestamp_type == "LogAppendTime" else CREATE_TIME
+        else:
+            ts_ms = pc.fill_null(batch.column("timestamp").cast(pa.int64()), now_ms)
+            ts_type = CREATE_TIME
+        ts_us = pc.multiply(ts_ms, 1000).cast(pa.int64())
+
+        offsets = [0] * n
+        part_list = partitions.to_pylist()
+        groups: dict[int, list[int]] = {}
+        for i, p in enumerate(part_list):
+            groups.setdefault(p, []).append(i)
+
+        async def append_one(p: int, rows: list[int]):
+            idx = pa.array(rows, pa.int32()) if len(groups) > 1 else None
+            take = (lambda a: a.take(idx)) if idx is not None else (lambda a: a)
+            frame = build_frame_batch(
+                timestamps_us=take(ts_us).cast(TIMESTAMP_TYPE),
+                keys=take(keys),
+                values=take(values),
+                headers=take(headers),
+                timestamp_type=ts_type,
+            )
+            plog = self.logs.get(topic, p)
+            base = await plog.append(frame, leader_epoch=self.leader_epoch)
+            for j, row in enumerate(rows):
+                offsets[row] = base + j
+
+        await asyncio.gather(*(append_one(p, rows) for p, rows in groups.items()))
+        self.tierer.wake(topic)
+        return ProduceResult(part_list, offsets, ts_ms.to_pylist())
+
+    def _check_sizes(self, keys: pa.Array, values: pa.Array, headers: pa.Array, limit: int) -> None:
+        sizes = pc.add(
+            pc.fill_null(pc.binary_length(values), 0), pc.fill_null(pc.binary_length(keys), 0)
+        )
+        if headers.null_count < len(headers):
+            flat = pc.list_flatten(headers)
+            if len(flat):
+                per_header = pc.add(
+                    pc.fill_null(pc.binary_length(flat.field("key")), 0),
+                    pc.fill_null(pc.binary_length(flat.field("value")), 0),
+                )
+                parents = pc.list_parent_indices(headers)
+                totals = [0] * len(headers)
+                for parent, size in zip(parents.to_pylist(), per_header.to_pylist()):
+                    totals[parent] += size
+                sizes = pc.add(sizes, pa.array(totals, pa.int64()))
+        biggest = pc.max(sizes).as_py() or 0
+        if biggest > limit:
+            index = pc.index(sizes, biggest).as_py()
+            raise RecordTooLarge(
+                f"record {index} is {biggest} bytes, above max.message.bytes={limit}"
+            )
+
+    def _assign_partitions(self, info: TopicInfo, keys: pa.Array, explicit: pa.Array | None) -> pa.Array:
+        n = len(keys)
+        if explicit is not None and explicit.null_count == 0:
+            bad = pc.or_(pc.less(explicit, 0), pc.greater_equal(explicit, info.partitions))
+            if pc.any(bad).as_py():
+                p = pc.filter(explicit, bad)[0].as_py()
+                raise UnknownTopicOrPartition.partition(info.name, p)
+            return explicit.cast(pa.int32())
+        explicit_list = explicit.to_pylist() if explicit is not None else [None] * n
+        sticky = None
+        out = []
+        for key, p in zip(keys.to_pylist() if keys.null_count < n else [None] * n, explicit_list):
+            if p is not None:
+                if not 0 <= p < info.partitions:
+                    raise UnknownTopicOrPartition.partition(info.name, p)
+            elif key is not None:
+                p = partition_for_key(key, info.partitions)
+            else:
+                if sticky is None:
+                    sticky = self._topics[info.name].sticky.next_batch(info.partitions)
+                p = sticky
+            out.append(p)
+        return pa.array(out, pa.int32())
+
+    # -- fetch ------------------------------------------------------------------------
+
+    async def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int | None = None,
+        max_bytes: int | None = None,
+        timeout_ms: int = 0,
+        isolation: IsolationLevel = "read_committed",
+    ) -> FetchResult:
+        """Records from ``offset`` on, from the hot tier where present, else the table.
+
+        Long-polls up to ``timeout_ms`` when ``offset`` is the high watermark. An offset
+        below the log start or above the high watermark is OFFSET_OUT_OF_RANGE.
+        """
+        self._check_partition(topic, partition)
+        if offset < 0:
+            raise OffsetOutOfRange(f"offset {offset} is negative")
+        plog = self.logs.get(topic, partition)
+        if offset < plog.log_start_offset or offset > plog.high_watermark:
+            raise OffsetOutOfRange(
+                f"offset {offset} is outside [{plog.log_start_offset}, {plog.high_watermark}] "
+                f"of {topic}-{partition}"
+            )
+        if offset == plog.high_watermark and timeout_ms > 0:
+            await plog.wait_for_data(offset, timeout_ms / 1000.0)
+        limit_records = max_records if max_records and max_records > 0 else 500
+        limit_bytes = max_bytes if max_bytes and max_bytes > 0 else 52_428_800
+        end = plog.high_watermark
+        if offset >= plog.hot_start_offset:
+            table = await asyncio.to_thread(
+                plog.read, offset, end, limit_records, limit_bytes, partition
+            )
+        else:
+            table = await asyncio.to_thread(
+                self.tables.read, topic, partition, offset, min(end, plog.hot_start_offset),
+                limit_records, limit_bytes,
+            )
+        next_offset = table.column("offset")[-1].as_py() + 1 if table.num_rows else offset
+        return FetchResult(table, next_offset, plog.high_watermark, plog.log_start_offset, plog.high_watermark)
+
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> tuple[int, int] | None:
+        """Kafka's ListOffsets by time: the earliest offset whose timestamp is at or after
+        ``timestamp_ms``, with that record's timestamp; ``None`` when there is none."""
+        self._check_partition(topic, partition)
+        plog = self.logs.get(topic, partition)
+        found = self.tables.offset_for_timestamp(topic, partition, timestamp_ms, plog.hot_start_offset)
+        if found is None:
+            found = plog.offset_for_timestamp(timestamp_ms)
+        return found

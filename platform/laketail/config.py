@@ -1,0 +1,281 @@
+"""Typed configuration under Kafka's key names.
+
+Two kinds of configuration, each a frozen dataclass whose fields carry their unit in
+the name (``retention_ms``, ``segment_bytes``) and map one-to-one onto Kafka's dotted
+keys (``retention.ms``, ``segment.bytes``):
+
+* :class:`TopicConfig` -- per topic, set at create/alter time and stored in the
+  catalog. :data:`TOPIC_CONFIGS` lists every key with its type, default, validator and
+  doc; a key the table does not know is INVALID_CONFIG.
+* :class:`BrokerSettings` -- per broker process, loaded once at the edge (CLI,
+  ``create_app``) from ``conf/laketail.toml``, then ``LAKETAIL_*`` environment
+  variables, then flags, and passed down. No module-level settings object.
+
+Defaults are Kafka's, except where laketail's design says otherwise (each such key's
+doc says why).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from laketail.errors import InvalidConfig
+
+LONG_MAX = 9223372036854775807
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """One documented config key: its Kafka name, type, default and validator."""
+
+    name: str
+    type: type
+    default: Any
+    doc: str
+    validate: Callable[[Any], bool] = lambda v: True
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def field_name(self) -> str:
+        return self.name.replace(".", "_")
+
+    def parse(self, raw: Any) -> Any:
+        try:
+            if self.type is bool:
+                if isinstance(raw, bool):
+                    value = raw
+                elif str(raw).lower() in ("true", "false"):
+                    value = str(raw).lower() == "true"
+                else:
+                    raise ValueError(raw)
+            elif self.type is int:
+                if isinstance(raw, bool):
+                    raise ValueError(raw)
+                value = int(str(raw).strip())
+            else:
+                value = str(raw)
+        except (TypeError, ValueError) as exc:
+            raise InvalidConfig(
+                f"{self.name}={raw!r} is not a valid {self.type.__name__}"
+            ) from exc
+        if self.choices is not None and value not in self.choices:
+            raise InvalidConfig(f"{self.name}={value!r}: must be one of {', '.join(self.choices)}")
+        if not self.validate(value):
+            raise InvalidConfig(f"{self.name}={value!r} is out of range")
+        return value
+
+
+def _at_least(n: int) -> Callable[[int], bool]:
+    return lambda v: v >= n
+
+
+TOPIC_CONFIGS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in [
+        ConfigKey("cleanup.policy", str, "delete", "delete, compact, or compact,delete",
+                  choices=("delete", "compact", "compact,delete", "delete,compact")),
+        ConfigKey("retention.ms", int, 604_800_000,
+                  "How long records are kept before retention may delete them; -1 keeps them forever.",
+                  _at_least(-1)),
+        ConfigKey("retention.bytes", int, -1,
+                  "Per-partition size above which retention deletes the oldest files; -1 for no limit.",
+                  _at_least(-1)),
+        ConfigKey("segment.bytes", int, 1_073_741_824, "Roll a hot segment at this size.", _at_least(14)),
+        ConfigKey("segment.ms", int, 604_800_000, "Roll a hot segment at this age.", _at_least(1)),
+        ConfigKey("flush.messages", int, 1,
+                  "fsync after this many appended records. laketail's default is 1 (fsync at every "
+                  "group commit), not Kafka's Long.MAX: with one replica nothing else protects an "
+                  "acknowledged record.", _at_least(1)),
+        ConfigKey("flush.ms", int, LONG_MAX, "fsync when the oldest unflushed append is this old.",
+                  _at_least(0)),
+        ConfigKey("max.message.bytes", int, 1_048_588,
+                  "Largest record (key + value + headers) the partition accepts.", _at_least(0)),
+        ConfigKey("message.timestamp.type", str, "CreateTime", "CreateTime or LogAppendTime",
+                  choices=("CreateTime", "LogAppendTime")),
+        ConfigKey("min.insync.replicas", int, 1,
+                  "acks=all needs at least this many in-sync replicas.", _at_least(1)),
+        ConfigKey("unclean.leader.election.enable", bool, False,
+                  "Elect a leader outside the ISR when the ISR is empty (may lose data)."),
+        ConfigKey("delete.retention.ms", int, 86_400_000,
+                  "How long key compaction keeps tombstones.", _at_least(0)),
+        ConfigKey("min.compaction.lag.ms", int, 0,
+                  "Records younger than this are never key-compacted.", _at_least(0)),
+        ConfigKey("local.retention.ms", int, 3_600_000,
+                  "How long hot segments stay on local disk once fully tiered into the table (a read "
+                  "cache). Kafka's tiered storage default is -2 (= retention.ms); laketail keeps an "
+                  "hour because the table is the durable copy.", _at_least(-2)),
+        ConfigKey("local.retention.bytes", int, -2,
+                  "Local size cap for fully tiered hot segments; -2 means retention.bytes.",
+                  _at_least(-2)),
+        ConfigKey("table.flush.interval.ms", int, 1000,
+                  "laketail: at most this long between a record's append and its Delta commit.",
+                  _at_least(10)),
+        ConfigKey("table.flush.bytes", int, 67_108_864,
+                  "laketail: tier early when this many bytes wait in a partition.", _at_least(1024)),
+    ]
+}
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """The effective configuration of one topic (defaults filled in)."""
+
+    cleanup_policy: str = "delete"
+    retention_ms: int = 604_800_000
+    retention_bytes: int = -1
+    segment_bytes: int = 1_073_741_824
+    segment_ms: int = 604_800_000
+    flush_messages: int = 1
+    flush_ms: int = LONG_MAX
+    max_message_bytes: int = 1_048_588
+    message_timestamp_type: str = "CreateTime"
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+    delete_retention_ms: int = 86_400_000
+    min_compaction_lag_ms: int = 0
+    local_retention_ms: int = 3_600_000
+    local_retention_bytes: int = -2
+    table_flush_interval_ms: int = 1000
+    table_flush_bytes: int = 67_108_864
+
+    @classmethod
+    def from_kafka(
+        cls, overrides: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+    ) -> "TopicConfig":
+        """Build from Kafka keys; ``defaults`` are broker-level topic defaults."""
+        values: dict[str, Any] = {}
+        for source in (defaults or {}, overrides):
+            for name, raw in source.items():
+                key = TOPIC_CONFIGS.get(name)
+                if key is None:
+                    raise InvalidConfig(f"unknown topic config '{name}'")
+                values[key.field_name] = key.parse(raw)
+        return cls(**values)
+
+    def to_kafka(self) -> dict[str, str]:
+        """Every key as Kafka's string form (booleans lower case)."""
+        out = {}
+        for key in TOPIC_CONFIGS.values():
+            value = getattr(self, key.field_name)
+            out[key.name] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
+
+
+def validate_topic_overrides(overrides: Mapping[str, Any]) -> dict[str, str]:
+    """Check Kafka-keyed overrides; return them normalised to strings."""
+    out = {}
+    for name, raw in overrides.items():
+        key = TOPIC_CONFIGS.get(name)
+        if key is None:
+            raise InvalidConfig(f"unknown topic config '{name}'")
+        value = key.parse(raw)
+        out[name] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    """One broker process's settings (Kafka's ``server.properties`` in spirit).
+
+    ``data`` is the shared data root (tables, catalog); ``log_dir`` is this broker's
+    local hot-segment directory (``log.dirs``); defaults to ``<data>/logs/broker-<id>``.
+    """
+
+    data: str = "./laketail-data"
+    log_dir: str | None = None
+    broker_id: int = 0
+    host: str = "127.0.0.1"
+    port: int = 8082
+    advertised_url: str | None = None
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    message_max_bytes: int = 1_048_588
+    socket_request_max_bytes: int = 104_857_600
+    fetch_max_wait_ms: int = 500
+    request_timeout_ms: int = 30_000
+    tier_enabled: bool = True
+    topic_defaults: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def hot_log_dir(self) -> Path:
+        if self.log_dir:
+            return Path(self.log_dir)
+        return Path(self.data) / "logs" / f"broker-{self.broker_id}"
+
+    @property
+    def url(self) -> str:
+        return self.advertised_url or f"http://{self.host}:{self.port}"
+
+    def topic_config(self, overrides: Mapping[str, Any]) -> TopicConfig:
+        defaults = dict(self.topic_defaults)
+        defaults.setdefault("max.message.bytes", self.message_max_bytes)
+        return TopicConfig.from_kafka(overrides, defaults)
+
+
+_BROKER_KEYS = {
+    "data": "data",
+    "log.dirs": "log_dir",
+    "log.dir": "log_dir",
+    "broker.id": "broker_id",
+    "host": "host",
+    "port": "port",
+    "advertised.url": "advertised_url",
+    "num.partitions": "num_partitions",
+    "default.replication.factor": "default_replication_factor",
+    "message.max.bytes": "message_max_bytes",
+    "socket.request.max.bytes": "socket_request_max_bytes",
+    "fetch.max.wait.ms": "fetch_max_wait_ms",
+    "request.timeout.ms": "request_timeout_ms",
+    "tier.enable": "tier_enabled",
+}
+
+
+def load_settings(
+    path: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    **flags: Any,
+) -> BrokerSettings:
+    """Settings from a TOML file, then ``LAKETAIL_*`` variables, then flags.
+
+    The file has a ``[broker]`` table with Kafka's broker keys and a
+    ``[topic-defaults]`` table with topic keys. ``LAKETAIL_DATA``, ``LAKETAIL_BROKER_ID``,
+    ``LAKETAIL_LOG_DIRS``, ``LAKETAIL_HOST``, ``LAKETAIL_PORT`` follow the key names
+    upper-cased with dots as underscores. Flags whose value is ``None`` are ignored.
+    """
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    topic_defaults: dict[str, Any] = {}
+    if path is not None and Path(path).exists():
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+        for key, raw in doc.get("broker", {}).items():
+            if key not in _BROKER_KEYS:
+                raise InvalidConfig(f"unknown broker setting '{key}' in {path}")
+            values[_BROKER_KEYS[key]] = raw
+        topic_defaults = dict(doc.get("topic-defaults", {}))
+        validate_topic_overrides(topic_defaults)
+    for key, attr in _BROKER_KEYS.items():
+        var = "LAKETAIL_" + key.upper().replace(".", "_")
+        if var in env:
+            values[attr] = env[var]
+    for attr, raw in flags.items():
+        if raw is not None:
+            values[attr] = raw
+    types = {f.name: f.type for f in dataclasses.fields(BrokerSettings)}
+    for attr, raw in list(values.items()):
+        kind = types[attr]
+        try:
+            if kind == "int":
+                values[attr] = int(raw)
+            elif kind == "bool":
+                values[attr] = raw if isinstance(raw, bool) else str(raw).lower() == "true"
+            elif raw is not None:
+                values[attr] = str(raw)
+        except ValueError as exc:
+            raise InvalidConfig(f"broker setting {attr}={raw!r} is not valid") from exc
+    return BrokerSettings(topic_defaults=topic_defaults, **values)

@@ -1,0 +1,222 @@
+"""laketail's errors: one root, named and numbered after Kafka's.
+
+Every error the broker can answer is a subclass of :class:`LaketailError`. Each
+class carries
+
+* ``kafka_code`` -- the Kafka protocol error code (``OFFSET_OUT_OF_RANGE`` = 1, ...),
+* ``kafka_name`` -- the Kafka protocol error name, which starts every message,
+* ``http_status`` and ``rest_code`` -- the Confluent REST Proxy style status and
+  ``error_code`` (HTTP status * 100 + a sub-code: 40401 topic not found, ...),
+* ``retriable`` -- whether a client may retry the same request unchanged.
+
+The gateway turns any ``LaketailError`` into ``{"error_code", "message"}`` in one
+exception handler; the Python client turns that body back into the same class with
+:func:`for_rest_code` / :func:`for_kafka_name`, so both sides raise the same thing.
+
+Tree::
+
+    LaketailError
+    ├── UnknownTopicOrPartition      404 40401 / 40402
+    ├── TopicAlreadyExists           409 40901
+    ├── InvalidTopic                 422 42206
+    ├── InvalidPartitions            422 42207
+    ├── InvalidReplicationFactor     422 42208
+    ├── InvalidConfig                422 42209
+    ├── InvalidRequest               400 40001  (broken JSON, missing fields, ...)
+    ├── InvalidRecord                422 42205  (bad base64, bad embedded value, ...)
+    ├── RecordTooLarge               413 41301
+    ├── OffsetOutOfRange             416 41601
+    ├── NotAcceptable                406 40601
+    ├── NotLeaderOrFollower          421 42101
+    ├── NotEnoughReplicas            503 50301, NotEnoughReplicasAfterAppend 50302
+    ├── RequestTimedOut              504 50401
+    ├── CorruptMessage               500 50002
+    └── KafkaStorageError            500 50002
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class LaketailError(Exception):
+    """Root of every error laketail raises on purpose."""
+
+    kafka_code: ClassVar[int] = -1
+    kafka_name: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
+    http_status: ClassVar[int] = 500
+    rest_code: ClassVar[int] = 50001
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, detail: str = "", *, rest_code: int | None = None) -> None:
+        self.detail = detail
+        if rest_code is not None:
+            self.rest_code = rest_code  # instance override, e.g. 40402 vs 40401
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        return f"{self.kafka_name}: {self.detail}" if self.detail else self.kafka_name
+
+    def to_body(self) -> dict:
+        return {"error_code": self.rest_code, "message": self.message}
+
+
+class UnknownTopicOrPartition(LaketailError):
+    kafka_code = 3
+    kafka_name = "UNKNOWN_TOPIC_OR_PARTITION"
+    http_status = 404
+    rest_code = 40401
+
+    @classmethod
+    def topic(cls, topic: str) -> "UnknownTopicOrPartition":
+        return cls(f"topic '{topic}' does not exist", rest_code=40401)
+
+    @classmethod
+    def partition(cls, topic: str, partition: int) -> "UnknownTopicOrPartition":
+        return cls(f"partition {partition} of topic '{topic}' does not exist", rest_code=40402)
+
+
+class TopicAlreadyExists(LaketailError):
+    kafka_code = 36
+    kafka_name = "TOPIC_ALREADY_EXISTS"
+    http_status = 409
+    rest_code = 40901
+
+
+class InvalidTopic(LaketailError):
+    kafka_code = 17
+    kafka_name = "INVALID_TOPIC_EXCEPTION"
+    http_status = 422
+    rest_code = 42206
+
+
+class InvalidPartitions(LaketailError):
+    kafka_code = 37
+    kafka_name = "INVALID_PARTITIONS"
+    http_status = 422
+    rest_code = 42207
+
+
+class InvalidReplicationFactor(LaketailError):
+    kafka_code = 38
+    kafka_name = "INVALID_REPLICATION_FACTOR"
+    http_status = 422
+    rest_code = 42208
+
+
+class InvalidConfig(LaketailError):
+    kafka_code = 40
+    kafka_name = "INVALID_CONFIG"
+    http_status = 422
+    rest_code = 42209
+
+
+class InvalidRequest(LaketailError):
+    kafka_code = 42
+    kafka_name = "INVALID_REQUEST"
+    http_status = 400
+    rest_code = 40001
+
+
+class InvalidRecord(LaketailError):
+    kafka_code = 87
+    kafka_name = "INVALID_RECORD"
+    http_status = 422
+    rest_code = 42205
+
+
+class RecordTooLarge(LaketailError):
+    kafka_code = 10
+    kafka_name = "MESSAGE_TOO_LARGE"
+    http_status = 413
+    rest_code = 41301
+
+
+class OffsetOutOfRange(LaketailError):
+    kafka_code = 1
+    kafka_name = "OFFSET_OUT_OF_RANGE"
+    http_status = 416
+    rest_code = 41601
+
+
+class NotAcceptable(LaketailError):
+    kafka_code = 42
+    kafka_name = "INVALID_REQUEST"
+    http_status = 406
+    rest_code = 40601
+
+
+class NotLeaderOrFollower(LaketailError):
+    kafka_code = 6
+    kafka_name = "NOT_LEADER_OR_FOLLOWER"
+    http_status = 421
+    rest_code = 42101
+    retriable = True
+
+
+class NotEnoughReplicas(LaketailError):
+    kafka_code = 19
+    kafka_name = "NOT_ENOUGH_REPLICAS"
+    http_status = 503
+    rest_code = 50301
+    retriable = True
+
+
+class NotEnoughReplicasAfterAppend(LaketailError):
+    kafka_code = 20
+    kafka_name = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+    http_status = 503
+    rest_code = 50302
+    retriable = True
+
+
+class RequestTimedOut(LaketailError):
+    kafka_code = 7
+    kafka_name = "REQUEST_TIMED_OUT"
+    http_status = 504
+    rest_code = 50401
+    retriable = True
+
+
+class CorruptMessage(LaketailError):
+    kafka_code = 2
+    kafka_name = "CORRUPT_MESSAGE"
+    http_status = 500
+    rest_code = 50002
+    retriable = True
+
+
+class KafkaStorageError(LaketailError):
+    kafka_code = 56
+    kafka_name = "KAFKA_STORAGE_ERROR"
+    http_status = 500
+    rest_code = 50002
+    retriable = True
+
+
+def _all_subclasses(cls: type) -> list[type]:
+    out = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_all_subclasses(sub))
+    return out
+
+
+def for_kafka_name(name: str) -> type[LaketailError]:
+    """The class whose ``kafka_name`` is ``name`` (``LaketailError`` when unknown)."""
+    for cls in _all_subclasses(LaketailError):
+        if cls.kafka_name == name:
+            return cls
+    return LaketailError
+
+
+def from_body(status: int, body: dict) -> LaketailError:
+    """Rebuild the error a broker answered with from its REST error body."""
+    message = str(body.get("message", ""))
+    name, _, detail = message.partition(": ")
+    cls = for_kafka_name(name)
+    if cls is LaketailError:
+        detail = message
+    err = cls(detail, rest_code=int(body.get("error_code", status * 100)))
+    return err

@@ -1,0 +1,110 @@
+"""The record schema (ARCHITECTURE.md 3.2): one row per record, in Arrow.
+
+``RECORD_SCHEMA`` is the topic's Delta table schema, column for column.
+``FRAME_SCHEMA`` is what a hot-segment frame stores: the same columns less those the
+frame header already says (``partition`` is the directory, ``offset`` is
+``base_offset + row``, ``leader_epoch`` is in the header).
+
+Names and types of ``key``, ``value``, ``headers``, ``partition``, ``offset`` and
+``timestamp`` match Spark's Kafka source, so code written for it reads laketail as is.
+``timestamp`` is microseconds since the epoch, UTC; the REST and client APIs speak
+Kafka's milliseconds and convert at their edge.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pyarrow as pa
+
+Acks = Literal["0", "1", "all"]
+IsolationLevel = Literal["read_uncommitted", "read_committed"]
+
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+
+HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+
+RECORD_SCHEMA = pa.schema(
+    [
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", TIMESTAMP_TYPE, nullable=False),
+        pa.field("timestamp_type", pa.int8(), nullable=False),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADER_TYPE),
+        pa.field("producer_id", pa.int64(), nullable=False),
+        pa.field("producer_epoch", pa.int16(), nullable=False),
+        pa.field("sequence", pa.int32(), nullable=False),
+        pa.field("transactional", pa.bool_(), nullable=False),
+        pa.field("control", pa.string()),
+        pa.field("leader_epoch", pa.int32(), nullable=False),
+    ]
+)
+
+_DERIVED = ("partition", "offset", "leader_epoch")
+FRAME_SCHEMA = pa.schema([f for f in RECORD_SCHEMA if f.name not in _DERIVED])
+
+
+def record_size(key: bytes | None, value: bytes | None, headers) -> int:
+    """Bytes a record counts against ``max.message.bytes`` (key + value + headers)."""
+    size = (len(key) if key else 0) + (len(value) if value else 0)
+    for hk, hv in headers or ():
+        size += len(hk.encode() if isinstance(hk, str) else hk) + (len(hv) if hv else 0)
+    return size
+
+
+def build_frame_batch(
+    *,
+    timestamps_us: pa.Array | list[int],
+    keys: pa.Array | list[bytes | None],
+    values: pa.Array | list[bytes | None],
+    headers: pa.Array | list | None = None,
+    timestamp_type: int = CREATE_TIME,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    transactional: bool = False,
+    control: str | None = None,
+) -> pa.RecordBatch:
+    """A batch in ``FRAME_SCHEMA`` from column values (one producer batch)."""
+    n = len(values)
+    if headers is None:
+        headers = pa.nulls(n, HEADER_TYPE) if n else pa.array([], HEADER_TYPE)
+    if base_sequence == NO_SEQUENCE:
+        sequence = pa.repeat(pa.scalar(NO_SEQUENCE, pa.int32()), n)
+    else:
+        sequence = pa.array(range(base_sequence, base_sequence + n), pa.int32())
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(timestamps_us, TIMESTAMP_TYPE) if not isinstance(timestamps_us, pa.Array)
+            else timestamps_us.cast(TIMESTAMP_TYPE),
+            pa.repeat(pa.scalar(timestamp_type, pa.int8()), n),
+            keys if isinstance(keys, pa.Array) else pa.array(keys, pa.binary()),
+            values if isinstance(values, pa.Array) else pa.array(values, pa.binary()),
+            headers if isinstance(headers, pa.Array) else pa.array(headers, HEADER_TYPE),
+            pa.repeat(pa.scalar(producer_id, pa.int64()), n),
+            pa.repeat(pa.scalar(producer_epoch, pa.int16()), n),
+            sequence,
+            pa.repeat(pa.scalar(transactional, pa.bool_()), n),
+            pa.repeat(pa.scalar(control, pa.string()), n),
+        ],
+        schema=FRAME_SCHEMA,
+    )
+
+
+def to_record_batch(
+    frame_batch: pa.RecordBatch, partition: int, base_offset: int, leader_epoch: int
+) -> pa.RecordBatch:
+    """Widen a frame batch to ``RECORD_SCHEMA`` with its partition, offsets and epoch."""
+    n = frame_batch.num_rows
+    by_name = {name: frame_batch.column(i) for i, name in enumerate(frame_batch.schema.names)}
+    by_name["partition"] = pa.repeat(pa.scalar(partition, pa.int32()), n)
+    by_name["offset"] = pa.array(range(base_offset, base_offset + n), pa.int64())
+    by_name["leader_epoch"] = pa.repeat(pa.scalar(leader_epoch, pa.int32()), n)
+    return pa.RecordBatch.from_arrays([by_name[f.name] for f in RECORD_SCHEMA], schema=RECORD_SCHEMA)

@@ -1,0 +1,82 @@
+"""The log manager: every partition log of this broker, by (topic, partition).
+
+Role: open partition logs at start (recovering each), hand them out, delete them with
+their topic, and run the periodic housekeeping no append triggers (``flush.ms``,
+local retention of tiered hot segments).
+
+Directory layout: ``<log.dirs>/<topic>-<partition>/<base_offset:020d>.log``.
+Thread-safety: the map is only changed from the event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from laketail.clock import Clock
+from laketail.config import TopicConfig
+from laketail.errors import UnknownTopicOrPartition
+from laketail.storage.partition_log import PartitionLog
+
+
+class LogManager:
+    def __init__(self, log_dir: Path, clock: Clock) -> None:
+        self.log_dir = Path(log_dir)
+        self.clock = clock
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+
+    def partition_dir(self, topic: str, partition: int) -> Path:
+        return self.log_dir / f"{topic}-{partition}"
+
+    def open_partition(
+        self,
+        topic: str,
+        partition: int,
+        config: TopicConfig,
+        tiered_offset: int,
+        log_start_offset: int | None = None,
+    ) -> PartitionLog:
+        plog = PartitionLog.open(
+            self.partition_dir(topic, partition),
+            topic,
+            partition,
+            config,
+            self.clock,
+            tiered_offset=tiered_offset,
+            log_start_offset=log_start_offset,
+        )
+        self._logs[(topic, partition)] = plog
+        return plog
+
+    def get(self, topic: str, partition: int) -> PartitionLog:
+        plog = self._logs.get((topic, partition))
+        if plog is None:
+            raise UnknownTopicOrPartition.partition(topic, partition)
+        return plog
+
+    def partitions(self, topic: str) -> list[PartitionLog]:
+        return [plog for (t, _), plog in sorted(self._logs.items()) if t == topic]
+
+    def all(self) -> list[PartitionLog]:
+        return list(self._logs.values())
+
+    async def delete_partition(self, topic: str, partition: int) -> None:
+        plog = self._logs.pop((topic, partition), None)
+        if plog is not None:
+            await plog.delete()
+        else:
+            directory = self.partition_dir(topic, partition)
+            for path in directory.glob("*"):
+                path.unlink(missing_ok=True)
+            if directory.exists():
+                directory.rmdir()
+
+    def housekeeping(self, now_ms: int) -> None:
+        """``flush.ms`` and local retention for every partition (runs in a worker thread)."""
+        for plog in list(self._logs.values()):
+            plog.flush_if_due(now_ms)
+            plog.enforce_local_retention(now_ms)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(plog.close() for plog in self._logs.values()))
+        self._logs.clear()

@@ -1,0 +1,402 @@
+"""One partition's hot log: its ordered segments, its offsets, its group commit.
+
+Role: turn producer batches into dense offsets on local disk, durably per the topic's
+flush policy, and serve reads of the hot tier.
+
+Invariants:
+
+* offsets are dense: every frame's ``base_offset`` is the previous frame's
+  ``base_offset + record_count``, across segments too;
+* ``log_start_offset <= hot_start_offset <= tiered_offset <= high_watermark <= log_end_offset``
+  once tiering has caught up; ``tiered_offset`` may run ahead of ``hot_start_offset``
+  only in the sense that hot segments below it are a read cache;
+* only records below ``high_watermark`` are ever returned by :meth:`read`; with one
+  replica HW moves to LEO after each group commit (replication will move it by ISR).
+
+Thread-safety: appends are grouped on the event loop (:meth:`append` queues, one drain
+task writes) and the write itself runs in a worker thread under ``_lock``. The segment
+list is copy-on-write, so :meth:`read` (worker threads) needs no lock. Offsets are
+plain ints, published after the bytes are written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from laketail.clock import Clock
+from laketail.config import TopicConfig
+from laketail.errors import KafkaStorageError
+from laketail.records import RECORD_SCHEMA, to_record_batch
+from laketail.storage import frame
+from laketail.storage.frame import FrameHeader
+from laketail.storage.segment import SUFFIX, Segment
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _PendingAppend:
+    payload: pa.Buffer
+    count: int
+    max_timestamp: int
+    leader_epoch: int
+    attributes: int
+    future: asyncio.Future
+
+
+class PartitionLog:
+    def __init__(
+        self,
+        directory: Path,
+        topic: str,
+        partition: int,
+        config: TopicConfig,
+        clock: Clock,
+        segments: list[Segment],
+    ) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.clock = clock
+        self._segments = segments  # copy-on-write
+        self._lock = threading.Lock()
+        self._pending: list[_PendingAppend] = []
+        self._writer: asyncio.Task | None = None
+        self._data_event: asyncio.Event | None = None
+        self._retired: list[tuple[float, Segment]] = []
+        self._unflushed = 0
+        self._last_flush_ms = clock.now_ms()
+        self.log_end_offset = segments[-1].next_offset
+        self.high_watermark = self.log_end_offset
+        self.tiered_offset = 0
+        self.log_start_offset = segments[0].base_offset
+        self.untiered_bytes = 0  # approximate payload bytes above tiered_offset
+
+    # -- opening ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        topic: str,
+        partition: int,
+        config: TopicConfig,
+        clock: Clock,
+        tiered_offset: int = 0,
+        log_start_offset: int | None = None,
+    ) -> "PartitionLog":
+        """Open (or create) the partition's segments and recover a torn tail.
+
+        Segments that may hold records not yet in the table are CRC-verified frame by
+        frame; older ones only have their headers checked. The first invalid frame ends
+        the log: it and everything after it (later segments too) is removed. If the
+        table already holds more than the hot log (the hot tail was lost after tiering),
+        the hot log restarts at ``tiered_offset``.
+        """
+        directory.mkdir(parents=True, exist_ok=True)
+        paths = sorted(directory.glob(f"*{SUFFIX}"))
+        segments: list[Segment] = []
+        for i, path in enumerate(paths):
+            next_base = int(paths[i + 1].name[: -len(SUFFIX)]) if i + 1 < len(paths) else None
+            verify = next_base is None or next_base > tiered_offset
+            if segments and int(path.name[: -len(SUFFIX)]) != segments[-1].next_offset:
+                log.warning("%s: offset gap before %s; dropping it and later segments", directory, path.name)
+                _delete_paths(paths[i:])
+                break
+            seg, report = Segment.open(path, verify_crc=verify)
+            segments.append(seg)
+            if report.truncated_bytes and i + 1 < len(paths):
+                log.warning("%s: corrupt frame inside %s; dropping later segments", directory, path.name)
+                _delete_paths(paths[i + 1 :])
+                break
+        now = clock.now_ms()
+        if segments and segments[-1].next_offset < tiered_offset:
+            log.warning(
+                "%s: hot log ends at %d below the tiered offset %d; restarting it there",
+                directory, segments[-1].next_offset, tiered_offset,
+            )
+            for seg in segments:
+                seg.delete()
+            segments = []
+        if not segments:
+            segments = [Segment.create(directory, tiered_offset, now)]
+        plog = cls(directory, topic, partition, config, clock, segments)
+        plog.tiered_offset = tiered_offset
+        plog.log_start_offset = min(
+            log_start_offset if log_start_offset is not None else segments[0].base_offset,
+            segments[0].base_offset,
+        )
+        return plog
+
+    # -- offsets ------------------------------------------------------------------------------
+
+    @property
+    def hot_start_offset(self) -> int:
+        """The first offset the hot tier still holds (below it, read the table)."""
+        return self._segments[0].base_offset
+
+    @property
+    def segments(self) -> list[Segment]:
+        return self._segments
+
+    def mark_tiered(self, offset: int) -> None:
+        if offset <= self.tiered_offset:
+            return
+        waiting = self.log_end_offset - self.tiered_offset
+        left = self.log_end_offset - offset
+        self.untiered_bytes = self.untiered_bytes * left // waiting if waiting > 0 else 0
+        self.tiered_offset = offset
+
+    # -- appending -------------------------------------------------------------------------------
+
+    async def append(self, batch: pa.RecordBatch, leader_epoch: int = 0, attributes: int = 0) -> int:
+        """Append one producer batch (FRAME_SCHEMA); return its base offset.
+
+        Returns once the batch is written (and fsynced when the flush policy says so).
+        Requests that arrive while a write is in flight go together in the next one
+        (group commit).
+        """
+        if batch.num_rows == 0:
+            raise ValueError("empty batch")
+        payload = frame.serialize_batch(batch)
+        max_ts = pc.max(batch.column("timestamp")).value
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append(
+            _PendingAppend(payload, batch.num_rows, max_ts, leader_epoch, attributes, future)
+        )
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._drain())
+        return await asyncio.shield(future)
+
+    async def _drain(self) -> None:
+        while self._pending:
+            group, self._pending = self._pending, []
+            try:
+                bases = await asyncio.to_thread(self._write_group, group)
+            except Exception as exc:  # disk full, I/O error: fail this group, keep going
+                log.exception("append to %s-%d failed", self.topic, self.partition)
+                for item in group:
+                    if not item.future.done():
+                        item.future.set_exception(
+                            KafkaStorageError(f"append to {self.topic}-{self.partition} failed: {exc}")
+                        )
+                continue
+            for item, base in zip(group, bases):
+                if not item.future.done():
+                    item.future.set_result(base)
+            self._notify()
+
+    def _write_group(self, group: list[_PendingAppend]) -> list[int]:
+        with self._lock:
+            now = self.clock.now_ms()
+            incoming = sum(frame.HEADER_SIZE + len(item.payload) for item in group)
+            self._maybe_roll(now, incoming)
+            segment = self._segments[-1]
+            frames = []
+            bases = []
+            offset = self.log_end_offset
+            for item in group:
+                head = frame.encode_header(
+                    item.payload,
+                    base_offset=offset,
+                    record_count=item.count,
+                    max_timestamp=item.max_timestamp,
+                    leader_epoch=item.leader_epoch,
+                    attributes=item.attributes,
+                )
+                header = FrameHeader(0, len(item.payload), offset, item.count, item.max_timestamp,
+                                     item.leader_epoch, item.attributes)
+                frames.append((head, item.payload, header))
+                bases.append(offset)
+                offset += item.count
+            size_before = segment.size
+            try:
+                segment.append(frames, now)
+            except OSError:
+                segment.truncate_to(size_before)
+                raise
+            self._unflushed += offset - self.log_end_offset
+            if (
+                self._unflushed >= self.config.flush_messages
+                or now - self._last_flush_ms >= self.config.flush_ms
+            ):
+                segment.flush()
+                self._unflushed = 0
+                self._last_flush_ms = now
+            self.untiered_bytes += sum(len(item.payload) for item in group)
+            self.log_end_offset = offset
+            self.high_watermark = offset
+            return bases
+
+    def _maybe_roll(self, now: int, incoming: int) -> None:
+        active = self._segments[-1]
+        if active.size == 0:
+            return
+        too_big = active.size + incoming > self.config.segment_bytes
+        too_old = now - active.created_ms >= self.config.segment_ms
+        if too_big or too_old:
+            active.flush()
+            fresh = Segment.create(self.directory, self.log_end_offset, now)
+            self._segments = self._segments + [fresh]
+
+    def flush_if_due(self, now: int) -> None:
+        """Honour ``flush.ms`` when no further append comes to do it."""
+        if self._unflushed and now - self._last_flush_ms >= self.config.flush_ms:
+            with self._lock:
+                self._segments[-1].flush()
+                self._unflushed = 0
+                self._last_flush_ms = now
+
+    def _notify(self) -> None:
+        if self._data_event is not None:
+            self._data_event.set()
+            self._data_event = None
+
+    async def wait_for_data(self, offset: int, timeout_s: float) -> None:
+        """Return when the high watermark passes ``offset`` or ``timeout_s`` elapses."""
+        if self.high_watermark > offset:
+            return
+        if self._data_event is None:
+            self._data_event = asyncio.Event()
+        event = self._data_event
+        try:
+            await asyncio.wait_for(event.wait(), timeout_s)
+        except TimeoutError:
+            pass
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def read(
+        self, start: int, end: int, max_records: int, max_bytes: int, partition: int | None = None
+    ) -> pa.Table:
+        """Records in ``[start, min(end, HW))`` from the hot tier, at most ``max_records``
+        and about ``max_bytes`` (at least one record, so a consumer always progresses)."""
+        end = min(end, self.high_watermark)
+        partition = self.partition if partition is None else partition
+        segments = self._segments
+        batches: list[pa.RecordBatch] = []
+        if start >= end:
+            return pa.Table.from_batches([], RECORD_SCHEMA)
+        bases = [s.base_offset for s in segments]
+        i = max(bisect.bisect_right(bases, start) - 1, 0)
+        taken = 0
+        nbytes = 0
+        for segment in segments[i:]:
+            if segment.base_offset >= end or taken >= max_records or nbytes >= max_bytes:
+                break
+            for header, _, fbatch in segment.read_frames(segment.position_for(start), segment.size):
+                if header.next_offset <= start:
+                    continue
+                if header.base_offset >= end:
+                    break
+                lo = max(start - header.base_offset, 0)
+                hi = min(end - header.base_offset, header.record_count)
+                rows = min(hi - lo, max_records - taken)
+                if nbytes and header.length:
+                    budget = max_bytes - nbytes
+                    rows = min(rows, max(1, budget * header.record_count // header.length))
+                if rows <= 0:
+                    break
+                record = to_record_batch(fbatch, partition, header.base_offset, header.leader_epoch)
+                batches.append(record.slice(lo, rows))
+                taken += rows
+                nbytes += header.length * rows // max(header.record_count, 1)
+                if taken >= max_records or nbytes >= max_bytes:
+                    break
+        return pa.Table.from_batches(batches, RECORD_SCHEMA)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """The earliest hot offset (below HW) whose timestamp is >= ``timestamp_ms``."""
+        target = timestamp_ms * 1000
+        for segment in self._segments:
+            pos = segment.position_for_timestamp(target)
+            if pos is None:
+                continue
+            for header, _, fbatch in segment.read_frames(pos, segment.size):
+                if header.base_offset >= self.high_watermark:
+                    return None
+                if header.max_timestamp < target:
+                    continue
+                ts = fbatch.column("timestamp").cast(pa.int64())
+                hits = pc.indices_nonzero(pc.greater_equal(ts, target))
+                if len(hits):
+                    row = hits[0].as_py()
+                    return header.base_offset + row, ts[row].as_py() // 1000
+        return None
+
+    # -- local retention ---------------------------------------------------------------------------
+
+    def enforce_local_retention(self, now: int) -> int:
+        """Drop hot segments that are fully tiered and past ``local.retention.ms`` /
+        ``local.retention.bytes``. The active segment always stays. Returns how many."""
+        retention_ms = self.config.local_retention_ms
+        if retention_ms == -2:
+            retention_ms = self.config.retention_ms
+        retention_bytes = self.config.local_retention_bytes
+        if retention_bytes == -2:
+            retention_bytes = self.config.retention_bytes
+        segments = self._segments
+        total = sum(s.size for s in segments)
+        dropped = 0
+        for segment in segments[:-1]:
+            if segment.next_offset > self.tiered_offset:
+                break
+            expired = retention_ms >= 0 and now - segment.last_append_ms > retention_ms
+            oversize = retention_bytes >= 0 and total > retention_bytes
+            if not (expired or oversize):
+                break
+            total -= segment.size
+            dropped += 1
+        if dropped:
+            with self._lock:
+                retired, self._segments = self._segments[:dropped], self._segments[dropped:]
+            for segment in retired:
+                segment.path.unlink(missing_ok=True)
+                self._retired.append((self.clock.monotonic(), segment))
+        # Readers may still hold a retired segment's descriptor for a moment.
+        keep = []
+        for since, segment in self._retired:
+            if self.clock.monotonic() - since > 60:
+                segment.close()
+            else:
+                keep.append((since, segment))
+        self._retired = keep
+        return dropped
+
+    # -- closing ---------------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            await asyncio.gather(self._writer, return_exceptions=True)
+        with self._lock:
+            for segment in self._segments:
+                try:
+                    segment.flush()
+                except OSError:
+                    pass
+                segment.close()
+            for _, segment in self._retired:
+                segment.close()
+
+    async def delete(self) -> None:
+        await self.close()
+        for segment in self._segments:
+            segment.path.unlink(missing_ok=True)
+        try:
+            self.directory.rmdir()
+        except OSError:
+            pass
+
+
+def _delete_paths(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)

@@ -1,0 +1,273 @@
+"""The tierer: moves records below the high watermark from hot logs into Delta tables.
+
+Role: about once per ``table.flush.interval.ms`` per topic (sooner when a partition has
+``table.flush.bytes`` waiting), write one Parquet file per partition with new records
+and commit all of a topic's new files in ONE Delta commit. The produce path never
+waits for it.
+
+Exactly-once across crashes: each commit carries, for every partition it covers, the
+Delta transaction action ``(app_id="laketail.tier.<p>", version=<next offset to tier>)``.
+At start the broker reads those versions back as the tiered offsets and re-tiers only
+what lies above them; a crash between writing Parquet files and committing leaves
+unreferenced files (never read, removed by vacuum), never duplicates.
+
+Files: ``partition=<p>/<first:020d>-<last:020d>-<uuid>.parquet``, row groups of
+``ROW_GROUP_ROWS`` so reads prune by offset, with Delta statistics for ``offset``,
+``timestamp`` and ``leader_epoch`` (min/max) and null counts.
+
+Thread-safety: one asyncio task drives it; each topic's tiering runs in a worker
+thread holding that topic's table lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, Transaction
+from deltalake.exceptions import CommitFailedError
+from deltalake.transaction import AddAction
+
+from laketail.clock import Clock
+from laketail.records import RECORD_SCHEMA
+from laketail.storage.table_reader import DataFile, tier_app_id
+
+if TYPE_CHECKING:
+    from laketail.broker import Broker
+
+log = logging.getLogger(__name__)
+
+ROW_GROUP_ROWS = 32_768
+MAX_RECORDS_PER_FILE = 2_000_000
+MAX_BYTES_PER_FILE = 256 * 1024 * 1024
+_FILE_SCHEMA = pa.schema([f for f in RECORD_SCHEMA if f.name != "partition"])
+
+
+class Tierer:
+    def __init__(self, broker: "Broker", clock: Clock) -> None:
+        self.broker = broker
+        self.clock = clock
+        self._task: asyncio.Task | None = None
+        self._wake: asyncio.Event | None = None
+        self._due: dict[str, float] = {}
+        self._busy: dict[str, asyncio.Future] = {}
+        self._stopping = False
+        self.commits = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._task = asyncio.create_task(self._run(), name="laketail-tierer")
+
+    async def stop(self) -> None:
+        """Stop the loop after a last pass, so a clean shutdown leaves the tables current."""
+        self._stopping = True
+        if self._task is not None:
+            if self._wake is not None:
+                self._wake.set()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+            for topic in self.broker.list_topics():
+                await self.tier_now(topic)
+
+    def schedule(self, topic: str) -> None:
+        """Consider ``topic`` at the next pass (a new topic, a config change)."""
+        self._due[topic] = 0.0
+        if self._wake is not None:
+            self._wake.set()
+
+    def wake(self, topic: str) -> None:
+        """A produce landed: tier now if a partition has ``table.flush.bytes`` waiting."""
+        if self._wake is None:
+            return
+        try:
+            config = self.broker.topic_config(topic)
+        except Exception:
+            return
+        for plog in self.broker.logs.partitions(topic):
+            if plog.untiered_bytes >= config.table_flush_bytes:
+                self._due[topic] = 0.0
+                self._wake.set()
+                return
+
+    async def forget(self, topic: str) -> None:
+        """Wait for an in-flight tiering of ``topic`` to end; stop scheduling it."""
+        self._due.pop(topic, None)
+        busy = self._busy.get(topic)
+        if busy is not None:
+            await asyncio.gather(busy, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            now = self.clock.monotonic()
+            topics = self.broker.list_topics()
+            for topic in topics:
+                if topic not in self._due:
+                    self._due[topic] = now
+            next_due = now + 1.0
+            for topic in topics:
+                due = self._due.get(topic, now)
+                if due > now:
+                    next_due = min(next_due, due)
+                    continue
+                try:
+                    interval = self.broker.topic_config(topic).table_flush_interval_ms / 1000.0
+                except Exception:
+                    continue
+                self._due[topic] = now + interval
+                next_due = min(next_due, now + interval)
+                await self.tier_now(topic)
+            try:
+                await asyncio.to_thread(self.broker.logs.housekeeping, self.clock.now_ms())
+            except Exception:
+                log.exception("hot log housekeeping failed")
+            delay = max(0.0, next_due - self.clock.monotonic())
+            if self._wake is not None and delay > 0:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+
+    async def tier_now(self, topic: str) -> int:
+        """Tier ``topic`` now; returns how many records went into the table."""
+        task = asyncio.ensure_future(asyncio.to_thread(self._tier_topic, topic))
+        self._busy[topic] = task
+        try:
+            return await task
+        except Exception:
+            log.exception("tiering %s failed; will retry", topic)
+            return 0
+        finally:
+            if self._busy.get(topic) is task:
+                del self._busy[topic]
+
+    # -- one pass for one topic (worker thread) ------------------------------------------------------
+
+    def _tier_topic(self, topic: str) -> int:
+        broker = self.broker
+        try:
+            plogs = broker.logs.partitions(topic)
+        except Exception:
+            return 0
+        work = [(plog, plog.tiered_offset, plog.high_watermark) for plog in plogs]
+        work = [(plog, start, end) for plog, start, end in work if end > start]
+        if not work:
+            return 0
+        dt, lock = broker.tables.delta_table(topic)
+        uri = broker.tables.table_uri(topic)
+        adds: list[AddAction] = []
+        txns: list[Transaction] = []
+        added: dict[int, DataFile] = {}
+        ends: dict[int, tuple[object, int, int]] = {}
+        written_paths: list[str] = []
+        now_ms = self.clock.now_ms()
+        for plog, start, end in work:
+            records = plog.read(start, end, MAX_RECORDS_PER_FILE, MAX_BYTES_PER_FILE)
+            if records.num_rows == 0:
+                continue
+            new_end = records.column("offset")[-1].as_py() + 1
+            rel, add, data_file = _write_file(uri, plog.partition, records, now_ms)
+            written_paths.append(f"{uri}/{rel}")
+            adds.append(add)
+            added[plog.partition] = data_file
+            txns.append(Transaction(tier_app_id(plog.partition), new_end, last_updated=now_ms))
+            ends[plog.partition] = (plog, new_end, records.nbytes)
+        if not adds:
+            return 0
+        with lock:
+            try:
+                version = _commit(dt, adds, txns)
+            except Exception:
+                for path in written_paths:
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        pass
+                raise
+        broker.tables.add_files(topic, version, added)
+        total = 0
+        for partition, (plog, new_end, nbytes) in ends.items():
+            total += new_end - plog.tiered_offset
+            plog.mark_tiered(new_end)
+        self.commits += 1
+        return total
+
+
+def _commit(dt, adds: list[AddAction], txns: list[Transaction]) -> int:
+    """Commit ``adds`` with the tier transactions; return the new table version.
+
+    On a conflict (another writer committed meanwhile) refresh and retry, unless the
+    refreshed table shows our transaction versions already (a retried commit that had
+    in fact succeeded)."""
+    for attempt in range(10):
+        try:
+            dt.create_write_transaction(
+                adds,
+                mode="append",
+                schema=RECORD_SCHEMA,
+                partition_by=["partition"],
+                commit_properties=CommitProperties(app_transactions=txns, max_commit_retries=5),
+            )
+            dt.update_incremental()
+            return dt.version()
+        except CommitFailedError:
+            dt.update_incremental()
+            if all((dt.transaction_version(t.app_id) or 0) >= t.version for t in txns):
+                return dt.version()
+            time.sleep(0.05 * (attempt + 1))
+    raise CommitFailedError("tier commit kept conflicting")
+
+
+def _write_file(uri: str, partition: int, records: pa.Table, now_ms: int) -> tuple[str, AddAction, DataFile]:
+    offsets = records.column("offset")
+    first = offsets[0].as_py()
+    last = offsets[-1].as_py()
+    rel = f"partition={partition}/{first:020d}-{last:020d}-{uuid.uuid4().hex[:12]}.parquet"
+    path = f"{uri}/{rel}"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    body = records.drop_columns(["partition"]).cast(_FILE_SCHEMA)
+    pq.write_table(body, path, row_group_size=ROW_GROUP_ROWS, compression="snappy", write_statistics=True)
+    size = os.path.getsize(path)
+    ts = body.column("timestamp").cast(pa.int64())
+    ts_bounds = pc.min_max(ts)
+    min_ts, max_ts = ts_bounds["min"].as_py(), ts_bounds["max"].as_py()
+    epoch = pc.min_max(body.column("leader_epoch"))
+    stats = {
+        "numRecords": body.num_rows,
+        "minValues": {
+            "offset": first,
+            "timestamp": _iso_ms(min_ts, ceil=False),
+            "leader_epoch": epoch["min"].as_py(),
+        },
+        "maxValues": {
+            "offset": last,
+            "timestamp": _iso_ms(max_ts, ceil=True),
+            "leader_epoch": epoch["max"].as_py(),
+        },
+        "nullCount": {
+            "offset": 0,
+            "timestamp": 0,
+            "key": body.column("key").null_count,
+            "value": body.column("value").null_count,
+            "control": body.column("control").null_count,
+        },
+    }
+    add = AddAction(rel, size, {"partition": str(partition)}, now_ms, True, json.dumps(stats))
+    return rel, add, DataFile(first, last, rel, body.num_rows, min_ts, max_ts, size)
+
+
+def _iso_ms(us: int, ceil: bool) -> str:
+    """Delta statistics keep timestamps to the millisecond: round the max up."""
+    ms = -(-us // 1000) if ceil else us // 1000
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
