@@ -1,0 +1,72 @@
+"""The hot-segment frame format, pinned to golden bytes."""
+
+import zlib
+
+import pyarrow as pa
+import pytest
+
+from laketail.records import build_frame_batch
+from laketail.storage import frame
+
+GOLDEN = bytes.fromhex(
+    "4c544631"  # magic "LTF1"
+    "e817d7e8"  # crc32 of everything from byte 8 on
+    "00000005"  # payload length 5
+    "000000000000002a"  # base offset 42
+    "00000003"  # record count 3
+    "00060a24181e4000"  # max timestamp 1_700_000_000_000_000 us
+    "00000007"  # leader epoch 7
+    "0001"  # attributes: transactional
+    "0000"  # reserved
+    "68656c6c6f"  # payload "hello"
+)
+
+
+def test_encode_matches_golden_bytes():
+    encoded = frame.encode(
+        b"hello", base_offset=42, record_count=3, max_timestamp=1_700_000_000_000_000,
+        leader_epoch=7, attributes=frame.ATTR_TRANSACTIONAL,
+    )
+    assert encoded == GOLDEN
+    assert len(encoded) == frame.HEADER_SIZE + 5 == 45
+
+
+def test_crc_covers_every_byte_after_itself():
+    assert int.from_bytes(GOLDEN[4:8], "big") == zlib.crc32(GOLDEN[8:])
+    header = frame.decode_header(GOLDEN)
+    frame.verify(GOLDEN, 0, header)
+    for i in range(8, len(GOLDEN)):
+        damaged = bytearray(GOLDEN)
+        damaged[i] ^= 0x01
+        with pytest.raises(frame.CorruptFrame):
+            frame.verify(bytes(damaged), 0, frame.decode_header(bytes(damaged)) if i >= 40 else header)
+
+
+def test_decode_header_fields():
+    header = frame.decode_header(GOLDEN)
+    assert (header.base_offset, header.record_count, header.next_offset) == (42, 3, 45)
+    assert (header.max_timestamp, header.leader_epoch, header.attributes) == (1_700_000_000_000_000, 7, 1)
+    assert header.size == 45
+
+
+def test_short_or_foreign_bytes_are_corrupt():
+    with pytest.raises(frame.CorruptFrame):
+        frame.decode_header(GOLDEN[:39])
+    with pytest.raises(frame.CorruptFrame):
+        frame.decode_header(b"XXXX" + GOLDEN[4:])
+    with pytest.raises(frame.CorruptFrame):
+        frame.verify(GOLDEN[:-1], 0, frame.decode_header(GOLDEN))
+
+
+def test_arrow_payload_round_trip():
+    batch = build_frame_batch(
+        timestamps_us=[1, 2, 3],
+        keys=[b"k", None, b""],
+        values=[b"v1", b"", None],
+        headers=[[{"key": "h", "value": b"x"}], [], None],
+    )
+    payload = frame.serialize_batch(batch)
+    encoded = frame.encode(payload, base_offset=0, record_count=3, max_timestamp=3, leader_epoch=0)
+    header = frame.decode_header(encoded)
+    frame.verify(encoded, 0, header)
+    assert frame.decode_batch(encoded, 0, header).equals(batch)
