@@ -387,6 +387,9 @@ class Broker:
                 p = pc.filter(explicit, bad)[0].as_py()
                 raise UnknownTopicOrPartition.partition(info.name, p)
             return explicit.cast(pa.int32())
+        if (explicit is None or explicit.null_count == n) and keys.null_count == n:
+            sticky = self._topics[info.name].sticky.next_batch(info.partitions)
+            return pa.repeat(pa.scalar(sticky, pa.int32()), n)
         explicit_list = explicit.to_pylist() if explicit is not None else [None] * n
         sticky = None
         out = []

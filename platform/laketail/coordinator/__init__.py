@@ -1,0 +1,1 @@
+"""Coordinators: consumer groups (members, generations, assignment, committed offsets)."""
