@@ -1,0 +1,134 @@
+"""Many producers at once get dense, unique offsets; a fetch parked at the log end
+(long poll) wakes up with the record that arrives."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from .support import decode_binary
+
+pytestmark = pytest.mark.integration
+
+THREADS = 8
+REQUESTS_PER_THREAD = 40
+#: A parked fetch's timeout: far longer than the test needs, so a fetch that returns
+#: empty was not woken (the test then fails on content, never on time).
+LONG_POLL_MS = 60_000
+#: Head start given to a fetch before the record is produced. Correctness does not
+#: depend on it: if the produce wins the race the fetch finds the record anyway.
+HEAD_START_S = 0.5
+
+
+def _produce_many(broker, topic: str, thread: int, partitions: int) -> list[tuple[int, int, bytes]]:
+    """Send REQUESTS_PER_THREAD requests of 1-3 records; return (partition, offset,
+    value) of every acknowledged record."""
+    acked = []
+    with broker.new_client() as rest:
+        for i in range(REQUESTS_PER_THREAD):
+            count = 1 + (thread + i) % 3
+            records = [
+                {"value": f"t{thread}-r{i}-{j}".encode(), "partition": (thread + i + j) % partitions}
+                for j in range(count)
+            ]
+            resp = rest.produce_binary(topic, records, acks="1" if i % 2 else "all")
+            assert resp.status_code == 200, resp.text
+            offsets = resp.json()["offsets"]
+            assert len(offsets) == count, offsets
+            for record, entry in zip(records, offsets):
+                assert entry["partition"] == record["partition"], entry
+                acked.append((entry["partition"], entry["offset"], record["value"]))
+            # Within one request, records of one partition get consecutive offsets.
+            for p in {r["partition"] for r in records}:
+                mine = [e["offset"] for r, e in zip(records, offsets) if r["partition"] == p]
+                assert mine == list(range(mine[0], mine[0] + len(mine))), offsets
+    return acked
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_concurrent_producers_get_dense_unique_offsets(broker, make_topic, partitions):
+    topic = make_topic(partitions=partitions)
+    with ThreadPoolExecutor(THREADS) as pool:
+        futures = [pool.submit(_produce_many, broker, topic, t, partitions) for t in range(THREADS)]
+        acked = [a for f in futures for a in f.result()]
+
+    rest = broker.rest
+    by_partition: dict[int, dict[int, bytes]] = {}
+    for p, offset, value in acked:
+        assert offset not in by_partition.setdefault(p, {}), f"offset {offset} of partition {p} given twice"
+        by_partition[p][offset] = value
+    assert rest.end_offsets(topic) == {p: len(by_partition.get(p, {})) for p in range(partitions)}
+    for p, values in by_partition.items():
+        assert sorted(values) == list(range(len(values)))
+        fetched = {r["offset"]: decode_binary(r)["value"] for r in rest.fetch_range(topic, p, 0, len(values))}
+        assert fetched == values
+
+
+class _ParkedFetch(threading.Thread):
+    """A fetch at ``offset`` with a long timeout, run in its own thread."""
+
+    def __init__(self, broker, topic: str, partition: int, offset: int) -> None:
+        super().__init__(daemon=True)
+        self.args_ = (broker, topic, partition, offset)
+        self.response = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        broker, topic, partition, offset = self.args_
+        try:
+            with broker.new_client() as rest:
+                self.response = rest.fetch(
+                    topic, partition, offset, timeout_ms=LONG_POLL_MS, http_timeout_s=LONG_POLL_MS / 1000 + 60
+                )
+        except BaseException as exc:  # reported by result()
+            self.error = exc
+
+    def result(self) -> list[dict]:
+        self.join(LONG_POLL_MS / 1000 + 90)
+        assert not self.is_alive(), "the parked fetch never returned"
+        if self.error is not None:
+            raise self.error
+        assert self.response.status_code == 200, self.response.text
+        return [decode_binary(r) for r in self.response.json()]
+
+
+def test_long_poll_wakes_when_a_record_arrives(broker, topic):
+    fetch = _ParkedFetch(broker, topic, 0, 0)
+    fetch.start()
+    time.sleep(HEAD_START_S)
+    resp = broker.rest.produce_binary(topic, [{"key": b"k", "value": b"wake up"}])
+    assert resp.status_code == 200, resp.text
+    records = fetch.result()
+    assert [(r["offset"], r["key"], r["value"]) for r in records] == [(0, b"k", b"wake up")]
+
+
+def test_long_poll_past_existing_records_wakes_only_for_its_partition(broker, make_topic):
+    topic = make_topic(partitions=2)
+    rest = broker.rest
+    assert rest.produce_binary(topic, [{"value": b"old"}] * 3, partition=0).status_code == 200
+    fetch = _ParkedFetch(broker, topic, 0, 3)
+    fetch.start()
+    time.sleep(HEAD_START_S)
+    assert rest.produce_binary(topic, [{"value": b"elsewhere"}], partition=1).status_code == 200
+    assert rest.produce_binary(topic, [{"value": b"here"}], partition=0).status_code == 200
+    records = fetch.result()
+    assert [(r["partition"], r["offset"], r["value"]) for r in records] == [(0, 3, b"here")]
+
+
+def test_every_parked_fetch_wakes(broker, topic):
+    fetches = [_ParkedFetch(broker, topic, 0, 0) for _ in range(3)]
+    for f in fetches:
+        f.start()
+    time.sleep(HEAD_START_S)
+    assert broker.rest.produce_binary(topic, [{"value": b"for all"}]).status_code == 200
+    for f in fetches:
+        assert [r["value"] for r in f.result()] == [b"for all"]
+
+
+def test_long_poll_that_times_out_returns_an_empty_list(broker, topic):
+    resp = broker.rest.fetch(topic, 0, 0, timeout_ms=200)
+    assert resp.status_code == 200, resp.text
+    assert resp.json() == []
