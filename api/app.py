@@ -1,0 +1,82 @@
+"""The gateway's FastAPI application, built once per broker process by :func:`create_app`.
+
+The app owns its broker: the lifespan starts it (opening the catalog, recovering the
+partition logs, starting the tierer) and, at shutdown, waits for acks=0 appends still
+in flight and closes it. Routes live in :mod:`laketail.api.routes`, one module per
+resource; errors are translated in one place (:mod:`laketail.api.errors`); metrics
+are at ``GET /metrics`` and the OpenAPI UI at ``/docs``.
+
+State on ``app.state``: ``settings``, ``broker``, ``metrics`` and ``pending`` (the
+tasks of acks=0 appends, kept referenced until they end).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+from fastapi import FastAPI, Request
+from starlette.responses import Response
+
+from laketail import __version__
+from laketail.api import errors
+from laketail.api.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
+from laketail.api.routes import ROUTERS
+from laketail.broker import Broker
+from laketail.config import BrokerSettings
+
+DESCRIPTION = """\
+laketail is a streaming platform with Kafka's semantics whose topics are Delta Lake tables.
+
+* **Confluent REST Proxy v2**: topics, partitions, offsets, brokers, produce
+  (`application/vnd.kafka.binary.v2+json`, `application/vnd.kafka.json.v2+json`).
+* **Redpanda fetch**: `GET /topics/{t}/partitions/{p}/records?offset=`.
+* **Confluent v3**: clusters, topic admin and configs, produce with headers (streaming mode too).
+* **laketail /v1**: Arrow IPC produce and fetch, offsets by timestamp.
+
+Every produce endpoint takes `acks` (0, 1, all). Errors are
+`{"error_code": <Confluent code>, "message": "<Kafka error name>: ..."}`.
+"""
+
+
+def create_app(settings: BrokerSettings, broker: Broker | None = None) -> FastAPI:
+    """The gateway for one broker; ``broker`` defaults to ``Broker(settings)``.
+
+    The lifespan starts and closes the broker either way, so pass one that has not
+    been started.
+    """
+    broker = broker if broker is not None else Broker(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await broker.start()
+        try:
+            yield
+        finally:
+            pending = list(app.state.pending)
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            await broker.close()
+
+    app = FastAPI(
+        title="laketail",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.settings = settings
+    app.state.broker = broker
+    app.state.metrics = GatewayMetrics(broker)
+    app.state.pending = set()
+    errors.install(app, settings.socket_request_max_bytes)
+    for router in ROUTERS:
+        app.include_router(router)
+
+    @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")
+    async def metrics(request: Request) -> Response:
+        return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    return app

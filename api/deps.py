@@ -1,0 +1,216 @@
+"""What every route shares: the broker, bounded bodies, ``acks``, and the produce call.
+
+A produce route decodes its whole body into plain lists first (nothing touches the
+broker until every record decoded), then hands them to :func:`produce`, which builds
+one Arrow batch in ``PRODUCE_SCHEMA`` and calls ``broker.produce`` once. With
+``acks=0`` the records are checked here (topic, partition range, ``max.message.bytes``)
+and the append runs as a task the app keeps a reference to, so the response goes out
+right after validation, as Kafka's acks=0 does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pyarrow as pa
+from fastapi import Query, Request
+from starlette.responses import Response
+
+from laketail.api.errors import UnknownCluster
+from laketail.errors import (
+    InvalidRequest,
+    LaketailError,
+    RecordTooLarge,
+    UnknownTopicOrPartition,
+)
+from laketail.records import HEADER_TYPE, Acks
+
+if TYPE_CHECKING:
+    from laketail.broker import Broker, ProduceResult
+    from laketail.api.metrics import GatewayMetrics
+
+log = logging.getLogger(__name__)
+
+_ACKS: dict[str, Acks] = {"0": "0", "1": "1", "all": "all", "-1": "all"}
+
+ACKS_QUERY = Query(
+    "all",
+    pattern="^(0|1|all|-1)$",
+    description="0: answer right after validation (offsets unknown); 1: after the leader's "
+    "append; all (or -1): once every in-sync replica has the records (as 1 with one replica).",
+)
+
+
+def broker_of(request: Request) -> "Broker":
+    return request.app.state.broker
+
+
+def metrics_of(request: Request) -> "GatewayMetrics":
+    return request.app.state.metrics
+
+
+def parse_acks(raw: str) -> Acks:
+    try:
+        return _ACKS[raw]
+    except KeyError:
+        raise InvalidRequest(f"acks must be 0, 1, all or -1, got {raw!r}") from None
+
+
+def check_cluster(broker: "Broker", cluster_id: str) -> None:
+    if cluster_id != broker.cluster_id:
+        raise UnknownCluster(f"cluster '{cluster_id}' is not this cluster ('{broker.cluster_id}')")
+
+
+def json_response(doc: Any, status: int = 200, media_type: str = "application/json",
+                  headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(doc), status_code=status, media_type=media_type, headers=headers)
+
+
+async def read_body(request: Request) -> bytes:
+    """The whole body, bounded by ``socket.request.max.bytes``.
+
+    A declared Content-Length was already checked by the BodyLimit middleware; a
+    chunked body is counted here as it arrives.
+    """
+    if "content-length" in request.headers:
+        return await request.body()
+    limit = request.app.state.settings.socket_request_max_bytes
+    chunks = []
+    total = 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        if total > limit:
+            raise RecordTooLarge(
+                f"request body is above socket.request.max.bytes={limit}"
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_json(body: bytes) -> Any:
+    """orjson, with broken JSON as INVALID_REQUEST (400/40001)."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+
+
+@dataclass
+class Records:
+    """A decoded produce request, column by column (``None`` = column absent)."""
+
+    values: list[bytes | None] = field(default_factory=list)
+    keys: list[bytes | None] | None = None
+    headers: list[list[tuple[str, bytes | None]] | None] | None = None
+    partitions: list[int | None] | None = None
+    timestamps: list[int | None] | None = None
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def sizes(self) -> list[int]:
+        """Each record's size as ``max.message.bytes`` counts it (key + value + headers)."""
+        keys = self.keys or [None] * len(self.values)
+        out = []
+        for i, (k, v) in enumerate(zip(keys, self.values)):
+            size = (len(k) if k else 0) + (len(v) if v else 0)
+            if self.headers is not None and self.headers[i]:
+                for hk, hv in self.headers[i]:
+                    size += len(hk.encode("utf-8")) + (len(hv) if hv else 0)
+            out.append(size)
+        return out
+
+    def payload_bytes(self) -> int:
+        total = 0
+        for v in self.values:
+            if v:
+                total += len(v)
+        if self.keys is not None:
+            for k in self.keys:
+                if k:
+                    total += len(k)
+        return total
+
+    def to_batch(self) -> pa.RecordBatch:
+        """One Arrow batch with ``PRODUCE_SCHEMA``'s column names and types."""
+        arrays = [pa.array(self.values, pa.binary())]
+        names = ["value"]
+        if self.keys is not None:
+            arrays.append(pa.array(self.keys, pa.binary()))
+            names.append("key")
+        if self.headers is not None:
+            arrays.append(pa.array(
+                [None if h is None else [{"key": k, "value": v} for k, v in h] for h in self.headers],
+                HEADER_TYPE,
+            ))
+            names.append("headers")
+        if self.timestamps is not None:
+            arrays.append(pa.array(self.timestamps, pa.int64()))
+            names.append("timestamp")
+        if self.partitions is not None:
+            arrays.append(pa.array(self.partitions, pa.int32()))
+            names.append("partition")
+        return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def record_error(topic: str, partitions: int, max_message_bytes: int,
+                 size: int, partition: int | None, index: int) -> LaketailError | None:
+    """Why one record would be refused (partition out of range, too large), or None."""
+    if partition is not None and not 0 <= partition < partitions:
+        return UnknownTopicOrPartition.partition(topic, partition)
+    if size > max_message_bytes:
+        return RecordTooLarge(
+            f"record {index} is {size} bytes, above max.message.bytes={max_message_bytes}"
+        )
+    return None
+
+
+def check_records(broker: "Broker", topic: str, records: Records) -> None:
+    """What ``broker.produce`` would refuse, checked up front (used for acks=0)."""
+    info = broker.topic(topic)
+    limit = broker.topic_config(topic).max_message_bytes
+    parts = records.partitions or [None] * len(records)
+    for i, (size, p) in enumerate(zip(records.sizes(), parts)):
+        err = record_error(topic, info.partitions, limit, size, p, i)
+        if err is not None:
+            raise err
+
+
+async def produce(request: Request, topic: str, records: Records | pa.RecordBatch | pa.Table,
+                  acks: Acks) -> "ProduceResult | None":
+    """Append ``records`` to ``topic``; ``None`` for acks=0 (the append continues alone)."""
+    broker = broker_of(request)
+    if not len(records):
+        raise InvalidRequest("a produce request needs at least one record")
+    if isinstance(records, Records):
+        if acks == "0":
+            check_records(broker, topic, records)
+        batch = records.to_batch()
+    else:
+        batch = records
+    if acks == "0":
+        spawn(request.app, broker.produce(topic, batch, acks="0"), f"acks=0 produce to {topic}")
+        return None
+    return await broker.produce(topic, batch, acks=acks)
+
+
+def spawn(app: Any, coro: Any, what: str) -> asyncio.Task:
+    """Run ``coro`` detached, keeping a reference until it ends (and logging failures)."""
+    task = asyncio.get_running_loop().create_task(coro)
+    pending: set[asyncio.Task] = app.state.pending
+    pending.add(task)
+
+    def finished(t: asyncio.Task) -> None:
+        pending.discard(t)
+        if not t.cancelled() and t.exception() is not None:
+            exc = t.exception()
+            log.warning("%s failed: %s", what, exc)
+            if isinstance(exc, LaketailError):
+                app.state.metrics.count_error(exc)
+
+    task.add_done_callback(finished)
+    return task

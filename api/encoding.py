@@ -1,0 +1,233 @@
+"""Embedded formats: how record keys, values and headers travel inside JSON bodies.
+
+Confluent's REST Proxy calls the format of the data carried inside a JSON request or
+response its *embedded format*. laketail speaks:
+
+* v2 ``binary`` (``application/vnd.kafka.binary.v2+json``): bytes as base64 strings;
+* v2 ``json`` (``application/vnd.kafka.json.v2+json``): any JSON value, stored as its
+  UTF-8 JSON text; JSON ``null`` is a null key / a null value (tombstone);
+* v3 ``{"type": "BINARY" | "JSON" | "STRING", "data": ...}``: base64, JSON, UTF-8 text.
+  No ``type`` means ``BINARY``, as in Confluent's v3 produce.
+
+v2 content types follow Confluent's negotiation rule: the recommended type names the
+embedded format; the less specific ``application/vnd.kafka.v2+json``,
+``application/vnd.kafka+json``, ``application/json`` and ``application/octet-stream``
+are accepted, and whenever the embedded format is omitted it is ``binary``. Avro,
+Protobuf and JSON Schema need a schema registry and are refused with 415.
+
+Header values are always base64 (v3's rule, and laketail's for fetch responses).
+
+Decoding is strict and total: a request is decoded completely before anything is
+written, and a value that does not decode is INVALID_RECORD (422/42205).
+"""
+
+from __future__ import annotations
+
+import binascii
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import orjson
+
+from laketail.api.errors import UnsupportedMediaType
+from laketail.errors import InvalidRecord, NotAcceptable
+
+EmbeddedFormat = Literal["binary", "json"]
+
+V2_JSON = "application/vnd.kafka.v2+json"
+V2_BINARY = "application/vnd.kafka.binary.v2+json"
+V2_EMBEDDED_JSON = "application/vnd.kafka.json.v2+json"
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+
+MEDIA_TYPES: dict[EmbeddedFormat, str] = {"binary": V2_BINARY, "json": V2_EMBEDDED_JSON}
+
+_SCHEMA_FORMATS = ("avro", "protobuf", "jsonschema")
+
+_a2b = binascii.a2b_base64
+_b2a = binascii.b2a_base64
+_dumps = orjson.dumps
+
+
+def _media_type(header: str | None) -> str:
+    return (header or "").split(";", 1)[0].strip().lower()
+
+
+def format_of(media_type: str) -> EmbeddedFormat | None:
+    """The embedded format a v2 media type names, ``None`` if it names none.
+
+    ``application/vnd.kafka.<fmt>.v2+json`` -> ``fmt``. Raises UnsupportedMediaType
+    for schema-registry formats.
+    """
+    if not media_type.startswith("application/vnd.kafka."):
+        return None
+    middle = media_type[len("application/vnd.kafka.") :]
+    fmt = middle.split(".", 1)[0] if "." in middle else None
+    if fmt in ("binary", "json"):
+        return fmt  # type: ignore[return-value]
+    if fmt in _SCHEMA_FORMATS:
+        raise UnsupportedMediaType(
+            f"embedded format '{fmt}' needs a schema registry; laketail takes binary or json"
+        )
+    return None
+
+
+def request_format(content_type: str | None) -> EmbeddedFormat:
+    """The embedded format of a v2 produce body from its Content-Type (binary if omitted)."""
+    media = _media_type(content_type)
+    fmt = format_of(media)
+    if fmt is not None:
+        return fmt
+    if media in ("", V2_JSON, "application/vnd.kafka+json", "application/json",
+                 "application/octet-stream"):
+        return "binary"
+    raise UnsupportedMediaType(
+        f"content type '{media}' is not a v2 produce type; use {V2_BINARY} or {V2_EMBEDDED_JSON}"
+    )
+
+
+def response_format(accept: str | None) -> EmbeddedFormat:
+    """The embedded format a fetch should answer in, from its Accept header.
+
+    The first acceptable entry that names a format wins; generic JSON or ``*/*``
+    (or no Accept at all) means binary. Anything else is NOT_ACCEPTABLE (406).
+    """
+    if not accept:
+        return "binary"
+    generic = False
+    for part in accept.split(","):
+        media = _media_type(part)
+        try:
+            fmt = format_of(media)
+        except UnsupportedMediaType:
+            continue
+        if fmt is not None:
+            return fmt
+        if media in ("*/*", "application/*", V2_JSON, "application/vnd.kafka+json",
+                     "application/json"):
+            generic = True
+    if generic:
+        return "binary"
+    raise NotAcceptable(
+        f"cannot answer in '{accept}'; accept {V2_BINARY} or {V2_EMBEDDED_JSON}"
+    )
+
+
+def accepts_arrow(accept: str | None) -> bool:
+    return bool(accept) and ARROW_STREAM in accept.lower()  # type: ignore[operator]
+
+
+# -- decoding (request -> bytes) -----------------------------------------------------
+
+
+def b64decode(text: Any, what: str) -> bytes:
+    """Strict standard base64 (padding optional, as in Java's decoder) -> bytes."""
+    if type(text) is not str:
+        raise InvalidRecord(f"{what} must be a base64 string or null, got {type(text).__name__}")
+    try:
+        return _a2b(text, strict_mode=True)
+    except (binascii.Error, ValueError):
+        pass
+    missing = -len(text) % 4
+    if missing and missing < 3:
+        try:
+            return _a2b(text + "=" * missing, strict_mode=True)
+        except (binascii.Error, ValueError):
+            pass
+    raise InvalidRecord(f"{what} is not valid base64")
+
+
+def decode_binary(data: Any, what: str) -> bytes | None:
+    """A v2 ``binary`` key or value (base64 string or null)."""
+    if data is None:
+        return None
+    return b64decode(data, what)
+
+
+def decode_json(data: Any) -> bytes | None:
+    """A v2 ``json`` key or value: its JSON text, ``None`` for JSON null."""
+    if data is None:
+        return None
+    return _dumps(data)
+
+
+def decode_typed(doc: Any, what: str) -> tuple[bytes | None, str | None]:
+    """A v3 ``{"type", "data"}`` object -> (bytes or None, the type used or None)."""
+    if doc is None:
+        return None, None
+    if type(doc) is not dict:
+        raise InvalidRecord(f"{what} must be an object with 'type' and 'data'")
+    kind = doc.get("type")
+    kind = "BINARY" if kind is None else str(kind).upper()
+    data = doc.get("data")
+    if kind == "BINARY":
+        return (None if data is None else b64decode(data, what + ".data")), kind
+    if kind == "JSON":
+        return (None if data is None else _dumps(data)), kind
+    if kind == "STRING":
+        if data is None:
+            return None, kind
+        if type(data) is not str:
+            raise InvalidRecord(f"{what}.data must be a string for type STRING")
+        return data.encode("utf-8"), kind
+    if kind in ("AVRO", "PROTOBUF", "JSONSCHEMA"):
+        raise InvalidRecord(f"{what}.type {kind} needs a schema registry; use BINARY, JSON or STRING")
+    raise InvalidRecord(f"{what}.type must be BINARY, JSON or STRING, got {kind!r}")
+
+
+def decode_headers(items: Any, name_field: str, what: str) -> list[tuple[str, bytes | None]] | None:
+    """``[{name|key, value(base64)}]`` -> list of (key, bytes) pairs; ``None`` when absent."""
+    if items is None:
+        return None
+    if type(items) is not list:
+        raise InvalidRecord(f"{what} must be a list of {{{name_field}, value}} objects")
+    out = []
+    for i, item in enumerate(items):
+        if type(item) is not dict or type(item.get(name_field)) is not str:
+            raise InvalidRecord(f"{what}[{i}] needs a string '{name_field}'")
+        value = item.get("value")
+        out.append((item[name_field], None if value is None else b64decode(value, f"{what}[{i}].value")))
+    return out
+
+
+def parse_timestamp(value: Any, what: str) -> int | None:
+    """Kafka milliseconds from an int (ms) or an ISO-8601 string; ``None`` when absent."""
+    if value is None:
+        return None
+    if type(value) is int:
+        return value
+    if type(value) is str:
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError as exc:
+            raise InvalidRecord(f"{what} is not an ISO-8601 timestamp: {value!r}") from exc
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        return int(moment.timestamp() * 1000)
+    raise InvalidRecord(f"{what} must be milliseconds or an ISO-8601 string")
+
+
+# -- encoding (bytes -> response) -----------------------------------------------------
+
+
+def b64encode(data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    return _b2a(data, newline=False).decode("ascii")
+
+
+def encode_json(data: bytes | None, offset: int) -> Any:
+    """Bytes stored from JSON back to a JSON value (NOT_ACCEPTABLE when they are not JSON)."""
+    if data is None:
+        return None
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise NotAcceptable(
+            f"record at offset {offset} is not JSON; fetch it with {V2_BINARY}"
+        ) from exc
+
+
+def iso_ms(timestamp_ms: int) -> str:
+    """Kafka milliseconds as Confluent v3 writes them: ``2021-02-05T19:14:42.524Z``."""
+    moment = datetime.fromtimestamp(timestamp_ms / 1000.0, tz=timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

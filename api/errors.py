@@ -1,0 +1,156 @@
+"""The gateway's error boundary: every failure leaves as ``{"error_code", "message"}``.
+
+Routes never build error responses. They raise :class:`~laketail.errors.LaketailError`
+subclasses (or let the broker raise them), and :func:`install` registers the handlers
+that turn them into a response with the error's HTTP status and Confluent-style body.
+What is not a laketail error yet is translated here, once:
+
+* FastAPI request validation (bad query parameter, broken or incomplete admin body)
+  -> INVALID_REQUEST 400/40001;
+* Starlette's own HTTP errors (no such route 404, wrong method 405) -> the same body
+  shape with ``error_code`` = status * 100;
+* anything unexpected -> UNKNOWN_SERVER_ERROR 500/50001 (logged with its traceback).
+
+Two errors the gateway needs are not in ``laketail.errors`` yet and live here until
+they move there: :class:`UnknownCluster` (a v3 path naming another cluster) and
+:class:`UnsupportedMediaType` (a produce body in an embedded format laketail does not
+speak, e.g. Avro).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from laketail.errors import InvalidRequest, LaketailError, RecordTooLarge
+
+log = logging.getLogger(__name__)
+
+ERROR_MEDIA_TYPE = "application/json"
+
+
+class UnknownCluster(LaketailError):
+    """A v3 path names a cluster id this broker does not belong to."""
+
+    kafka_code = 104
+    kafka_name = "INCONSISTENT_CLUSTER_ID"
+    http_status = 404
+    rest_code = 40404
+
+
+class UnsupportedMediaType(LaketailError):
+    """The request body's content type names an embedded format laketail cannot decode."""
+
+    kafka_code = 42
+    kafka_name = "INVALID_REQUEST"
+    http_status = 415
+    rest_code = 41501
+
+
+class _HttpError(LaketailError):
+    """A routing-level HTTP error (404 no such route, 405 method) in laketail's shape."""
+
+    kafka_name = "INVALID_REQUEST"
+
+    def __init__(self, status: int, detail: str) -> None:
+        self.http_status = status
+        super().__init__(detail, rest_code=status * 100)
+
+
+def error_response(err: LaketailError) -> Response:
+    """The one place a ``LaketailError`` becomes an HTTP response."""
+    return Response(
+        orjson.dumps(err.to_body()), status_code=err.http_status, media_type=ERROR_MEDIA_TYPE
+    )
+
+
+def _count(request: Request, err: LaketailError) -> None:
+    metrics = getattr(request.app.state, "metrics", None)
+    if metrics is not None:
+        metrics.count_error(err)
+
+
+async def _on_laketail_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, LaketailError)
+    _count(request, exc)
+    return error_response(exc)
+
+
+async def _on_validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    return await _on_laketail_error(request, InvalidRequest(describe_validation(exc)))
+
+
+async def _on_http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    err = _HttpError(exc.status_code, str(exc.detail))
+    _count(request, err)
+    response = error_response(err)
+    for name, value in (exc.headers or {}).items():
+        response.headers[name] = value
+    return response
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unexpected error in %s %s", request.method, request.url.path)
+    err = LaketailError(f"{type(exc).__name__}: {exc}")
+    _count(request, err)
+    return error_response(err)
+
+
+def describe_validation(exc: RequestValidationError) -> str:
+    """A one-line summary of FastAPI's validation errors (``query.offset: ...``)."""
+    parts = []
+    for item in exc.errors():
+        where = ".".join(str(p) for p in item.get("loc", ()))
+        if item.get("type") == "json_invalid":
+            parts.append(f"request body is not valid JSON ({item.get('ctx', {}).get('error', '')})")
+        else:
+            parts.append(f"{where}: {item.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+class BodyLimit:
+    """Pure ASGI middleware: refuse a body whose Content-Length exceeds the bound.
+
+    It looks at the header only (no wrapping of ``receive``, so it costs nothing on
+    the produce path); bodies without a length (chunked) are counted by the routes
+    that read them (:func:`laketail.api.deps.read_body`).
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            for name, value in scope["headers"]:
+                if name == b"content-length":
+                    try:
+                        length = int(value)
+                    except ValueError:
+                        length = 0
+                    if length > self.max_bytes:
+                        err = RecordTooLarge(
+                            f"request body of {length} bytes is above "
+                            f"socket.request.max.bytes={self.max_bytes}"
+                        )
+                        await error_response(err)(scope, receive, send)
+                        return
+                    break
+        await self.app(scope, receive, send)
+
+
+def install(app: FastAPI, max_body_bytes: int) -> None:
+    """Register the handlers and the body bound on ``app``."""
+    app.add_exception_handler(LaketailError, _on_laketail_error)
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, _on_http_error)
+    app.add_exception_handler(Exception, _on_unexpected)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)

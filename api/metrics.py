@@ -1,0 +1,135 @@
+"""Prometheus metrics for one gateway, served at ``GET /metrics``.
+
+Request metrics are counters and histograms the routes update in line (Prometheus
+derives rates with ``rate()``):
+
+* ``laketail_produce_requests_total{api}``, ``laketail_produce_records_total{topic}``,
+  ``laketail_produce_bytes_total{topic}`` (key + value bytes),
+  ``laketail_produce_latency_seconds{api}`` (until the acks were satisfied);
+* ``laketail_fetch_requests_total{api}``, ``laketail_fetch_records_total{topic}``,
+  ``laketail_fetch_bytes_total{topic}``, ``laketail_fetch_latency_seconds{api}``
+  (long-poll waiting included);
+* ``laketail_request_errors_total{error}`` by Kafka error name.
+
+Partition gauges are computed at scrape time from ``broker.partition_states`` so they
+can never go stale: ``laketail_partition_log_start_offset``,
+``laketail_partition_log_end_offset``, ``laketail_partition_high_watermark``,
+``laketail_partition_last_stable_offset``, ``laketail_partition_tiered_offset``
+(labels ``topic``, ``partition``).
+
+Each app has its own registry, so several gateways (tests) live in one process.
+Scrapes run on the event loop thread, as every broker call must.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from laketail.errors import LaketailError
+
+if TYPE_CHECKING:
+    from laketail.broker import Broker
+
+__all__ = ["CONTENT_TYPE_LATEST", "GatewayMetrics"]
+
+LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)
+
+_PARTITION_GAUGES = (
+    ("log_start_offset", "First offset not deleted by retention."),
+    ("log_end_offset", "Offset the next appended record gets (LEO)."),
+    ("high_watermark", "Records below it are on every in-sync replica; consumers see them."),
+    ("last_stable_offset", "First offset of the oldest open transaction (HW when none)."),
+    ("tiered_offset", "Records below it are in the topic's Delta table."),
+)
+
+
+class PartitionCollector(Collector):
+    """Per-partition offsets, read from the broker at scrape time."""
+
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        families = {
+            name: GaugeMetricFamily(f"laketail_partition_{name}", doc, labels=["topic", "partition"])
+            for name, doc in _PARTITION_GAUGES
+        }
+        for topic in self.broker.list_topics():
+            try:
+                states = self.broker.partition_states(topic)
+            except LaketailError:
+                continue  # deleted between listing and reading
+            for state in states:
+                labels = [topic, str(state.partition)]
+                for name, family in families.items():
+                    family.add_metric(labels, getattr(state, name))
+        yield from families.values()
+
+
+class GatewayMetrics:
+    """The gateway's metric objects and its registry."""
+
+    def __init__(self, broker: "Broker") -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        r = self.registry
+        self.produce_requests = Counter(
+            "laketail_produce_requests", "Produce requests answered.", ["api"], registry=r
+        )
+        self.produce_records = Counter(
+            "laketail_produce_records", "Records accepted by produce requests.", ["topic"], registry=r
+        )
+        self.produce_bytes = Counter(
+            "laketail_produce_bytes", "Key and value bytes accepted by produce requests.",
+            ["topic"], registry=r,
+        )
+        self.produce_latency = Histogram(
+            "laketail_produce_latency_seconds", "Produce request latency, until acks are met.",
+            ["api"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.fetch_requests = Counter(
+            "laketail_fetch_requests", "Fetch requests answered.", ["api"], registry=r
+        )
+        self.fetch_records = Counter(
+            "laketail_fetch_records", "Records returned by fetch requests.", ["topic"], registry=r
+        )
+        self.fetch_bytes = Counter(
+            "laketail_fetch_bytes", "Key and value bytes returned by fetch requests.",
+            ["topic"], registry=r,
+        )
+        self.fetch_latency = Histogram(
+            "laketail_fetch_latency_seconds", "Fetch request latency, long-poll wait included.",
+            ["api"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.errors = Counter(
+            "laketail_request_errors", "Requests answered with an error, by Kafka error name.",
+            ["error"], registry=r,
+        )
+        r.register(PartitionCollector(broker))
+
+    def observe_produce(self, api: str, topic: str, records: int, nbytes: int, seconds: float) -> None:
+        self.produce_requests.labels(api).inc()
+        self.produce_records.labels(topic).inc(records)
+        self.produce_bytes.labels(topic).inc(nbytes)
+        self.produce_latency.labels(api).observe(seconds)
+
+    def observe_fetch(self, api: str, topic: str, records: int, nbytes: int, seconds: float) -> None:
+        self.fetch_requests.labels(api).inc()
+        if records:
+            self.fetch_records.labels(topic).inc(records)
+            self.fetch_bytes.labels(topic).inc(nbytes)
+        self.fetch_latency.labels(api).observe(seconds)
+
+    def count_error(self, err: LaketailError) -> None:
+        self.errors.labels(err.kafka_name).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

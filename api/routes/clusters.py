@@ -1,0 +1,66 @@
+"""Confluent v3 clusters: ``GET /v3/clusters`` and ``GET /v3/clusters/{cluster_id}``.
+
+A laketail deployment is one cluster whose id is made on first start and kept in the
+catalog (``broker.cluster_id``). Resources carry v3's ``kind`` and ``metadata``
+(``self`` URL and ``resource_name`` CRN) and link related collections with
+``{"related": url}``.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from laketail.api.deps import broker_of, check_cluster, json_response
+
+router = APIRouter(tags=["v3 clusters"])
+
+
+def base_url(request: Request) -> str:
+    return str(request.base_url).rstrip("/")
+
+
+def cluster_url(request: Request, cluster_id: str) -> str:
+    return f"{base_url(request)}/v3/clusters/{cluster_id}"
+
+
+def cluster_crn(cluster_id: str) -> str:
+    return f"crn:///kafka={cluster_id}"
+
+
+def list_metadata(self_url: str) -> dict:
+    return {"self": self_url, "next": None}
+
+
+def cluster_doc(request: Request) -> dict:
+    broker = broker_of(request)
+    cid = broker.cluster_id
+    url = cluster_url(request, cid)
+    controller = broker.brokers()[0].broker_id
+    return {
+        "kind": "KafkaCluster",
+        "metadata": {"self": url, "resource_name": cluster_crn(cid)},
+        "cluster_id": cid,
+        "controller": {"related": f"{url}/brokers/{controller}"},
+        "acls": {"related": f"{url}/acls"},
+        "brokers": {"related": f"{url}/brokers"},
+        "broker_configs": {"related": f"{url}/broker-configs"},
+        "consumer_groups": {"related": f"{url}/consumer-groups"},
+        "topics": {"related": f"{url}/topics"},
+        "partition_reassignments": {"related": f"{url}/topics/-/partitions/-/reassignment"},
+    }
+
+
+@router.get("/v3/clusters", summary="List clusters (laketail is one)")
+async def list_clusters(request: Request) -> Response:
+    return json_response({
+        "kind": "KafkaClusterList",
+        "metadata": list_metadata(f"{base_url(request)}/v3/clusters"),
+        "data": [cluster_doc(request)],
+    })
+
+
+@router.get("/v3/clusters/{cluster_id}", summary="Describe the cluster")
+async def get_cluster(request: Request, cluster_id: str) -> Response:
+    check_cluster(broker_of(request), cluster_id)
+    return json_response(cluster_doc(request))

@@ -1,0 +1,191 @@
+"""Confluent REST Proxy v2 produce: ``POST /topics/{t}`` and ``POST /topics/{t}/partitions/{p}``.
+
+Body ``{"records": [{"key", "value", "partition"?, "headers"?}]}`` in the embedded
+format the Content-Type names (see :mod:`laketail.api.encoding`); ``headers`` is an
+optional laketail (and Strimzi bridge) extension: ``[{"key": str, "value": base64}]``.
+The answer is ``{"key_schema_id": null, "value_schema_id": null, "offsets": [...]}``
+with one ``{partition, offset, error_code: null, error: null}`` per record in request
+order; with ``acks=0`` offsets are null (unknown when the answer leaves). A request
+with any bad record is refused whole (4xx) and writes nothing.
+
+This is the hot path: raw bytes, orjson, binascii, lists into Arrow, no pydantic.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from laketail.api.deps import ACKS_QUERY, Records, broker_of, json_response, metrics_of
+from laketail.api.deps import parse_acks, parse_json, produce, read_body
+from laketail.api.encoding import (
+    V2_BINARY,
+    V2_EMBEDDED_JSON,
+    V2_JSON,
+    b64decode,
+    decode_headers,
+    request_format,
+)
+from laketail.errors import InvalidRecord
+
+router = APIRouter(tags=["v2 produce"])
+
+_dumps = orjson.dumps
+
+
+def _record_schema(embedded: str) -> dict:
+    data = (
+        {"type": "string", "format": "byte", "nullable": True, "description": "base64"}
+        if embedded == "binary"
+        else {"description": "any JSON value (null: no key / tombstone)"}
+    )
+    return {
+        "type": "object",
+        "required": ["records"],
+        "properties": {
+            "records": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "key": data,
+                        "value": data,
+                        "partition": {"type": "integer", "description": "omit to let the partitioner pick"},
+                        "headers": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "properties": {
+                                    "key": {"type": "string"},
+                                    "value": {"type": "string", "format": "byte", "nullable": True},
+                                },
+                            },
+                        },
+                    },
+                },
+            }
+        },
+    }
+
+
+_PRODUCE_OPENAPI = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            V2_BINARY: {"schema": _record_schema("binary")},
+            V2_EMBEDDED_JSON: {"schema": _record_schema("json")},
+            "application/json": {"schema": _record_schema("binary")},
+        },
+    },
+    "responses": {
+        "200": {
+            "description": "one offset per record, in request order",
+            "content": {V2_JSON: {"example": {
+                "key_schema_id": None, "value_schema_id": None,
+                "offsets": [{"partition": 0, "offset": 42, "error_code": None, "error": None}],
+            }}},
+        }
+    },
+}
+
+
+def _partition_field(raw: Any, i: int) -> int | None:
+    if raw is None:
+        return None
+    if type(raw) is not int:
+        raise InvalidRecord(f"records[{i}].partition must be an integer")
+    return raw
+
+
+def decode_records(doc: Any, embedded: str, fixed_partition: int | None) -> Records:
+    """The v2 body as columns; raises INVALID_RECORD on the first bad record."""
+    if type(doc) is not dict:
+        raise InvalidRecord("the body must be an object with a 'records' list")
+    items = doc.get("records")
+    if type(items) is not list or not items:
+        raise InvalidRecord("'records' must be a non-empty list")
+    n = len(items)
+    values: list[bytes | None] = [None] * n
+    keys: list[bytes | None] = [None] * n
+    parts: list[int | None] = [None] * n
+    headers: list | None = None
+    any_key = any_part = False
+    binary = embedded == "binary"
+    dumps = _dumps
+    for i, item in enumerate(items):
+        if type(item) is not dict:
+            raise InvalidRecord(f"records[{i}] must be an object")
+        value = item.get("value")
+        if value is not None:
+            values[i] = b64decode(value, f"records[{i}].value") if binary else dumps(value)
+        key = item.get("key")
+        if key is not None:
+            keys[i] = b64decode(key, f"records[{i}].key") if binary else dumps(key)
+            any_key = True
+        if fixed_partition is None:
+            p = item.get("partition")
+            if p is not None:
+                parts[i] = _partition_field(p, i)
+                any_part = True
+        h = item.get("headers")
+        if h is not None:
+            if headers is None:
+                headers = [None] * n
+            headers[i] = decode_headers(h, "key", f"records[{i}].headers")
+    if fixed_partition is not None:
+        parts = [fixed_partition] * n
+        any_part = True
+    return Records(
+        values=values,
+        keys=keys if any_key else None,
+        headers=headers,
+        partitions=parts if any_part else None,
+    )
+
+
+async def _produce_v2(request: Request, topic: str, partition: int | None, acks_raw: str) -> Response:
+    started = perf_counter()
+    acks = parse_acks(acks_raw)
+    embedded = request_format(request.headers.get("content-type"))
+    broker_of(request).topic(topic)  # 404 before decoding anything
+    records = decode_records(parse_json(await read_body(request)), embedded, partition)
+    result = await produce(request, topic, records, acks)
+    if result is None:
+        parts = records.partitions or [None] * len(records)
+        offsets = [{"partition": p, "offset": None, "error_code": None, "error": None} for p in parts]
+    else:
+        offsets = [
+            {"partition": p, "offset": o, "error_code": None, "error": None}
+            for p, o in zip(result.partitions, result.offsets)
+        ]
+    metrics_of(request).observe_produce(
+        "v2", topic, len(records), records.payload_bytes(), perf_counter() - started
+    )
+    return json_response(
+        {"key_schema_id": None, "value_schema_id": None, "offsets": offsets}, media_type=V2_JSON
+    )
+
+
+@router.post(
+    "/topics/{topic}",
+    summary="Produce records (partition chosen per record: explicit, key hash, or sticky)",
+    openapi_extra=_PRODUCE_OPENAPI,
+)
+async def produce_to_topic(request: Request, topic: str, acks: str = ACKS_QUERY) -> Response:
+    return await _produce_v2(request, topic, None, acks)
+
+
+@router.post(
+    "/topics/{topic}/partitions/{partition}",
+    summary="Produce records to one partition",
+    openapi_extra=_PRODUCE_OPENAPI,
+)
+async def produce_to_partition(
+    request: Request, topic: str, partition: int, acks: str = ACKS_QUERY
+) -> Response:
+    return await _produce_v2(request, topic, partition, acks)

@@ -1,0 +1,74 @@
+"""Confluent REST Proxy v2 metadata: topics, partitions, their offsets, brokers.
+
+Shapes are v2's: ``GET /topics`` is a list of names (internal topics left out, as
+Kafka's AdminClient lists them); a topic is ``{name, configs, partitions}``; a
+partition is ``{partition, leader, replicas: [{broker, leader, in_sync}]}``; partition
+offsets are ``{beginning_offset, end_offset}`` where the end is the high watermark.
+Responses are ``application/vnd.kafka.v2+json``.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from laketail.api.deps import broker_of, json_response
+from laketail.api.encoding import V2_JSON
+from laketail.broker import PartitionState
+
+router = APIRouter(tags=["v2 topics"])
+
+
+def _partition(state: PartitionState) -> dict:
+    return {
+        "partition": state.partition,
+        "leader": state.leader,
+        "replicas": [
+            {"broker": b, "leader": b == state.leader, "in_sync": b in state.isr}
+            for b in state.replicas
+        ],
+    }
+
+
+def _v2(doc) -> Response:
+    return json_response(doc, media_type=V2_JSON)
+
+
+@router.get("/topics", summary="List topic names")
+async def list_topics(request: Request) -> Response:
+    return _v2(broker_of(request).list_topics(include_internal=False))
+
+
+@router.get("/topics/{topic}", summary="Describe a topic: configs and partitions")
+async def get_topic(request: Request, topic: str) -> Response:
+    broker = broker_of(request)
+    config = broker.topic_config(topic).to_kafka()
+    return _v2({
+        "name": topic,
+        "configs": config,
+        "partitions": [_partition(s) for s in broker.partition_states(topic)],
+    })
+
+
+@router.get("/topics/{topic}/partitions", summary="List a topic's partitions")
+async def list_partitions(request: Request, topic: str) -> Response:
+    return _v2([_partition(s) for s in broker_of(request).partition_states(topic)])
+
+
+@router.get("/topics/{topic}/partitions/{partition}", summary="Describe one partition")
+async def get_partition(request: Request, topic: str, partition: int) -> Response:
+    return _v2(_partition(broker_of(request).partition_state(topic, partition)))
+
+
+@router.get(
+    "/topics/{topic}/partitions/{partition}/offsets",
+    summary="A partition's beginning (log start) and end (high watermark) offsets",
+)
+async def get_offsets(request: Request, topic: str, partition: int) -> Response:
+    state = broker_of(request).partition_state(topic, partition)
+    return _v2({"beginning_offset": state.log_start_offset, "end_offset": state.high_watermark})
+
+
+@router.get("/brokers", tags=["v2 brokers"], summary="List broker ids")
+async def list_brokers(request: Request) -> Response:
+    return _v2({"brokers": [b.broker_id for b in broker_of(request).brokers()]})
