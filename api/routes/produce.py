@@ -30,7 +30,7 @@ from laketail.api.encoding import (
     decode_headers,
     request_format,
 )
-from laketail.errors import InvalidRecord
+from laketail.errors import InvalidRecord, InvalidRequest
 
 router = APIRouter(tags=["v2 produce"])
 
@@ -103,12 +103,17 @@ def _partition_field(raw: Any, i: int) -> int | None:
 
 
 def decode_records(doc: Any, embedded: str, fixed_partition: int | None) -> Records:
-    """The v2 body as columns; raises INVALID_RECORD on the first bad record."""
+    """The v2 body as columns.
+
+    A body of the wrong shape (not an object, no non-empty ``records`` list, a record
+    that is not an object) is INVALID_REQUEST (400); a record whose content does not
+    decode is INVALID_RECORD (422).
+    """
     if type(doc) is not dict:
-        raise InvalidRecord("the body must be an object with a 'records' list")
+        raise InvalidRequest("the body must be an object with a 'records' list")
     items = doc.get("records")
     if type(items) is not list or not items:
-        raise InvalidRecord("'records' must be a non-empty list")
+        raise InvalidRequest("'records' must be a non-empty list")
     n = len(items)
     values: list[bytes | None] = [None] * n
     keys: list[bytes | None] = [None] * n
@@ -119,7 +124,7 @@ def decode_records(doc: Any, embedded: str, fixed_partition: int | None) -> Reco
     dumps = _dumps
     for i, item in enumerate(items):
         if type(item) is not dict:
-            raise InvalidRecord(f"records[{i}] must be an object")
+            raise InvalidRequest(f"records[{i}] must be an object")
         value = item.get("value")
         if value is not None:
             values[i] = b64decode(value, f"records[{i}].value") if binary else dumps(value)

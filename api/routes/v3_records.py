@@ -77,7 +77,7 @@ class V3Record:
 def prepare(doc: Any, fixed_partition: int | None) -> V3Record:
     """One v3 record object, decoded; raises INVALID_RECORD."""
     if type(doc) is not dict:
-        raise InvalidRecord("a record must be a JSON object")
+        raise InvalidRequest("a record must be a JSON object")
     partition = doc.get("partition_id")
     if fixed_partition is not None:
         partition = fixed_partition
@@ -290,7 +290,7 @@ async def _produce_v3(
             )
             return json_response(reports[0])
         if type(parsed) is not list or not parsed:
-            raise InvalidRecord("the body must be a record object, several concatenated, or a list")
+            raise InvalidRequest("the body must be a record object, several concatenated, or a list")
         docs, exc = parsed, None
     reports = await produce_many(request, cluster_id, topic, docs, acks, partition)
     if exc is not None:
