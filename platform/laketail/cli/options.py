@@ -1,4 +1,5 @@
-"""What every client command shares: ``--server``, ``k=v`` parsing, the error exit.
+"""What every client command shares: ``--server``, ``k=v`` parsing, the error exit,
+and table output.
 
 :class:`CommandError` is the one way a command fails on purpose: it prints
 ``error: <message>`` on stderr and exits 1. Usage errors stay click's own (exit 2).
@@ -10,6 +11,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import click
+from rich.console import Console
+from rich.table import Table
 
 DEFAULT_SERVER = "http://127.0.0.1:8082"
 SERVER_ENV = "LAKETAIL_SERVER"
@@ -48,3 +51,18 @@ def parse_pairs(values: Iterable[str], option: str = "--config") -> dict[str, st
             raise click.BadParameter(f"expected KEY=VALUE, got {raw!r}", param_hint=option)
         out[name] = value.strip()
     return out
+
+
+def stdout_console() -> Console:
+    """Rich output on stdout. Piped, it is as wide as the text needs, so names are
+    never cut to fit 80 columns (``laketail topics list | grep`` sees whole names)."""
+    probe = Console()
+    return Console(highlight=False, width=None if probe.is_terminal else 100_000)
+
+
+def plain_table(*columns: str) -> Table:
+    """A borderless table whose cells fold rather than being cut with an ellipsis."""
+    table = Table(box=None, pad_edge=False)
+    for name in columns:
+        table.add_column(name, overflow="fold")
+    return table

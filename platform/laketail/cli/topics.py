@@ -11,13 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from laketail.cli.gateway import Gateway, segment
-from laketail.cli.options import parse_pairs, server_option
-
-console = Console(highlight=False)
+from laketail.cli.options import parse_pairs, plain_table, server_option, stdout_console
 
 
 @click.group()
@@ -59,14 +56,14 @@ def list_topics(server: str) -> None:
     with Gateway(server) as gw:
         body = gw.get(gw.v3("/topics")) or {}
     rows = sorted(body.get("data", []), key=lambda t: t["topic_name"])
-    table = Table("topic", "partitions", "replication factor", "internal", box=None)
+    table = plain_table("topic", "partitions", "replication factor", "internal")
     for t in rows:
         table.add_row(
             t["topic_name"], str(t.get("partitions_count", "")),
             str(t.get("replication_factor", "")), "yes" if t.get("is_internal") else "",
         )
     if rows:
-        console.print(table)
+        stdout_console().print(table)
     else:
         click.echo("no topics", err=True)
 
@@ -88,6 +85,7 @@ def describe(name: str, all_configs: bool, server: str) -> None:
             for p in partitions
         }
 
+    console = stdout_console()
     console.print(
         f"[bold]{name}[/bold]  partitions: {summary.get('partitions_count', len(partitions))}"
         f"  replication factor: {summary.get('replication_factor', '?')}"
@@ -96,7 +94,7 @@ def describe(name: str, all_configs: bool, server: str) -> None:
     console.print(_partition_table(partitions, offsets))
     shown = [c for c in configs if all_configs or not c.get("is_default", False)]
     if shown:
-        table = Table("config", "value", "source", box=None)
+        table = plain_table("config", "value", "source")
         for c in sorted(shown, key=lambda c: c["name"]):
             table.add_row(c["name"], str(c.get("value")), str(c.get("source", "")))
         console.print(table)
@@ -110,7 +108,7 @@ def _partition_table(partitions: list[dict], offsets: dict[int, dict]) -> Table:
     when the broker sends them."""
     extra_tiered = any("tiered_offset" in o for o in offsets.values())
     columns = ["partition", "leader", "replicas", "ISR", "log start", "log end", "HW"]
-    table = Table(*columns, *(["tiered"] if extra_tiered else []), box=None)
+    table = plain_table(*columns, *(["tiered"] if extra_tiered else []))
     for p in partitions:
         o = offsets.get(p["partition"], {})
         replicas = p.get("replicas", [])
