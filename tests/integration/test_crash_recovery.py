@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import signal
 import threading
 
 import httpx
@@ -174,7 +175,10 @@ def test_clean_shutdown_and_restart_keep_everything(broker_factory):
     acked = {(e["partition"], e["offset"]): f"v{i}".encode() for i, e in enumerate(resp.json()["offsets"])}
     cluster_id = rest.cluster_id
 
-    assert broker.stop() == 0, f"the broker did not exit cleanly on SIGTERM\n{broker.output()}"
+    # uvicorn re-raises the SIGTERM it handled once shutdown is complete, so a clean
+    # exit is 0 or -SIGTERM; stop() returns None only when the broker had to be killed.
+    code = broker.stop()
+    assert code in (0, -signal.SIGTERM), f"the broker did not exit cleanly on SIGTERM ({code})\n{broker.output()}"
     broker.start()
     rest = broker.rest
     assert rest.cluster_id == cluster_id
