@@ -1,0 +1,64 @@
+"""Benchmark 1: REST produce (Confluent v2 binary) against the bare FastAPI endpoint.
+
+Both servers get the same body (100-byte random values, batches of 1, 100, 1000) from
+wrk with 8 connections; laketail's topic has 4 partitions and is produced with acks=1
+and acks=all. The baseline parses the body with orjson and base64-decodes every value
+(``POST /produce`` of :mod:`bench.baseline_app`). records/s = requests/s x batch.
+
+Load-generator evidence: wrk against ``GET /static`` and ``POST /sink`` (the largest
+body, read and dropped), and the CPU share the wrk process used in every run.
+"""
+
+from __future__ import annotations
+
+from bench import bodies, wrk
+from bench.context import Context
+from bench.figures import AT_LEAST, Figure
+
+BENCH = "1 REST produce"
+TOPIC = "bench-rest"
+
+
+def run(ctx: Context) -> list[Figure]:
+    p = ctx.params
+    base = ctx.baseline()
+    broker = ctx.laketail("rest")
+    broker.create_topic(TOPIC, 4)
+    figures: list[Figure] = []
+
+    def drive(url: str, body: bytes | None, pid: int, method: str = "POST") -> wrk.WrkResult:
+        return wrk.run(url, duration_s=p.seconds, warmup_s=p.warmup_s, workdir=ctx.workdir,
+                       method=method, body=body, content_type=bodies.V2_BINARY if body else None,
+                       connections=p.connections, server_pid=pid)
+
+    largest = bodies.v2_binary(bodies.values(max(p.batches), p.value_bytes))
+    ctx.status("wrk against GET /static")
+    static = drive(base.url + "/static", None, base.pid, method="GET")
+    ctx.status("wrk against POST /sink")
+    sink = drive(base.url + "/sink", largest, base.pid)
+    loadgen = {"static_rps": static.requests_per_s, "static_wrk_cpu": static.wrk_cpu,
+               f"sink_rps_batch_{max(p.batches)}": sink.requests_per_s, "sink_wrk_cpu": sink.wrk_cpu}
+
+    for batch in p.batches:
+        body = bodies.v2_binary(bodies.values(batch, p.value_bytes))
+        ctx.status(f"baseline, batch {batch}")
+        b = drive(base.url + "/produce", body, base.pid)
+        for acks in ("1", "all"):
+            ctx.status(f"laketail acks={acks}, batch {batch}")
+            url = f"{broker.url}/topics/{TOPIC}?acks={acks}"
+            r = drive(url, body, broker.pid)
+            fig = Figure(
+                BENCH, f"acks={acks}, batch {batch}", r.requests_per_s * batch, "records/s",
+                f"bare FastAPI parse+b64 (batch {batch})", b.requests_per_s * batch,
+                AT_LEAST(0.7) if batch >= 100 else None,
+                details={"laketail": r.as_dict(), "baseline": b.as_dict(), "body_bytes": len(body),
+                         "loadgen": loadgen},
+            )
+            figures.append(fig)
+            ctx.explain(fig, broker.pid, p.seconds, lambda url=url, body=body: drive(url, body, broker.pid))
+    figures.append(Figure(
+        BENCH, "load generator: wrk GET /static", static.requests_per_s, "requests/s",
+        "wrk CPU share (cores)", None, None, details={"static": static.as_dict(), "sink": sink.as_dict()},
+    ))
+    ctx.stop(broker)
+    return figures

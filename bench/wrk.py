@@ -1,0 +1,150 @@
+"""wrk, the load generator for throughput figures.
+
+Role: run ``wrk`` against one URL with a fixed body (a Lua script reads it from a file
+and sets method and Content-Type), and report requests/s, latency percentiles, errors,
+and two pieces of evidence about who was the bottleneck: the CPU share the wrk process
+used (from ``wait4``'s rusage) and the CPU share the server used (from /proc).
+
+The script's ``done()`` prints one ``BENCH_JSON {...}`` line, so nothing depends on
+wrk's human-readable output. Any non-2xx answer, socket error or timeout fails the
+measurement: a benchmark never reports the speed of errors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bench.procs import cpu_seconds
+
+_LUA = r"""
+local path = %(body_path)s
+wrk.method = %(method)s
+if path ~= nil then
+  local f = assert(io.open(path, "rb"))
+  wrk.body = f:read("*a")
+  f:close()
+end
+%(headers)s
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'BENCH_JSON {"requests":%%d,"duration_us":%%d,"bytes":%%d,"connect":%%d,"read":%%d,' ..
+    '"write":%%d,"status":%%d,"timeout":%%d,"p50_us":%%d,"p90_us":%%d,"p99_us":%%d,"max_us":%%d}\n',
+    summary.requests, summary.duration, summary.bytes, e.connect, e.read, e.write, e.status,
+    e.timeout, latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max))
+end
+"""
+
+
+class WrkError(Exception):
+    """wrk failed, or the server answered errors under load."""
+
+
+@dataclass
+class WrkResult:
+    requests_per_s: float
+    requests: int
+    duration_s: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    max_ms: float
+    wrk_cpu: float  # CPU seconds per second of the wrk process (2.0 = both cores)
+    server_cpu: float | None  # the same for the server, when its pid was given
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _lua_string(s: str | None) -> str:
+    return "nil" if s is None else json.dumps(s)
+
+
+def write_script(directory: Path, method: str, body_path: Path | None, headers: dict[str, str]) -> Path:
+    lines = "\n".join(f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in headers.items())
+    text = _LUA % {"body_path": _lua_string(str(body_path) if body_path else None),
+                   "method": json.dumps(method), "headers": lines}
+    fd, name = tempfile.mkstemp(suffix=".lua", dir=directory)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    return Path(name)
+
+
+def run(
+    url: str,
+    *,
+    duration_s: float,
+    workdir: Path,
+    method: str = "GET",
+    body: bytes | None = None,
+    content_type: str | None = None,
+    headers: dict[str, str] | None = None,
+    connections: int = 8,
+    threads: int = 2,
+    warmup_s: float = 1.0,
+    server_pid: int | None = None,
+    timeout_s: float = 10.0,
+) -> WrkResult:
+    """Drive ``url`` for ``duration_s`` (after ``warmup_s`` of the same load, discarded)."""
+    body_path = None
+    if body is not None:
+        fd, name = tempfile.mkstemp(suffix=".body", dir=workdir)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(body)
+        body_path = Path(name)
+    headers = dict(headers or {})
+    if content_type:
+        headers["Content-Type"] = content_type
+    script = write_script(workdir, method, body_path, headers)
+    try:
+        if warmup_s > 0:
+            _run_once(url, script, max(1, round(warmup_s)), connections, threads, None, timeout_s, workdir)
+        return _run_once(url, script, max(1, round(duration_s)), connections, threads, server_pid,
+                         timeout_s, workdir)
+    finally:
+        script.unlink(missing_ok=True)
+        if body_path:
+            body_path.unlink(missing_ok=True)
+
+
+def _run_once(url: str, script: Path, seconds: int, connections: int, threads: int,
+              server_pid: int | None, timeout_s: float, workdir: Path) -> WrkResult:
+    cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", f"--timeout={timeout_s:g}s",
+           "-s", str(script), url]
+    with tempfile.TemporaryFile(dir=workdir) as out:
+        server_before = cpu_seconds(server_pid) if server_pid else None
+        started = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.monotonic() - started
+        server_after = cpu_seconds(server_pid) if server_pid else None
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    if proc.returncode != 0:
+        raise WrkError(f"wrk exited with {proc.returncode}: {text[-500:]}")
+    line = next((l for l in text.splitlines() if l.startswith("BENCH_JSON ")), None)
+    if line is None:
+        raise WrkError(f"wrk printed no summary: {text[-500:]}")
+    s = json.loads(line[len("BENCH_JSON "):])
+    errors = {k: s[k] for k in ("connect", "read", "write", "status", "timeout") if s[k]}
+    if errors:
+        raise WrkError(f"{url}: errors under load {errors} out of {s['requests']} requests")
+    duration = s["duration_us"] / 1e6
+    if s["requests"] == 0:
+        raise WrkError(f"{url}: no request completed in {duration:.1f}s")
+    return WrkResult(
+        requests_per_s=s["requests"] / duration,
+        requests=s["requests"],
+        duration_s=duration,
+        p50_ms=s["p50_us"] / 1000, p90_ms=s["p90_us"] / 1000,
+        p99_ms=s["p99_us"] / 1000, max_ms=s["max_us"] / 1000,
+        wrk_cpu=(usage.ru_utime + usage.ru_stime) / wall,
+        server_cpu=None if server_pid is None else (server_after - server_before) / wall,
+    )
