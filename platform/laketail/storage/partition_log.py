@@ -301,9 +301,9 @@ class PartitionLog:
                 lo = max(start - header.base_offset, 0)
                 hi = min(end - header.base_offset, header.record_count)
                 rows = min(hi - lo, max_records - taken)
-                if nbytes and header.length:
-                    budget = max_bytes - nbytes
-                    rows = min(rows, max(1, budget * header.record_count // header.length))
+                if header.length:
+                    fit = (max_bytes - nbytes) * header.record_count // header.length
+                    rows = min(rows, max(fit, 1 if taken == 0 else 0))
                 if rows <= 0:
                     break
                 record = to_record_batch(fbatch, partition, header.base_offset, header.leader_epoch)

@@ -200,19 +200,18 @@ class TableReader:
             if table.num_rows == 0:
                 continue
             table = table.slice(0, max_records - taken)
-            if nbytes:
-                sizes = pc.add(
-                    pc.fill_null(pc.binary_length(table.column("value")), 0),
-                    pc.fill_null(pc.binary_length(table.column("key")), 0),
-                )
-                running = pc.cumulative_sum(sizes)
-                fits = pc.sum(pc.less_equal(running, max_bytes - nbytes)).as_py() or 0
-                table = table.slice(0, max(fits, 0))
+            sizes = pc.add(
+                pc.fill_null(pc.binary_length(table.column("value")), 0),
+                pc.fill_null(pc.binary_length(table.column("key")), 0),
+            )
+            running = pc.cumulative_sum(sizes)
+            fits = pc.sum(pc.less_equal(running, max_bytes - nbytes)).as_py() or 0
+            table = table.slice(0, max(fits, 1 if taken == 0 else 0))
             if table.num_rows == 0:
                 break
             pieces.append(table)
             taken += table.num_rows
-            nbytes += table.nbytes
+            nbytes += pc.sum(sizes.slice(0, table.num_rows)).as_py() or 0
         if not pieces:
             return pa.Table.from_batches([], RECORD_SCHEMA)
         out = pa.concat_tables(pieces)
