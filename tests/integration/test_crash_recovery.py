@@ -195,3 +195,36 @@ def test_clean_shutdown_and_restart_keep_everything(broker_factory):
             assert acked[(p, r["offset"])] == decode_binary(r)["value"]
     rows = rows_by_offset(wait_for_table(broker.table_path("kept"), end))
     assert {k: v["value"] for k, v in rows.items()} == acked
+
+
+def test_restart_after_hot_segments_left_for_the_table(broker_factory):
+    """When most of a partition lives only in the table (tiered hot segments deleted),
+    a crash and restart keeps the log end, serves old offsets from the table, and the
+    next record gets the next offset, tiered once. A topic deleted before the crash
+    stays deleted."""
+    broker = broker_factory()
+    rest = broker.rest
+    configs = {"segment.bytes": "14", "local.retention.ms": "0", "table.flush.interval.ms": "20"}
+    assert rest.create_topic("cold", 1, configs=configs).status_code in (200, 201)
+    assert rest.create_topic("doomed", 1).status_code in (200, 201)
+    for i in range(10):
+        assert rest.produce_binary("cold", [{"value": f"c{i}".encode()}], acks="1").status_code == 200
+    wait_for_table(broker.table_path("cold"), {0: 10})
+    hot_dir = broker.data_dir / "logs" / "broker-0" / "cold-0"
+    wait_until(lambda: len(list(hot_dir.iterdir())) < 5, f"tiered hot segments in {hot_dir} to be deleted", 90)
+    assert rest.http.delete(rest.v3("/topics/doomed")).status_code == 204
+
+    broker.kill9()
+    broker.restart()
+    rest = broker.rest
+    assert "doomed" not in rest.http.get("/topics").json()
+    assert not broker.table_path("doomed").exists()
+    assert rest.offsets("cold", 0)[1] == 10
+    assert [decode_binary(r)["value"] for r in rest.fetch_range("cold", 0, 0, 10)] == [
+        f"c{i}".encode() for i in range(10)]
+    resp = rest.produce_binary("cold", [{"value": b"c10"}], acks="1")
+    assert resp.status_code == 200 and resp.json()["offsets"][0]["offset"] == 10, resp.text
+    table = wait_for_table(broker.table_path("cold"), {0: 11})
+    rows = rows_by_offset(table)
+    assert [rows[(0, o)]["value"] for o in range(11)] == [f"c{i}".encode() for i in range(11)]
+    assert table.num_rows == 11

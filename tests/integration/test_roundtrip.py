@@ -205,6 +205,17 @@ def test_v3_record_with_headers_timestamp_and_every_format(broker, make_topic):
     assert rest.end_offsets(topic) == {0: 0, 1: 2}
 
 
+def test_v3_header_with_null_value_stays_null(broker, topic):
+    """Kafka headers may have null values, distinct from empty ones."""
+    rest = broker.rest
+    body = {"headers": [{"name": "null", "value": None}, {"name": "empty", "value": ""}],
+            "value": {"type": "STRING", "data": "v"}}
+    resp = rest.produce_v3(topic, body)
+    assert resp.status_code == 200, resp.text
+    (entry,) = [decode_binary(r) for r in rest.fetch_range(topic, 0, 0, 1)]
+    assert entry["headers"] == [("null", None), ("empty", b"")]
+
+
 def test_v3_without_timestamp_gets_the_brokers_time(broker, topic):
     rest = broker.rest
     before = time.time_ns() // 1_000_000
