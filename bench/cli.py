@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import shutil
 import tempfile
 import time
@@ -17,7 +18,7 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench import report
+from bench import plots, report
 from bench.context import Context, Params
 from bench.figures import Figure, Skipped
 
@@ -100,7 +101,11 @@ def main(argv: list[str]) -> int:
         ctx.close()
         if not args.keep and args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    machine["loadavg_end"] = __import__("os").getloadavg()
+    machine["loadavg_end"] = os.getloadavg()
+    try:
+        plots.overview(ctx, figures)
+    except Exception as exc:  # a plot must not lose the numbers
+        errors["overview plot"] = str(exc)
     doc = {
         "date": stamp,
         "seconds": time.monotonic() - started,

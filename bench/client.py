@@ -105,8 +105,12 @@ async def paced(
     make: Callable[[int], tuple[str, str, bytes, dict[str, str]]],
     on_done: Callable[[int, Sample], None] | None = None,
     max_connections: int = 64,
+    on_due: Callable[[int, float], None] | None = None,
 ) -> PacedResult:
-    """Send ``make(i)`` = (method, path, body, headers) at ``rate_per_s`` for ``duration_s``."""
+    """Send ``make(i)`` = (method, path, body, headers) at ``rate_per_s`` for ``duration_s``.
+
+    ``on_due(i, due)`` learns each request's scheduled time before it is sent;
+    ``on_done(i, sample)`` gets each answer."""
     host, port = split_url(url)
     idle: list[Connection] = []
     opened = 0
@@ -143,6 +147,8 @@ async def paced(
     n = int(rate_per_s * duration_s)
     for i in range(n):
         due = start + i / rate_per_s
+        if on_due is not None:
+            on_due(i, due)
         delay = due - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)

@@ -148,3 +148,16 @@ class Context:
             except Exception as exc:  # the profile still says where time went
                 summary["rerun_error"] = str(exc)
         figure.details["profile"] = summary
+
+
+def save_plot(ctx: Context, fig, name: str) -> str:
+    """Save a matplotlib figure as bench/results/<name>.png (the latest run's plot)."""
+    ctx.results_dir.mkdir(parents=True, exist_ok=True)
+    path = ctx.results_dir / f"{name}.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    ctx.plots.append(str(path))
+    return str(path)
