@@ -132,3 +132,67 @@ def test_long_poll_that_times_out_returns_an_empty_list(broker, topic):
     resp = broker.rest.fetch(topic, 0, 0, timeout_ms=200)
     assert resp.status_code == 200, resp.text
     assert resp.json() == []
+
+
+def test_racing_creates_of_one_name_make_one_topic(broker):
+    import uuid
+
+    name = f"race-{uuid.uuid4().hex[:10]}"
+
+    def create(_):
+        with broker.new_client() as rest:
+            return rest.create_topic(name, 2)
+
+    with ThreadPoolExecutor(6) as pool:
+        responses = list(pool.map(create, range(6)))
+    codes = sorted(r.status_code for r in responses)
+    assert codes == [201] + [409] * 5, [(r.status_code, r.text[:200]) for r in responses]
+    for r in responses:
+        if r.status_code == 409:
+            assert r.json()["error_code"] == 40901
+    assert broker.rest.partition_ids(name) == [0, 1]
+
+
+def test_readers_racing_tiering_and_hot_segment_deletion(broker, make_topic):
+    """Fetches from offset 0 while records are appended, tiered and their hot segments
+    deleted must always answer, with the right records, from whichever tier has them."""
+    topic = make_topic(configs={"segment.bytes": "14", "local.retention.ms": "0", "table.flush.interval.ms": "20"})
+    total = 150
+    done = threading.Event()
+    problems: list[str] = []
+
+    def read_loop():
+        with broker.new_client() as rest:
+            while not problems:
+                end = rest.offsets(topic, 0)[1]
+                offset = 0
+                while offset < end:
+                    resp = rest.fetch(topic, 0, offset, max_records=37)
+                    if resp.status_code != 200:
+                        problems.append(f"fetch at {offset}: {resp.status_code} {resp.text[:300]}")
+                        return
+                    batch = resp.json()
+                    if not batch:
+                        problems.append(f"empty fetch at {offset} below end {end}")
+                        return
+                    for r in batch:
+                        if r["offset"] != offset or decode_binary(r)["value"] != f"r{offset}".encode():
+                            problems.append(f"wrong record at {offset}: {r}")
+                            return
+                        offset += 1
+                if done.is_set():
+                    return
+
+    readers = [threading.Thread(target=read_loop, daemon=True) for _ in range(3)]
+    for t in readers:
+        t.start()
+    with broker.new_client() as rest:
+        for i in range(total):
+            resp = rest.produce_binary(topic, [{"value": f"r{i}".encode()}], acks="1")
+            assert resp.status_code == 200, resp.text
+            if problems:
+                break
+    done.set()
+    for t in readers:
+        t.join(120)
+    assert not problems, problems[:3]
