@@ -228,3 +228,66 @@ def test_restart_after_hot_segments_left_for_the_table(broker_factory):
     rows = rows_by_offset(table)
     assert [rows[(0, o)]["value"] for o in range(11)] == [f"c{i}".encode() for i in range(11)]
     assert table.num_rows == 11
+
+
+def test_kill9_during_topic_churn_leaves_a_consistent_catalog(broker_factory):
+    """Creates and deletes are cut by a crash at an arbitrary point: after restart every
+    acknowledged create exists and works, every acknowledged delete is gone, and a topic
+    caught in the middle is either fully there (usable, tiered) or fully absent (its name
+    can be created again)."""
+    broker = broker_factory()
+    created: list[str] = []
+    deleted: list[str] = []
+    attempted: list[str] = []
+    stop = threading.Event()
+
+    def churn():
+        with httpx.Client(base_url=broker.url, timeout=30.0) as http:
+            cluster = http.get("/v3/clusters").json()["data"][0]["cluster_id"]
+            for i in itertools.count():
+                if stop.is_set():
+                    return
+                name = f"churn-{i}"
+                attempted.append(name)
+                try:
+                    resp = http.post(f"/v3/clusters/{cluster}/topics", json={
+                        "topic_name": name, "partitions_count": 2,
+                        "configs": [{"name": "table.flush.interval.ms", "value": "20"}]})
+                    if resp.status_code != 201:
+                        return
+                    created.append(name)
+                    if i % 3 == 2:
+                        victim = created[-2]
+                        if http.delete(f"/v3/clusters/{cluster}/topics/{victim}").status_code == 204:
+                            deleted.append(victim)
+                except httpx.TransportError:
+                    return
+
+    worker = threading.Thread(target=churn, daemon=True)
+    worker.start()
+    wait_until(lambda: len(created) >= 12 or not worker.is_alive(), "12 topics created", 120)
+    broker.kill9()
+    stop.set()
+    worker.join(60)
+    assert len(created) >= 12, "topic creation failed before the crash"
+
+    broker.restart()
+    rest = broker.rest
+    listed = set(rest.http.get("/topics").json())
+    for name in set(created) - set(deleted):
+        assert name in listed, f"acknowledged topic {name} is gone after the crash"
+    for name in deleted:
+        assert name not in listed, f"deleted topic {name} came back after the crash"
+        assert not broker.table_path(name).exists(), f"deleted topic {name} left its table behind"
+    for name in attempted:
+        if name not in listed:
+            resp = rest.create_topic(name, 2, configs={"table.flush.interval.ms": "20"})
+            assert resp.status_code == 201, f"{name} can not be created again: {resp.status_code} {resp.text}"
+    for name in set(attempted):
+        assert rest.partition_ids(name) == [0, 1]
+        resp = rest.produce_binary(name, [{"value": name.encode(), "partition": p} for p in (0, 1)], acks="1")
+        assert resp.status_code == 200, f"{name}: {resp.text}"
+        end = rest.end_offsets(name)
+        table = wait_for_table(broker.table_path(name), end)
+        rows = rows_by_offset(table)
+        assert {rows[(p, end[p] - 1)]["value"] for p in (0, 1)} == {name.encode()}
