@@ -27,7 +27,7 @@ from laketail.errors import (
     RecordTooLarge,
     UnknownTopicOrPartition,
 )
-from laketail.records import HEADER_TYPE, Acks
+from laketail.records import HEADER_TYPE, Acks, IsolationLevel
 
 if TYPE_CHECKING:
     from laketail.broker import Broker, ProduceResult
@@ -43,6 +43,75 @@ ACKS_QUERY = Query(
     description="0: answer right after validation (offsets unknown); 1: after the leader's "
     "append; all (or -1): once every in-sync replica has the records (as 1 with one replica).",
 )
+
+# -- hot-path parameters ----------------------------------------------------------------
+#
+# The produce and fetch routes take only ``request`` and read their path and query
+# parameters with the helpers below: FastAPI's per-request parameter solving costs more
+# than the rest of a small produce. ``openapi_params`` documents them instead.
+
+
+def path_param(name: str, kind: str = "string", description: str = "") -> dict:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": kind},
+            "description": description}
+
+
+def query_param(name: str, schema: dict, description: str = "", required: bool = False) -> dict:
+    return {"name": name, "in": "query", "required": required, "schema": schema,
+            "description": description}
+
+
+ACKS_PARAM = query_param(
+    "acks", {"type": "string", "enum": ["0", "1", "all", "-1"], "default": "all"},
+    ACKS_QUERY.description or "",
+)
+ISOLATION_PARAM = query_param(
+    "isolation_level", {"type": "string", "enum": ["read_committed", "read_uncommitted"],
+                        "default": "read_committed"},
+    "read_committed stops at the last stable offset and skips aborted records",
+)
+
+
+def openapi_params(*params: dict) -> dict:
+    return {"parameters": list(params)}
+
+
+def acks_of(request: Request) -> Acks:
+    if b"acks" not in request.scope["query_string"]:
+        return "all"  # the common case skips parsing the query string
+    raw = request.query_params.get("acks")
+    return "all" if raw is None else parse_acks(raw)
+
+
+def path_int(request: Request, name: str) -> int:
+    raw = request.path_params[name]
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidRequest(f"path parameter {name} must be an integer, got {raw!r}") from None
+
+
+def query_int(request: Request, name: str, default: int | None = None, *,
+              minimum: int | None = None, required: bool = False) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        if required:
+            raise InvalidRequest(f"query parameter {name} is required")
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidRequest(f"query parameter {name} must be an integer, got {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise InvalidRequest(f"query parameter {name} must be at least {minimum}, got {value}")
+    return value
+
+
+def isolation_of(request: Request) -> IsolationLevel:
+    raw = request.query_params.get("isolation_level", "read_committed")
+    if raw not in ("read_committed", "read_uncommitted"):
+        raise InvalidRequest(f"isolation_level must be read_committed or read_uncommitted, got {raw!r}")
+    return raw  # type: ignore[return-value]
 
 
 def broker_of(request: Request) -> "Broker":
@@ -125,14 +194,9 @@ class Records:
         return out
 
     def payload_bytes(self) -> int:
-        total = 0
-        for v in self.values:
-            if v:
-                total += len(v)
+        total = sum(map(len, filter(None, self.values)))
         if self.keys is not None:
-            for k in self.keys:
-                if k:
-                    total += len(k)
+            total += sum(map(len, filter(None, self.keys)))
         return total
 
     def to_batch(self) -> pa.RecordBatch:

@@ -114,19 +114,34 @@ class GatewayMetrics:
             ["error"], registry=r,
         )
         r.register(PartitionCollector(broker))
+        # labelled children, looked up once per (api, topic): .labels() is not free
+        self._produce: dict[tuple[str, str], tuple] = {}
+        self._fetch: dict[tuple[str, str], tuple] = {}
 
     def observe_produce(self, api: str, topic: str, records: int, nbytes: int, seconds: float) -> None:
-        self.produce_requests.labels(api).inc()
-        self.produce_records.labels(topic).inc(records)
-        self.produce_bytes.labels(topic).inc(nbytes)
-        self.produce_latency.labels(api).observe(seconds)
+        children = self._produce.get((api, topic))
+        if children is None:
+            children = self._produce[(api, topic)] = (
+                self.produce_requests.labels(api), self.produce_records.labels(topic),
+                self.produce_bytes.labels(topic), self.produce_latency.labels(api),
+            )
+        children[0].inc()
+        children[1].inc(records)
+        children[2].inc(nbytes)
+        children[3].observe(seconds)
 
     def observe_fetch(self, api: str, topic: str, records: int, nbytes: int, seconds: float) -> None:
-        self.fetch_requests.labels(api).inc()
+        children = self._fetch.get((api, topic))
+        if children is None:
+            children = self._fetch[(api, topic)] = (
+                self.fetch_requests.labels(api), self.fetch_records.labels(topic),
+                self.fetch_bytes.labels(topic), self.fetch_latency.labels(api),
+            )
+        children[0].inc()
         if records:
-            self.fetch_records.labels(topic).inc(records)
-            self.fetch_bytes.labels(topic).inc(nbytes)
-        self.fetch_latency.labels(api).observe(seconds)
+            children[1].inc(records)
+            children[2].inc(nbytes)
+        children[3].observe(seconds)
 
     def count_error(self, err: LaketailError) -> None:
         self.errors.labels(err.kafka_name).inc()

@@ -13,59 +13,103 @@ never appear. An offset outside [log start, high watermark] is OFFSET_OUT_OF_RAN
 from __future__ import annotations
 
 from time import perf_counter
-from typing import Literal
+import binascii
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from laketail.api.deps import broker_of, json_response, metrics_of
+from laketail.api.deps import (
+    ISOLATION_PARAM,
+    isolation_of,
+    openapi_params,
+    path_int,
+    path_param,
+    query_int,
+    query_param,
+)
 from laketail.api.encoding import MEDIA_TYPES, EmbeddedFormat, b64encode, encode_json, response_format
+
+_b2a = binascii.b2a_base64
 
 router = APIRouter(tags=["v2 fetch (Redpanda)"])
 
 
 def data_rows(table: pa.Table) -> pa.Table:
     """``table`` without control records (transaction markers)."""
-    if "control" in table.column_names and table.num_rows:
-        control = table.column("control")
+    i = table.schema.get_field_index("control")
+    if i >= 0 and table.num_rows:
+        control = table.column(i)
         if control.null_count < table.num_rows:
             return table.filter(pc.is_null(control))
     return table
 
 
 def timestamps_ms(table: pa.Table) -> list[int]:
-    micros = table.column("timestamp").cast(pa.int64())
-    return pc.divide(micros, 1000).to_pylist()
+    """The ``timestamp`` column (microseconds) as Kafka's milliseconds."""
+    return [us // 1000 for us in table.column("timestamp").cast(pa.int64()).to_pylist()]
+
+
+def _column(table: pa.Table, name: str) -> list | None:
+    """A column as Python values, ``None`` when every value is null (skipped cheaply)."""
+    column = table.column(name)
+    return None if column.null_count == len(column) else column.to_pylist()
+
+
+def _b64_column(values: list | None, n: int) -> list:
+    if values is None:
+        return [None] * n
+    return [None if v is None else _b2a(v, newline=False).decode("ascii") for v in values]
+
+
+def _json_column(values: list | None, n: int, offsets: list[int]) -> list:
+    if values is None:
+        return [None] * n
+    return [encode_json(v, o) for v, o in zip(values, offsets)]
 
 
 def encode_records(topic: str, table: pa.Table, embedded: EmbeddedFormat) -> tuple[list[dict], int]:
-    """Rows as Redpanda/Confluent JSON records, plus their key + value byte count."""
-    keys = table.column("key").to_pylist()
-    values = table.column("value").to_pylist()
-    offsets = table.column("offset").to_pylist()
-    partitions = table.column("partition").to_pylist()
-    stamps = timestamps_ms(table)
-    headers = table.column("headers").to_pylist()
-    nbytes = 0
-    out = []
-    binary = embedded == "binary"
-    for key, value, offset, partition, ts, hdrs in zip(keys, values, offsets, partitions, stamps, headers):
-        if key:
-            nbytes += len(key)
-        if value:
-            nbytes += len(value)
-        out.append({
-            "topic": topic,
-            "key": b64encode(key) if binary else encode_json(key, offset),
-            "value": b64encode(value) if binary else encode_json(value, offset),
-            "partition": partition,
-            "offset": offset,
-            "timestamp": ts,
-            "headers": [{"key": h["key"], "value": b64encode(h["value"])} for h in hdrs] if hdrs else [],
-        })
-    return out, nbytes
+    """Rows of one partition as Redpanda/Confluent JSON records, plus their key + value
+    byte count. Column at a time: all-null columns and dense offsets cost nothing."""
+    n = table.num_rows
+    if n == 0:
+        return [], 0
+    offset_column = table.column("offset")
+    first, last = offset_column[0].as_py(), offset_column[-1].as_py()
+    offsets = list(range(first, last + 1)) if last - first == n - 1 else offset_column.to_pylist()
+    partition = table.column("partition")[0].as_py()
+    keys = _column(table, "key")
+    values = _column(table, "value")
+    nbytes = (sum(map(len, filter(None, keys))) if keys else 0) + (
+        sum(map(len, filter(None, values))) if values else 0
+    )
+    if embedded == "binary":
+        key_out, value_out = _b64_column(keys, n), _b64_column(values, n)
+    else:
+        key_out, value_out = _json_column(keys, n, offsets), _json_column(values, n, offsets)
+    headers = _column(table, "headers")
+    header_out = [[]] * n if headers is None else [
+        [{"key": h["key"], "value": b64encode(h["value"])} for h in hs] if hs else [] for hs in headers
+    ]
+    return [
+        {"topic": topic, "key": k, "value": v, "partition": partition, "offset": o,
+         "timestamp": ts, "headers": h}
+        for k, v, o, ts, h in zip(key_out, value_out, offsets, timestamps_ms(table), header_out)
+    ], nbytes
+
+
+_PARAMS = openapi_params(
+    path_param("topic", description="topic name"),
+    path_param("partition", "integer", "partition id"),
+    query_param("offset", {"type": "integer"}, "first offset to return", required=True),
+    query_param("timeout", {"type": "integer", "minimum": 0, "default": 0},
+                "ms to wait for records when none are there yet"),
+    query_param("max_bytes", {"type": "integer", "minimum": 1}, "bound on the bytes returned"),
+    query_param("max_records", {"type": "integer", "minimum": 1}, "bound on the records returned"),
+    ISOLATION_PARAM,
+)
 
 
 @router.get(
@@ -78,24 +122,22 @@ def encode_records(topic: str, table: pa.Table, embedded: EmbeddedFormat) -> tup
         }]},
         MEDIA_TYPES["json"]: {},
     }}},
+    openapi_extra=_PARAMS,
 )
-async def fetch_records(
-    request: Request,
-    topic: str,
-    partition: int,
-    offset: int = Query(..., description="first offset to return"),
-    timeout: int = Query(0, ge=0, description="ms to wait for records when none are there yet"),
-    max_bytes: int | None = Query(None, ge=1, description="bound on key + value bytes returned"),
-    max_records: int | None = Query(None, ge=1, description="bound on records returned"),
-    isolation_level: Literal["read_committed", "read_uncommitted"] = Query("read_committed"),
-) -> Response:
+async def fetch_records(request: Request) -> Response:
     started = perf_counter()
+    topic = request.path_params["topic"]
     embedded = response_format(request.headers.get("accept"))
-    result = await broker_of(request).fetch(
-        topic, partition, offset,
-        max_records=max_records, max_bytes=max_bytes, timeout_ms=timeout,
-        isolation=isolation_level,
+    state = request.app.state
+    result = await state.broker.fetch(
+        topic,
+        path_int(request, "partition"),
+        query_int(request, "offset", required=True),  # type: ignore[arg-type]
+        max_records=query_int(request, "max_records", minimum=1),
+        max_bytes=query_int(request, "max_bytes", minimum=1),
+        timeout_ms=query_int(request, "timeout", 0, minimum=0),  # type: ignore[arg-type]
+        isolation=isolation_of(request),
     )
     rows, nbytes = encode_records(topic, data_rows(result.records), embedded)
-    metrics_of(request).observe_fetch("v2", topic, len(rows), nbytes, perf_counter() - started)
-    return json_response(rows, media_type=MEDIA_TYPES[embedded])
+    state.metrics.observe_fetch("v2", topic, len(rows), nbytes, perf_counter() - started)
+    return Response(orjson.dumps(rows), media_type=MEDIA_TYPES[embedded])

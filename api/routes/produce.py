@@ -13,6 +13,7 @@ This is the hot path: raw bytes, orjson, binascii, lists into Arrow, no pydantic
 
 from __future__ import annotations
 
+import binascii
 from time import perf_counter
 from typing import Any
 
@@ -20,8 +21,17 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from laketail.api.deps import ACKS_QUERY, Records, broker_of, json_response, metrics_of
-from laketail.api.deps import parse_acks, parse_json, produce, read_body
+from laketail.api.deps import (
+    ACKS_PARAM,
+    Records,
+    acks_of,
+    openapi_params,
+    parse_json,
+    path_int,
+    path_param,
+    produce,
+    read_body,
+)
 from laketail.api.encoding import (
     V2_BINARY,
     V2_EMBEDDED_JSON,
@@ -35,6 +45,7 @@ from laketail.errors import InvalidRecord, InvalidRequest
 router = APIRouter(tags=["v2 produce"])
 
 _dumps = orjson.dumps
+_a2b = binascii.a2b_base64
 
 
 def _record_schema(embedded: str) -> dict:
@@ -102,18 +113,55 @@ def _partition_field(raw: Any, i: int) -> int | None:
     return raw
 
 
+def _b64_values(items: list[Any], field: str) -> list[bytes | None]:
+    """Strict base64 of ``field`` in every record (null stays null); any failure raises
+    (TypeError, AttributeError, ValueError, binascii.Error) and the caller falls back."""
+    return [None if (t := it.get(field)) is None else _a2b(t, strict_mode=True) for it in items]
+
+
+def _json_values(items: list[Any], field: str) -> list[bytes | None]:
+    return [None if (d := it.get(field)) is None else _dumps(d) for it in items]
+
+
 def decode_records(doc: Any, embedded: str, fixed_partition: int | None) -> Records:
     """The v2 body as columns.
 
     A body of the wrong shape (not an object, no non-empty ``records`` list, a record
     that is not an object) is INVALID_REQUEST (400); a record whose content does not
     decode is INVALID_RECORD (422).
+
+    The common case runs as a few list comprehensions over the records (which fields
+    occur at all is known from one set union); anything unusual -- a record that is
+    not an object, base64 without padding, a bad value -- falls back to
+    :func:`decode_records_carefully`, which decodes record by record and names the
+    first bad one.
     """
     if type(doc) is not dict:
         raise InvalidRequest("the body must be an object with a 'records' list")
     items = doc.get("records")
     if type(items) is not list or not items:
         raise InvalidRequest("'records' must be a non-empty list")
+    try:
+        fields = set().union(*items)
+        decode = _b64_values if embedded == "binary" else _json_values
+        values = decode(items, "value")
+        keys = decode(items, "key") if "key" in fields else None
+        partitions = None
+        if fixed_partition is not None:
+            partitions = [fixed_partition] * len(items)
+        elif "partition" in fields:
+            partitions = [it.get("partition") for it in items]
+            if not all(p is None or type(p) is int for p in partitions):
+                raise TypeError("partition")
+        if "headers" in fields:
+            raise TypeError("headers")  # rare: decoded carefully
+    except (TypeError, AttributeError, ValueError, binascii.Error):
+        return decode_records_carefully(items, embedded, fixed_partition)
+    return Records(values=values, keys=keys, partitions=partitions)
+
+
+def decode_records_carefully(items: list[Any], embedded: str, fixed_partition: int | None) -> Records:
+    """Record by record, with padding-tolerant base64 and the first bad record named."""
     n = len(items)
     values: list[bytes | None] = [None] * n
     keys: list[bytes | None] = [None] * n
@@ -121,16 +169,15 @@ def decode_records(doc: Any, embedded: str, fixed_partition: int | None) -> Reco
     headers: list | None = None
     any_key = any_part = False
     binary = embedded == "binary"
-    dumps = _dumps
     for i, item in enumerate(items):
         if type(item) is not dict:
             raise InvalidRequest(f"records[{i}] must be an object")
         value = item.get("value")
         if value is not None:
-            values[i] = b64decode(value, f"records[{i}].value") if binary else dumps(value)
+            values[i] = b64decode(value, f"records[{i}].value") if binary else _dumps(value)
         key = item.get("key")
         if key is not None:
-            keys[i] = b64decode(key, f"records[{i}].key") if binary else dumps(key)
+            keys[i] = b64decode(key, f"records[{i}].key") if binary else _dumps(key)
             any_key = True
         if fixed_partition is None:
             p = item.get("partition")
@@ -153,11 +200,12 @@ def decode_records(doc: Any, embedded: str, fixed_partition: int | None) -> Reco
     )
 
 
-async def _produce_v2(request: Request, topic: str, partition: int | None, acks_raw: str) -> Response:
+async def _produce_v2(request: Request, topic: str, partition: int | None) -> Response:
     started = perf_counter()
-    acks = parse_acks(acks_raw)
+    acks = acks_of(request)
     embedded = request_format(request.headers.get("content-type"))
-    broker_of(request).topic(topic)  # 404 before decoding anything
+    state = request.app.state
+    state.broker.topic(topic)  # 404 before decoding anything
     records = decode_records(parse_json(await read_body(request)), embedded, partition)
     result = await produce(request, topic, records, acks)
     if result is None:
@@ -168,29 +216,32 @@ async def _produce_v2(request: Request, topic: str, partition: int | None, acks_
             {"partition": p, "offset": o, "error_code": None, "error": None}
             for p, o in zip(result.partitions, result.offsets)
         ]
-    metrics_of(request).observe_produce(
+    state.metrics.observe_produce(
         "v2", topic, len(records), records.payload_bytes(), perf_counter() - started
     )
-    return json_response(
-        {"key_schema_id": None, "value_schema_id": None, "offsets": offsets}, media_type=V2_JSON
+    return Response(
+        _dumps({"key_schema_id": None, "value_schema_id": None, "offsets": offsets}),
+        media_type=V2_JSON,
     )
+
+
+_TOPIC = path_param("topic", description="topic name")
+_PARTITION = path_param("partition", "integer", "partition id")
 
 
 @router.post(
     "/topics/{topic}",
     summary="Produce records (partition chosen per record: explicit, key hash, or sticky)",
-    openapi_extra=_PRODUCE_OPENAPI,
+    openapi_extra={**_PRODUCE_OPENAPI, **openapi_params(_TOPIC, ACKS_PARAM)},
 )
-async def produce_to_topic(request: Request, topic: str, acks: str = ACKS_QUERY) -> Response:
-    return await _produce_v2(request, topic, None, acks)
+async def produce_to_topic(request: Request) -> Response:
+    return await _produce_v2(request, request.path_params["topic"], None)
 
 
 @router.post(
     "/topics/{topic}/partitions/{partition}",
     summary="Produce records to one partition",
-    openapi_extra=_PRODUCE_OPENAPI,
+    openapi_extra={**_PRODUCE_OPENAPI, **openapi_params(_TOPIC, _PARTITION, ACKS_PARAM)},
 )
-async def produce_to_partition(
-    request: Request, topic: str, partition: int, acks: str = ACKS_QUERY
-) -> Response:
-    return await _produce_v2(request, topic, partition, acks)
+async def produce_to_partition(request: Request) -> Response:
+    return await _produce_v2(request, request.path_params["topic"], path_int(request, "partition"))
