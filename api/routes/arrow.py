@@ -19,15 +19,25 @@ headers: ``X-Laketail-Next-Offset`` (where the next fetch starts),
 from __future__ import annotations
 
 from time import perf_counter
-from typing import Literal
-
 import pyarrow as pa
 import pyarrow.compute as pc
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from laketail.api.deps import ACKS_QUERY, broker_of, json_response, metrics_of, parse_acks
-from laketail.api.deps import produce, read_body
+from laketail.api.deps import (
+    ACKS_PARAM,
+    ISOLATION_PARAM,
+    acks_of,
+    isolation_of,
+    json_response,
+    openapi_params,
+    path_int,
+    path_param,
+    produce,
+    query_int,
+    query_param,
+    read_body,
+)
 from laketail.api.encoding import ARROW_STREAM
 from laketail.broker import PRODUCE_SCHEMA
 from laketail.errors import InvalidRecord, InvalidRequest, RecordTooLarge, UnknownTopicOrPartition
@@ -149,10 +159,11 @@ _PRODUCE_OPENAPI = {
 }
 
 
-async def _produce_arrow(request: Request, topic: str, partition: int | None, acks_raw: str) -> Response:
+async def _produce_arrow(request: Request, topic: str, partition: int | None) -> Response:
     started = perf_counter()
-    acks = parse_acks(acks_raw)
-    broker = broker_of(request)
+    acks = acks_of(request)
+    state = request.app.state
+    broker = state.broker
     broker.topic(topic)
     table = to_produce_table(read_ipc(await read_body(request)), partition)
     if acks == "0":
@@ -161,44 +172,54 @@ async def _produce_arrow(request: Request, topic: str, partition: int | None, ac
     nbytes = pc.sum(_lengths(table.column("value"))).as_py() or 0
     if "key" in table.column_names:
         nbytes += pc.sum(_lengths(table.column("key"))).as_py() or 0
-    metrics_of(request).observe_produce("v1", topic, table.num_rows, nbytes, perf_counter() - started)
+    state.metrics.observe_produce("v1", topic, table.num_rows, nbytes, perf_counter() - started)
     offsets = None if result is None else summarise(result.partitions, result.offsets)
     return json_response({"offsets": offsets})
 
 
+_TOPIC = path_param("topic", description="topic name")
+_PARTITION = path_param("partition", "integer", "partition id")
+
+
 @router.post("/v1/topics/{topic}/records", summary="Produce an Arrow IPC stream",
-             openapi_extra=_PRODUCE_OPENAPI)
-async def produce_arrow(request: Request, topic: str, acks: str = ACKS_QUERY) -> Response:
-    return await _produce_arrow(request, topic, None, acks)
+             openapi_extra={**_PRODUCE_OPENAPI, **openapi_params(_TOPIC, ACKS_PARAM)})
+async def produce_arrow(request: Request) -> Response:
+    return await _produce_arrow(request, request.path_params["topic"], None)
 
 
 @router.post("/v1/topics/{topic}/partitions/{partition}/records",
-             summary="Produce an Arrow IPC stream to one partition", openapi_extra=_PRODUCE_OPENAPI)
-async def produce_arrow_partition(
-    request: Request, topic: str, partition: int, acks: str = ACKS_QUERY
-) -> Response:
-    return await _produce_arrow(request, topic, partition, acks)
+             summary="Produce an Arrow IPC stream to one partition",
+             openapi_extra={**_PRODUCE_OPENAPI, **openapi_params(_TOPIC, _PARTITION, ACKS_PARAM)})
+async def produce_arrow_partition(request: Request) -> Response:
+    return await _produce_arrow(request, request.path_params["topic"], path_int(request, "partition"))
 
 
 @router.get(
     "/v1/topics/{topic}/partitions/{partition}/records",
     summary="Fetch records as an Arrow IPC stream (RECORD_SCHEMA)",
     responses={200: {"content": {ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}}}}},
+    openapi_extra=openapi_params(
+        _TOPIC, _PARTITION,
+        query_param("offset", {"type": "integer"}, "first offset to return", required=True),
+        query_param("max_records", {"type": "integer", "minimum": 1}, "bound on the records returned"),
+        query_param("max_bytes", {"type": "integer", "minimum": 1}, "bound on the bytes returned"),
+        query_param("timeout", {"type": "integer", "minimum": 0, "default": 0},
+                    "ms to wait for records when none are there yet"),
+        ISOLATION_PARAM,
+    ),
 )
-async def fetch_arrow(
-    request: Request,
-    topic: str,
-    partition: int,
-    offset: int = Query(..., description="first offset to return"),
-    max_records: int | None = Query(None, ge=1),
-    max_bytes: int | None = Query(None, ge=1),
-    timeout: int = Query(0, ge=0, description="ms to wait for records when none are there yet"),
-    isolation_level: Literal["read_committed", "read_uncommitted"] = Query("read_committed"),
-) -> Response:
+async def fetch_arrow(request: Request) -> Response:
     started = perf_counter()
-    result = await broker_of(request).fetch(
-        topic, partition, offset, max_records=max_records, max_bytes=max_bytes,
-        timeout_ms=timeout, isolation=isolation_level,
+    topic = request.path_params["topic"]
+    state = request.app.state
+    result = await state.broker.fetch(
+        topic,
+        path_int(request, "partition"),
+        query_int(request, "offset", required=True),  # type: ignore[arg-type]
+        max_records=query_int(request, "max_records", minimum=1),
+        max_bytes=query_int(request, "max_bytes", minimum=1),
+        timeout_ms=query_int(request, "timeout", 0, minimum=0),  # type: ignore[arg-type]
+        isolation=isolation_of(request),
     )
     table = result.records
     if table.schema != RECORD_SCHEMA:
@@ -209,11 +230,10 @@ async def fetch_arrow(
         nbytes = (pc.sum(_lengths(table.column("value"))).as_py() or 0) + (
             pc.sum(_lengths(table.column("key"))).as_py() or 0
         )
-    metrics_of(request).observe_fetch("v1", topic, table.num_rows, nbytes, perf_counter() - started)
+    state.metrics.observe_fetch("v1", topic, table.num_rows, nbytes, perf_counter() - started)
     return Response(body, media_type=ARROW_STREAM, headers={
         "X-Laketail-Next-Offset": str(result.next_offset),
         "X-Laketail-High-Watermark": str(result.high_watermark),
         "X-Laketail-Last-Stable-Offset": str(result.last_stable_offset),
         "X-Laketail-Log-Start-Offset": str(result.log_start_offset),
     })
-
