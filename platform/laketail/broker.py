@@ -31,6 +31,8 @@ import pyarrow.compute as pc
 from laketail.catalog import Catalog, TopicInfo, validate_topic_name
 from laketail.clock import Clock, SystemClock
 from laketail.config import TOPIC_CONFIGS, BrokerSettings
+from laketail.coordinator.groups import GroupCoordinator
+from laketail.coordinator.offsets import OffsetStore
 from laketail.errors import (
     InvalidPartitions,
     InvalidReplicationFactor,
@@ -144,6 +146,16 @@ class Broker:
         self._topics: dict[str, _TopicRuntime] = {}
         self.cluster_id = ""
         self.leader_epoch = 0
+        self.offsets = OffsetStore(self, settings.offsets_topic_num_partitions)
+        self.groups = GroupCoordinator(
+            self,
+            self.offsets,
+            self.clock,
+            min_session_timeout_ms=settings.group_min_session_timeout_ms,
+            max_session_timeout_ms=settings.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
+        )
+        self._background: list[asyncio.Task] = []
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -153,12 +165,35 @@ class Broker:
         self.cluster_id = await asyncio.to_thread(self.catalog.open)
         for info in self.catalog.topics():
             await self._open_topic(info)
+        await self.offsets.load()
         if self.settings.tier_enabled:
             self.tierer.start()
+        self._background.append(asyncio.create_task(self._group_housekeeping(), name="laketail-groups"))
 
     async def close(self) -> None:
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         await self.tierer.stop()
         await self.logs.close()
+
+    async def _group_housekeeping(self) -> None:
+        """Session timeouts and rebalance deadlines (often), offset expiry (rarely)."""
+        last_expiry = self.clock.monotonic()
+        while True:
+            await asyncio.sleep(0.1)
+            try:
+                self.groups.tick()
+                now = self.clock.monotonic()
+                if (now - last_expiry) * 1000 >= self.settings.offsets_retention_check_interval_ms:
+                    last_expiry = now
+                    await self.offsets.expire(
+                        self.clock.now_ms(),
+                        self.settings.offsets_retention_minutes * 60_000,
+                        self.groups.active_groups(),
+                    )
+            except Exception:
+                log.exception("group housekeeping failed")
 
     async def _open_topic(self, info: TopicInfo) -> None:
         config = self.settings.topic_config(info.configs)

@@ -199,6 +199,12 @@ class BrokerSettings:
     fetch_max_wait_ms: int = 500
     request_timeout_ms: int = 30_000
     tier_enabled: bool = True
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 3_000
+    offsets_topic_num_partitions: int = 50
+    offsets_retention_minutes: int = 10_080
+    offsets_retention_check_interval_ms: int = 600_000
     topic_defaults: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -232,6 +238,12 @@ _BROKER_KEYS = {
     "fetch.max.wait.ms": "fetch_max_wait_ms",
     "request.timeout.ms": "request_timeout_ms",
     "tier.enable": "tier_enabled",
+    "group.min.session.timeout.ms": "group_min_session_timeout_ms",
+    "group.max.session.timeout.ms": "group_max_session_timeout_ms",
+    "group.initial.rebalance.delay.ms": "group_initial_rebalance_delay_ms",
+    "offsets.topic.num.partitions": "offsets_topic_num_partitions",
+    "offsets.retention.minutes": "offsets_retention_minutes",
+    "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
 }
 
 

@@ -31,7 +31,12 @@ Tree::
     ├── NotEnoughReplicas            503 50301, NotEnoughReplicasAfterAppend 50302
     ├── RequestTimedOut              504 50401
     ├── CorruptMessage               500 50002
-    └── KafkaStorageError            500 50002
+    ├── KafkaStorageError            500 50002
+    └── consumer groups: IllegalGeneration 409 40904, RebalanceInProgress 409 40905,
+        UnknownMemberId 404 40405, GroupIdNotFound 404 40406, NonEmptyGroup 409 40906,
+        NoOffsetForPartition 409 40907, InvalidGroupId 422 42210,
+        InvalidSessionTimeout 422 42211, InconsistentGroupProtocol 422 42212,
+        OffsetMetadataTooLarge 422 42213
 """
 
 from __future__ import annotations
@@ -220,3 +225,80 @@ def from_body(status: int, body: dict) -> LaketailError:
         detail = message
     err = cls(detail, rest_code=int(body.get("error_code", status * 100)))
     return err
+
+
+# -- consumer groups (Kafka's group coordinator errors) --------------------------------------
+
+
+class IllegalGeneration(LaketailError):
+    kafka_code = 22
+    kafka_name = "ILLEGAL_GENERATION"
+    http_status = 409
+    rest_code = 40904
+
+
+class InvalidGroupId(LaketailError):
+    kafka_code = 24
+    kafka_name = "INVALID_GROUP_ID"
+    http_status = 422
+    rest_code = 42210
+
+
+class UnknownMemberId(LaketailError):
+    kafka_code = 25
+    kafka_name = "UNKNOWN_MEMBER_ID"
+    http_status = 404
+    rest_code = 40405
+
+
+class InvalidSessionTimeout(LaketailError):
+    kafka_code = 26
+    kafka_name = "INVALID_SESSION_TIMEOUT"
+    http_status = 422
+    rest_code = 42211
+
+
+class RebalanceInProgress(LaketailError):
+    kafka_code = 27
+    kafka_name = "REBALANCE_IN_PROGRESS"
+    http_status = 409
+    rest_code = 40905
+    retriable = True
+
+
+class GroupIdNotFound(LaketailError):
+    kafka_code = 69
+    kafka_name = "GROUP_ID_NOT_FOUND"
+    http_status = 404
+    rest_code = 40406
+
+
+class NonEmptyGroup(LaketailError):
+    kafka_code = 68
+    kafka_name = "NON_EMPTY_GROUP"
+    http_status = 409
+    rest_code = 40906
+
+
+class InconsistentGroupProtocol(LaketailError):
+    kafka_code = 23
+    kafka_name = "INCONSISTENT_GROUP_PROTOCOL"
+    http_status = 422
+    rest_code = 42212
+
+
+class NoOffsetForPartition(LaketailError):
+    """auto.offset.reset=none and the group has no committed offset (a client-side
+    error in Kafka's consumer, raised here by the broker-side consumer instances)."""
+
+    kafka_code = 1
+    kafka_name = "NO_OFFSET_FOR_PARTITION"
+    http_status = 409
+    rest_code = 40907
+
+
+class OffsetMetadataTooLarge(LaketailError):
+    kafka_code = 12
+    kafka_name = "OFFSET_METADATA_TOO_LARGE"
+    http_status = 422
+    rest_code = 42213

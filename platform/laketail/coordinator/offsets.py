@@ -1,0 +1,219 @@
+"""Committed consumer offsets, stored in the internal compacted topic ``__consumer_offsets``.
+
+Role: the durable home of every group's committed offsets, and their in-memory cache.
+A commit appends one batch to the ``__consumer_offsets`` partition of its group
+(``abs(java_hash(group)) % offsets.topic.num.partitions``, as Kafka places groups) and
+returns once it is in the log; the cache follows. At start the cache is rebuilt by
+reading every partition of the topic, table tier then hot tier, latest value per key.
+
+Record format (JSON, so SQL over the topic's Delta table can read it):
+
+* key   ``{"group": g, "topic": t, "partition": p}``
+* value ``{"offset": o, "metadata": m, "commit_timestamp": ms}``; a null value
+  (tombstone) deletes the key (expired or deleted offsets).
+
+A committed offset is the next offset the group will read.
+
+The topic is ``cleanup.policy=compact``; the broker compacts it itself
+(:meth:`OffsetStore.compact`), it never needs Spark to stay small.
+
+Thread-safety: used from the event loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+import orjson
+import pyarrow as pa
+
+from laketail.errors import OffsetMetadataTooLarge, UnknownTopicOrPartition
+
+if TYPE_CHECKING:
+    from laketail.broker import Broker
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+MAX_METADATA_BYTES = 4096  # Kafka's offset.metadata.max.bytes
+
+TopicPartition = tuple[str, int]
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for_group(group_id: str, partitions: int) -> int:
+    """Kafka's ``Utils.abs(groupId.hashCode) % offsets.topic.num.partitions``."""
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    offset: int
+    metadata: str = ""
+    commit_timestamp_ms: int = -1
+
+
+def encode_key(group: str, topic: str, partition: int) -> bytes:
+    return orjson.dumps({"group": group, "topic": topic, "partition": partition})
+
+
+def encode_value(committed: CommittedOffset) -> bytes:
+    return orjson.dumps(
+        {
+            "offset": committed.offset,
+            "metadata": committed.metadata,
+            "commit_timestamp": committed.commit_timestamp_ms,
+        }
+    )
+
+
+class OffsetStore:
+    def __init__(self, broker: "Broker", num_partitions: int = 50) -> None:
+        self.broker = broker
+        self.num_partitions = num_partitions
+        self._cache: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        self._ready = asyncio.Lock()
+        self._exists = False
+
+    # -- the topic -----------------------------------------------------------------------------
+
+    async def ensure_topic(self) -> None:
+        """Create ``__consumer_offsets`` on first use (as Kafka does)."""
+        if self._exists:
+            return
+        async with self._ready:
+            if OFFSETS_TOPIC not in self.broker.list_topics():
+                await self.broker.create_topic(
+                    OFFSETS_TOPIC,
+                    self.num_partitions,
+                    1,
+                    {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)},
+                )
+            else:
+                self.num_partitions = self.broker.topic(OFFSETS_TOPIC).partitions
+            self._exists = True
+
+    async def load(self) -> None:
+        """Rebuild the cache from the log (latest value per key wins; null deletes)."""
+        if OFFSETS_TOPIC not in self.broker.list_topics():
+            return
+        self.num_partitions = self.broker.topic(OFFSETS_TOPIC).partitions
+        self._exists = True
+        cache: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        for partition in range(self.num_partitions):
+            state = self.broker.partition_state(OFFSETS_TOPIC, partition)
+            offset = state.log_start_offset
+            while offset < state.high_watermark:
+                result = await self.broker.fetch(
+                    OFFSETS_TOPIC, partition, offset, max_records=100_000,
+                    max_bytes=64 << 20, isolation="read_uncommitted",
+                )
+                if result.records.num_rows == 0:
+                    break
+                self._apply(cache, result.records)
+                offset = result.next_offset
+        self._cache = cache
+
+    @staticmethod
+    def _apply(cache: dict, records: pa.Table) -> None:
+        for key, value, control in zip(
+            records.column("key").to_pylist(),
+            records.column("value").to_pylist(),
+            records.column("control").to_pylist(),
+        ):
+            if control is not None or key is None:
+                continue
+            k = orjson.loads(key)
+            tp = (k["topic"], k["partition"])
+            group = cache.setdefault(k["group"], {})
+            if value is None:
+                group.pop(tp, None)
+                if not group:
+                    cache.pop(k["group"], None)
+            else:
+                v = orjson.loads(value)
+                group[tp] = CommittedOffset(v["offset"], v.get("metadata") or "", v.get("commit_timestamp", -1))
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def committed(self, group: str, tp: TopicPartition) -> CommittedOffset | None:
+        return self._cache.get(group, {}).get(tp)
+
+    def group_offsets(self, group: str) -> dict[TopicPartition, CommittedOffset]:
+        return dict(self._cache.get(group, {}))
+
+    def groups(self) -> list[str]:
+        return sorted(self._cache)
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    async def commit(self, group: str, offsets: dict[TopicPartition, CommittedOffset]) -> None:
+        """Append the commit to the group's partition (acks=all), then cache it."""
+        if not offsets:
+            return
+        for (topic, partition), committed in offsets.items():
+            info = self.broker.topic(topic)
+            if not 0 <= partition < info.partitions:
+                raise UnknownTopicOrPartition.partition(topic, partition)
+            if len(committed.metadata.encode()) > MAX_METADATA_BYTES:
+                raise OffsetMetadataTooLarge(
+                    f"metadata for {topic}-{partition} is over {MAX_METADATA_BYTES} bytes"
+                )
+        await self.ensure_topic()
+        await self._append(group, [(tp, c) for tp, c in offsets.items()])
+        cached = self._cache.setdefault(group, {})
+        cached.update(offsets)
+
+    async def delete(self, group: str, tps: Iterable[TopicPartition]) -> None:
+        """Tombstone the group's offsets for ``tps`` (expiry, group deletion)."""
+        tps = [tp for tp in tps if tp in self._cache.get(group, {})]
+        if not tps:
+            return
+        await self.ensure_topic()
+        await self._append(group, [(tp, None) for tp in tps])
+        cached = self._cache.get(group, {})
+        for tp in tps:
+            cached.pop(tp, None)
+        if not cached:
+            self._cache.pop(group, None)
+
+    async def _append(self, group: str, entries: list[tuple[TopicPartition, CommittedOffset | None]]) -> None:
+        keys = [encode_key(group, t, p) for (t, p), _ in entries]
+        values = [encode_value(c) if c is not None else None for _, c in entries]
+        partition = partition_for_group(group, self.num_partitions)
+        batch = pa.RecordBatch.from_pydict(
+            {
+                "key": pa.array(keys, pa.binary()),
+                "value": pa.array(values, pa.binary()),
+                "partition": pa.array([partition] * len(keys), pa.int32()),
+            }
+        )
+        await self.broker.produce(OFFSETS_TOPIC, batch, acks="all")
+
+    async def expire(self, now_ms: int, retention_ms: int, active_groups: set[str]) -> int:
+        """Kafka's ``offsets.retention.minutes``: a group with no members loses the
+        offsets it has not committed for longer than ``retention_ms``."""
+        expired = 0
+        for group in list(self._cache):
+            if group in active_groups:
+                continue
+            stale = [
+                tp for tp, c in self._cache[group].items()
+                if c.commit_timestamp_ms >= 0 and now_ms - c.commit_timestamp_ms > retention_ms
+            ]
+            if stale:
+                await self.delete(group, stale)
+                expired += len(stale)
+        return expired

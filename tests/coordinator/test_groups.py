@@ -1,0 +1,148 @@
+"""The group coordinator over a real broker (real logs, real Delta tables), driven by
+a manual clock so session timeouts are tested without sleeping."""
+
+import asyncio
+
+import pytest
+
+from laketail.broker import Broker
+from laketail.clock import ManualClock
+from laketail.config import load_settings
+from laketail.coordinator.offsets import CommittedOffset, java_string_hash, partition_for_group
+from laketail.errors import IllegalGeneration, RebalanceInProgress, UnknownMemberId
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def _join_together(broker, clock, count, **kwargs):
+    """Members joining an empty group together: the initial rebalance delay gathers them."""
+    tasks = [asyncio.create_task(broker.groups.join("g", "", **kwargs)) for _ in range(count)]
+    await asyncio.sleep(0.01)
+    clock.advance(60)
+    broker.groups.tick()
+    return await asyncio.gather(*tasks)
+
+
+async def _broker(tmp_path, clock, delay_ms=50):
+    settings = load_settings(
+        None, env={}, data=str(tmp_path), group_initial_rebalance_delay_ms=delay_ms,
+        group_min_session_timeout_ms=100, offsets_topic_num_partitions=4,
+    )
+    broker = Broker(settings, clock=clock)
+    await broker.start()
+    return broker
+
+
+def test_java_string_hash_matches_java():
+    # Values of "x".hashCode() in Java.
+    assert java_string_hash("") == 0
+    assert java_string_hash("a") == 97
+    assert java_string_hash("hello") == 99162322
+    assert java_string_hash("polygenelubricants") == -2147483648  # Java's famous MIN_VALUE hash
+    assert partition_for_group("polygenelubricants", 50) == 0  # Utils.abs(MIN_VALUE) is 0
+    assert 0 <= partition_for_group("anything", 50) < 50
+
+
+@pytest.mark.parametrize("members,partitions", [(2, 3), (5, 4)])
+def test_members_share_partitions_disjointly_and_extras_idle(tmp_path, members, partitions):
+    clock = ManualClock()
+
+    async def scenario():
+        broker = await _broker(tmp_path, clock)
+        await broker.create_topic("orders", partitions)
+        joins = await _join_together(
+            broker, clock, members, topics=["orders"], strategies=["range"], session_timeout_ms=1000
+        )
+        assert len({j.generation_id for j in joins}) == 1
+        assignments = [broker.groups.sync("g", j.generation_id, j.member_id) for j in joins]
+        flat = sorted(tp for a in assignments for tp in a)
+        assert flat == [("orders", p) for p in range(partitions)]
+        assert sum(1 for a in assignments if not a) == max(members - partitions, 0)
+        await broker.close()
+
+    run(scenario())
+
+
+def test_silent_member_is_removed_and_its_partitions_move(tmp_path):
+    clock = ManualClock()
+
+    async def scenario():
+        broker = await _broker(tmp_path, clock)
+        await broker.create_topic("t", 4)
+        a, b = await _join_together(
+            broker, clock, 2, topics=["t"], strategies=["range"], session_timeout_ms=1000
+        )
+        gen = a.generation_id
+        assert len(broker.groups.sync("g", gen, a.member_id)) == 2
+        clock.advance(600)
+        broker.groups.heartbeat("g", gen, a.member_id)  # a stays alive, b goes silent
+        clock.advance(600)
+        broker.groups.tick()
+        group = broker.groups.group("g")
+        assert b.member_id not in group.members
+        with pytest.raises(RebalanceInProgress):
+            broker.groups.heartbeat("g", gen, a.member_id)
+        rejoined = await broker.groups.join("g", a.member_id, topics=["t"], strategies=["range"], session_timeout_ms=1000)
+        assert rejoined.generation_id == gen + 1
+        assert broker.groups.sync("g", rejoined.generation_id, a.member_id) == [("t", p) for p in range(4)]
+        with pytest.raises(UnknownMemberId):
+            broker.groups.heartbeat("g", rejoined.generation_id, b.member_id)
+        await broker.close()
+
+    run(scenario())
+
+
+def test_commit_with_a_stale_generation_is_rejected_and_offsets_survive_restart(tmp_path):
+    clock = ManualClock()
+
+    async def scenario():
+        broker = await _broker(tmp_path, clock)
+        await broker.create_topic("t", 2)
+        (a,) = await _join_together(broker, clock, 1, topics=["t"], session_timeout_ms=1000)
+        gen = a.generation_id
+        await broker.groups.commit("g", {("t", 0): CommittedOffset(5, "m", 1)}, generation_id=gen, member_id=a.member_id)
+        with pytest.raises(IllegalGeneration):
+            await broker.groups.commit("g", {("t", 0): CommittedOffset(9)}, generation_id=gen - 1, member_id=a.member_id)
+        with pytest.raises(UnknownMemberId):
+            await broker.groups.commit("g", {("t", 0): CommittedOffset(9)}, generation_id=gen, member_id="nobody")
+        assert broker.groups.committed("g", [("t", 0), ("t", 1)]) == {
+            ("t", 0): CommittedOffset(5, "m", 1), ("t", 1): None,
+        }
+        await broker.close()
+        again = await _broker(tmp_path, clock)
+        assert again.groups.committed("g", [("t", 0)])[("t", 0)].offset == 5
+        await again.close()
+
+    run(scenario())
+
+
+def test_cooperative_sticky_moves_partitions_in_two_generations(tmp_path):
+    clock = ManualClock()
+
+    async def scenario():
+        broker = await _broker(tmp_path, clock)
+        await broker.create_topic("t", 4)
+        (a,) = await _join_together(
+            broker, clock, 1, topics=["t"], strategies=["cooperative-sticky"], session_timeout_ms=1000
+        )
+        assert len(broker.groups.sync("g", a.generation_id, a.member_id)) == 4
+        join_b = asyncio.create_task(
+            broker.groups.join("g", "", topics=["t"], strategies=["cooperative-sticky"], session_timeout_ms=1000)
+        )
+        await asyncio.sleep(0)
+        a2 = await broker.groups.join("g", a.member_id, topics=["t"], strategies=["cooperative-sticky"], session_timeout_ms=1000)
+        b = await join_b
+        kept = broker.groups.sync("g", a2.generation_id, a.member_id)
+        assert len(kept) == 2 and broker.groups.sync("g", b.generation_id, b.member_id) == []
+        # Everyone synced: the follow-up rebalance hands the revoked partitions over.
+        a3, b3 = await asyncio.gather(
+            broker.groups.join("g", a.member_id, topics=["t"], strategies=["cooperative-sticky"], session_timeout_ms=1000),
+            broker.groups.join("g", b.member_id, topics=["t"], strategies=["cooperative-sticky"], session_timeout_ms=1000),
+        )
+        assert broker.groups.sync("g", a3.generation_id, a.member_id) == kept
+        assert len(broker.groups.sync("g", b3.generation_id, b.member_id)) == 2
+        await broker.close()
+
+    run(scenario())
