@@ -146,3 +146,29 @@ def test_cooperative_sticky_moves_partitions_in_two_generations(tmp_path):
         await broker.close()
 
     run(scenario())
+
+
+def test_lag_follows_commits_and_grades_status(tmp_path):
+    from laketail.coordinator.lag import group_lags, lag_status
+
+    clock = ManualClock()
+
+    async def scenario():
+        import pyarrow as pa
+
+        broker = await _broker(tmp_path, clock)
+        await broker.create_topic("t", 2)
+        batch = pa.RecordBatch.from_pydict({"value": [b"v"] * 150, "partition": pa.array([0] * 150, pa.int32())})
+        await broker.produce("t", batch)
+        await broker.groups.commit("g", {("t", 0): CommittedOffset(20), ("t", 1): CommittedOffset(0)})
+        clock.advance(5_000)
+        lags = {(lag.topic, lag.partition): lag for lag in await group_lags(broker, "g")}
+        assert (lags[("t", 0)].current_offset, lags[("t", 0)].log_end_offset, lags[("t", 0)].lag) == (20, 150, 130)
+        assert lags[("t", 0)].time_lag_ms == 5_000
+        assert lags[("t", 0)].status == "caution"
+        assert (lags[("t", 1)].lag, lags[("t", 1)].time_lag_ms, lags[("t", 1)].status) == (0, 0, "OK")
+        await broker.close()
+
+    run(scenario())
+    assert [lag_status(n) for n in (0, 99, 100, 999, 1000, 9999, 10000)] == [
+        "OK", "OK", "caution", "caution", "warning", "warning", "critical"]
