@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from .support import decode_binary
+from .support import decode_binary, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -202,3 +202,50 @@ def test_readers_racing_tiering_and_hot_segment_deletion(broker, make_topic):
     for t in readers:
         t.join(120)
     assert not problems, problems[:3]
+
+
+def test_deleting_a_topic_under_producers_and_fetchers(broker, make_topic):
+    """Requests racing a delete get a 200 (before) or UNKNOWN_TOPIC_OR_PARTITION (after;
+    40401, or 40402 for one caught between its topic and partition lookups), never a
+    server error; afterwards the name can be created again, empty."""
+    topic = make_topic(partitions=2)
+    stop = threading.Event()
+    seen: list[tuple[int, int | None]] = []
+
+    def hammer(kind: str):
+        with broker.new_client() as rest:
+            while not stop.is_set():
+                if kind == "produce":
+                    resp = rest.produce_binary(topic, [{"value": b"x", "partition": len(seen) % 2}], acks="1")
+                else:
+                    resp = rest.fetch(topic, 0, 0, max_records=10)
+                body = resp.json() if resp.headers.get("content-type", "").endswith("json") else None
+                code = body.get("error_code") if isinstance(body, dict) else None
+                seen.append((resp.status_code, code))
+
+    workers = [threading.Thread(target=hammer, args=(k,), daemon=True) for k in ("produce", "produce", "fetch")]
+    for w in workers:
+        w.start()
+    try:
+        wait_until(lambda: len(seen) >= 30, "some traffic before the delete")
+        resp = broker.rest.http.delete(broker.rest.v3(f"/topics/{topic}"))
+        assert resp.status_code == 204, resp.text
+        wait_until(lambda: seen[-3:] and all(s == (404, 40401) for s in seen[-3:]), "requests to see the topic gone")
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(60)
+    bad = [s for s in seen if s[0] != 200 and s not in ((404, 40401), (404, 40402))]
+    assert not bad, f"requests racing a delete got {sorted(set(bad))}"
+    assert broker.rest.create_topic(topic, 1).status_code == 201
+    assert broker.rest.end_offsets(topic) == {0: 0}
+
+
+def test_one_request_with_ten_thousand_records(broker, topic):
+    rest = broker.rest
+    records = [{"key": f"{i}".encode() if i % 2 else None, "value": f"v{i}".encode()} for i in range(10_000)]
+    resp = rest.produce_binary(topic, records)
+    assert resp.status_code == 200, resp.text
+    assert [o["offset"] for o in resp.json()["offsets"]] == list(range(10_000))
+    fetched = rest.fetch_range(topic, 0, 0, 10_000)
+    assert [decode_binary(r)["value"] for r in fetched] == [r["value"] for r in records]
