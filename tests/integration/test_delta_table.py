@@ -163,3 +163,16 @@ def test_records_that_left_the_hot_tier_are_fetched_from_the_table(broker, make_
     from_table = [decode_binary(r) for r in rest.fetch_range(topic, 0, 0, n)]
     assert from_table == hot_before
     assert read_table(broker.table_path(topic)).num_rows == n
+
+
+def test_large_values_and_edge_records_reach_the_table_unchanged(broker, topic):
+    import os
+
+    rest = broker.rest
+    records = [{"key": os.urandom(512), "value": os.urandom(100 * 1024)} for _ in range(4)]
+    records += [{"key": b"", "value": b""}, {"key": None, "value": None}, {"key": b"", "value": None}]
+    resp = rest.produce_binary(topic, records)
+    assert resp.status_code == 200, resp.text
+    rows = rows_by_offset(wait_for_table(broker.table_path(topic), {0: len(records)}))
+    assert [(rows[(0, o)]["key"], rows[(0, o)]["value"]) for o in range(len(records))] == [
+        (r["key"], r["value"]) for r in records]
