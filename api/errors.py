@@ -9,6 +9,7 @@ What is not a laketail error yet is translated here, once:
   -> INVALID_REQUEST 400/40001;
 * Starlette's own HTTP errors (no such route 404, wrong method 405) -> the same body
   shape with ``error_code`` = status * 100;
+* a client that disconnects while its body is read -> nothing worth logging;
 * anything unexpected -> UNKNOWN_SERVER_ERROR 500/50001 (logged with its traceback).
 
 Two errors the gateway needs are not in ``laketail.errors`` yet and live here until
@@ -25,6 +26,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -97,6 +99,12 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
     return response
 
 
+async def _on_disconnect(request: Request, exc: Exception) -> Response:
+    """The client went away while its body was being read: nobody will read an answer."""
+    log.debug("client disconnected during %s %s", request.method, request.url.path)
+    return Response(status_code=499)
+
+
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unexpected error in %s %s", request.method, request.url.path)
     err = LaketailError(f"{type(exc).__name__}: {exc}")
@@ -152,5 +160,6 @@ def install(app: FastAPI, max_body_bytes: int) -> None:
     app.add_exception_handler(LaketailError, _on_laketail_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
+    app.add_exception_handler(ClientDisconnect, _on_disconnect)
     app.add_exception_handler(Exception, _on_unexpected)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
