@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from laketail.catalog import Catalog, TopicInfo, validate_topic_name
 from laketail.clock import Clock, SystemClock
-from laketail.config import TOPIC_CONFIGS, BrokerSettings
+from laketail.config import TOPIC_CONFIGS, BrokerSettings, TopicConfig
 from laketail.coordinator.groups import GroupCoordinator
 from laketail.coordinator.offsets import OffsetStore
 from laketail.errors import (
@@ -52,6 +52,7 @@ from laketail.records import (
     build_frame_batch,
 )
 from laketail.storage.log_manager import LogManager
+from laketail.storage.partition_log import OffsetBelowHotTier
 from laketail.storage.table_reader import TableReader
 from laketail.storage.tierer import Tierer
 
@@ -128,6 +129,7 @@ class BrokerInfo:
 @dataclass
 class _TopicRuntime:
     info: TopicInfo
+    config: TopicConfig
     sticky: StickyPartitioner = field(default_factory=StickyPartitioner)
 
 
@@ -201,7 +203,7 @@ class Broker:
             tiered = await asyncio.to_thread(self.tables.tiered_offset, info.name, p)
             start = await asyncio.to_thread(self.tables.log_start_offset, info.name, p)
             await asyncio.to_thread(self.logs.open_partition, info.name, p, config, tiered, start)
-        self._topics[info.name] = _TopicRuntime(info)
+        self._topics[info.name] = _TopicRuntime(info, config)
 
     # -- metadata -----------------------------------------------------------------
 
@@ -222,8 +224,15 @@ class Broker:
             raise UnknownTopicOrPartition.topic(name)
         return runtime.info
 
-    def topic_config(self, name: str):
-        return self.settings.topic_config(self.topic(name).configs)
+    def _runtime(self, name: str) -> _TopicRuntime:
+        runtime = self._topics.get(name)
+        if runtime is None:
+            raise UnknownTopicOrPartition.topic(name)
+        return runtime
+
+    def topic_config(self, name: str) -> TopicConfig:
+        """The topic's effective configuration (defaults filled in)."""
+        return self._runtime(name).config
 
     def describe_configs(self, name: str) -> list[ConfigEntry]:
         info = self.topic(name)
@@ -328,6 +337,7 @@ class Broker:
         config = self.settings.topic_config(merged)
         new_info = await asyncio.to_thread(self.catalog.alter_topic, name, merged)
         self._topics[name].info = new_info
+        self._topics[name].config = config
         for p in range(info.partitions):
             self.logs.get(name, p).config = config
         self.tierer.schedule(name)
@@ -342,8 +352,8 @@ class Broker:
         Nothing is written unless every record passes validation. With ``acks="0"`` the
         append still happens, but the caller may answer before awaiting this.
         """
-        info = self.topic(topic)
-        config = self.settings.topic_config(info.configs)
+        runtime = self._runtime(topic)
+        info, config = runtime.info, runtime.config
         if isinstance(batch, pa.Table):
             batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else pa.RecordBatch.from_pylist([], PRODUCE_SCHEMA)
         n = batch.num_rows
@@ -355,43 +365,68 @@ class Broker:
         headers = batch.column("headers") if "headers" in names else pa.nulls(n, HEADER_TYPE)
 
         self._check_sizes(keys, values, headers, config.max_message_bytes)
-        partitions = self._assign_partitions(info, keys, batch.column("partition") if "partition" in names else None)
+        partitions = self._assign_partitions(runtime, keys, batch.column("partition") if "partition" in names else None)
 
         now_ms = self.clock.now_ms()
         if config.message_timestamp_type == "LogAppendTime" or "timestamp" not in names:
-            ts_ms = pa.repeat(pa.scalar(now_ms, pa.int64()), n)
             ts_type = LOG_APPEND_TIME if config.message_timestamp_type == "LogAppendTime" else CREATE_TIME
+            ts_us = pa.repeat(pa.scalar(now_ms * 1000, TIMESTAMP_TYPE), n)
+            timestamps_ms = [now_ms] * n
+            max_ts_us = now_ms * 1000
         else:
-            ts_ms = pc.fill_null(batch.column("timestamp").cast(pa.int64()), now_ms)
             ts_type = CREATE_TIME
-        ts_us = pc.multiply(ts_ms, 1000).cast(pa.int64())
+            ts_ms = pc.fill_null(batch.column("timestamp").cast(pa.int64()), now_ms)
+            ts_us = pc.multiply(ts_ms, 1000).cast(TIMESTAMP_TYPE)
+            timestamps_ms = ts_ms.to_pylist()
+            max_ts_us = None
 
-        offsets = [0] * n
+        plogs = self.logs
+
+        if isinstance(partitions, int):  # the common case: the whole request to one partition
+            frame = build_frame_batch(
+                timestamps_us=ts_us, keys=keys, values=values, headers=headers, timestamp_type=ts_type
+            )
+            base = await plogs.get(topic, partitions).append(
+                frame, leader_epoch=self.leader_epoch,
+                max_timestamp_us=max_ts_us,
+            )
+            self.tierer.wake(topic)
+            return ProduceResult([partitions] * n, list(range(base, base + n)), timestamps_ms)
+
         part_list = partitions.to_pylist()
+        offsets = [0] * n
         groups: dict[int, list[int]] = {}
         for i, p in enumerate(part_list):
             groups.setdefault(p, []).append(i)
 
-        async def append_one(p: int, rows: list[int]):
-            idx = pa.array(rows, pa.int32()) if len(groups) > 1 else None
-            take = (lambda a: a.take(idx)) if idx is not None else (lambda a: a)
+        async def append_one(p: int, rows: list[int]) -> None:
+            idx = pa.array(rows, pa.int32())
             frame = build_frame_batch(
-                timestamps_us=take(ts_us).cast(TIMESTAMP_TYPE),
-                keys=take(keys),
-                values=take(values),
-                headers=take(headers),
+                timestamps_us=ts_us.take(idx),
+                keys=keys.take(idx),
+                values=values.take(idx),
+                headers=headers.take(idx),
                 timestamp_type=ts_type,
             )
-            plog = self.logs.get(topic, p)
-            base = await plog.append(frame, leader_epoch=self.leader_epoch)
+            base = await plogs.get(topic, p).append(frame, leader_epoch=self.leader_epoch)
             for j, row in enumerate(rows):
                 offsets[row] = base + j
 
-        await asyncio.gather(*(append_one(p, rows) for p, rows in groups.items()))
+        if len(groups) == 1:
+            ((p, rows),) = groups.items()
+            frame = build_frame_batch(
+                timestamps_us=ts_us, keys=keys, values=values, headers=headers, timestamp_type=ts_type
+            )
+            base = await plogs.get(topic, p).append(frame, leader_epoch=self.leader_epoch)
+            offsets = list(range(base, base + n))
+        else:
+            await asyncio.gather(*(append_one(p, rows) for p, rows in groups.items()))
         self.tierer.wake(topic)
-        return ProduceResult(part_list, offsets, ts_ms.to_pylist())
+        return ProduceResult(part_list, offsets, timestamps_ms)
 
     def _check_sizes(self, keys: pa.Array, values: pa.Array, headers: pa.Array, limit: int) -> None:
+        if keys.nbytes + values.nbytes + headers.nbytes <= limit:
+            return  # even all records together fit: no single one can be too large
         sizes = pc.add(
             pc.fill_null(pc.binary_length(values), 0), pc.fill_null(pc.binary_length(keys), 0)
         )
@@ -414,17 +449,20 @@ class Broker:
                 f"record {index} is {biggest} bytes, above max.message.bytes={limit}"
             )
 
-    def _assign_partitions(self, info: TopicInfo, keys: pa.Array, explicit: pa.Array | None) -> pa.Array:
+    def _assign_partitions(
+        self, runtime: _TopicRuntime, keys: pa.Array, explicit: pa.Array | None
+    ) -> pa.Array | int:
+        """Each record's partition, or one ``int`` when the whole request goes to one."""
+        info = runtime.info
         n = len(keys)
         if explicit is not None and explicit.null_count == 0:
-            bad = pc.or_(pc.less(explicit, 0), pc.greater_equal(explicit, info.partitions))
-            if pc.any(bad).as_py():
-                p = pc.filter(explicit, bad)[0].as_py()
-                raise UnknownTopicOrPartition.partition(info.name, p)
-            return explicit.cast(pa.int32())
+            bounds = pc.min_max(explicit)
+            low, high = bounds["min"].as_py(), bounds["max"].as_py()
+            if low < 0 or high >= info.partitions:
+                raise UnknownTopicOrPartition.partition(info.name, low if low < 0 else high)
+            return low if low == high else explicit.cast(pa.int32())
         if (explicit is None or explicit.null_count == n) and keys.null_count == n:
-            sticky = self._topics[info.name].sticky.next_batch(info.partitions)
-            return pa.repeat(pa.scalar(sticky, pa.int32()), n)
+            return runtime.sticky.next_batch(info.partitions)
         explicit_list = explicit.to_pylist() if explicit is not None else [None] * n
         sticky = None
         out = []
@@ -436,7 +474,7 @@ class Broker:
                 p = partition_for_key(key, info.partitions)
             else:
                 if sticky is None:
-                    sticky = self._topics[info.name].sticky.next_batch(info.partitions)
+                    sticky = runtime.sticky.next_batch(info.partitions)
                 p = sticky
             out.append(p)
         return pa.array(out, pa.int32())
@@ -473,13 +511,17 @@ class Broker:
         limit_records = max_records if max_records and max_records > 0 else 500
         limit_bytes = max_bytes if max_bytes and max_bytes > 0 else 52_428_800
         end = plog.high_watermark
+        table = None
         if offset >= plog.hot_start_offset:
+            try:
+                table = await asyncio.to_thread(
+                    plog.read, offset, end, limit_records, limit_bytes, partition
+                )
+            except OffsetBelowHotTier:
+                table = None  # local retention removed it meanwhile: the table has it
+        if table is None:
             table = await asyncio.to_thread(
-                plog.read, offset, end, limit_records, limit_bytes, partition
-            )
-        else:
-            table = await asyncio.to_thread(
-                self.tables.read, topic, partition, offset, min(end, plog.hot_start_offset),
+                self.tables.read, topic, partition, offset, min(end, plog.tiered_offset),
                 limit_records, limit_bytes,
             )
         next_offset = table.column("offset")[-1].as_py() + 1 if table.num_rows else offset

@@ -13,6 +13,7 @@ Kafka's milliseconds and convert at their edge.
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 import pyarrow as pa
@@ -59,6 +60,23 @@ def record_size(key: bytes | None, value: bytes | None, headers) -> int:
     return size
 
 
+@functools.lru_cache(maxsize=256)
+def _constant_columns(
+    n: int, timestamp_type: int, producer_id: int, producer_epoch: int, transactional: bool,
+    control: str | None,
+) -> tuple[pa.Array, ...]:
+    """Columns that hold one value for a whole producer batch (immutable, so shared)."""
+    return (
+        pa.repeat(pa.scalar(timestamp_type, pa.int8()), n),
+        pa.repeat(pa.scalar(producer_id, pa.int64()), n),
+        pa.repeat(pa.scalar(producer_epoch, pa.int16()), n),
+        pa.repeat(pa.scalar(transactional, pa.bool_()), n),
+        pa.repeat(pa.scalar(control, pa.string()), n),
+        pa.repeat(pa.scalar(NO_SEQUENCE, pa.int32()), n),
+        pa.nulls(n, HEADER_TYPE),
+    )
+
+
 def build_frame_batch(
     *,
     timestamps_us: pa.Array | list[int],
@@ -74,25 +92,32 @@ def build_frame_batch(
 ) -> pa.RecordBatch:
     """A batch in ``FRAME_SCHEMA`` from column values (one producer batch)."""
     n = len(values)
+    ts_type, pid, epoch, txn, ctl, no_seq, no_headers = _constant_columns(
+        n, timestamp_type, producer_id, producer_epoch, transactional, control
+    )
     if headers is None:
-        headers = pa.nulls(n, HEADER_TYPE) if n else pa.array([], HEADER_TYPE)
+        headers = no_headers
     if base_sequence == NO_SEQUENCE:
-        sequence = pa.repeat(pa.scalar(NO_SEQUENCE, pa.int32()), n)
+        sequence = no_seq
     else:
         sequence = pa.array(range(base_sequence, base_sequence + n), pa.int32())
+    if isinstance(timestamps_us, pa.Array):
+        if timestamps_us.type != TIMESTAMP_TYPE:
+            timestamps_us = timestamps_us.cast(TIMESTAMP_TYPE)
+    else:
+        timestamps_us = pa.array(timestamps_us, TIMESTAMP_TYPE)
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(timestamps_us, TIMESTAMP_TYPE) if not isinstance(timestamps_us, pa.Array)
-            else timestamps_us.cast(TIMESTAMP_TYPE),
-            pa.repeat(pa.scalar(timestamp_type, pa.int8()), n),
+            timestamps_us,
+            ts_type,
             keys if isinstance(keys, pa.Array) else pa.array(keys, pa.binary()),
             values if isinstance(values, pa.Array) else pa.array(values, pa.binary()),
             headers if isinstance(headers, pa.Array) else pa.array(headers, HEADER_TYPE),
-            pa.repeat(pa.scalar(producer_id, pa.int64()), n),
-            pa.repeat(pa.scalar(producer_epoch, pa.int16()), n),
+            pid,
+            epoch,
             sequence,
-            pa.repeat(pa.scalar(transactional, pa.bool_()), n),
-            pa.repeat(pa.scalar(control, pa.string()), n),
+            txn,
+            ctl,
         ],
         schema=FRAME_SCHEMA,
     )

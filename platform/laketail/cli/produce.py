@@ -159,6 +159,8 @@ def produce(topic: str, key_separator: str | None, partition: int | None, acks: 
     path = f"/topics/{segment(topic)}"
     if partition is not None:
         path += f"/partitions/{partition}"
+    if sys.stdin is None:
+        raise CommandError("standard input is closed: produce reads its records from stdin")
     tally = ProduceTally()
     err = Console(stderr=True, highlight=False)
     show_progress = err.is_terminal and not sys.stdin.isatty()

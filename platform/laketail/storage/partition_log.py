@@ -42,6 +42,11 @@ from laketail.storage.segment import SUFFIX, Segment
 log = logging.getLogger(__name__)
 
 
+class OffsetBelowHotTier(Exception):
+    """The wanted offset is no longer in the hot tier (local retention removed it):
+    read the table instead."""
+
+
 @dataclass
 class _PendingAppend:
     payload: pa.Buffer
@@ -158,7 +163,13 @@ class PartitionLog:
 
     # -- appending -------------------------------------------------------------------------------
 
-    async def append(self, batch: pa.RecordBatch, leader_epoch: int = 0, attributes: int = 0) -> int:
+    async def append(
+        self,
+        batch: pa.RecordBatch,
+        leader_epoch: int = 0,
+        attributes: int = 0,
+        max_timestamp_us: int | None = None,
+    ) -> int:
         """Append one producer batch (FRAME_SCHEMA); return its base offset.
 
         Returns once the batch is written (and fsynced when the flush policy says so).
@@ -168,7 +179,10 @@ class PartitionLog:
         if batch.num_rows == 0:
             raise ValueError("empty batch")
         payload = frame.serialize_batch(batch)
-        max_ts = pc.max(batch.column("timestamp")).value
+        max_ts = (
+            max_timestamp_us if max_timestamp_us is not None
+            else pc.max(batch.column("timestamp")).value
+        )
         future = asyncio.get_running_loop().create_future()
         self._pending.append(
             _PendingAppend(payload, batch.num_rows, max_ts, leader_epoch, attributes, future)
@@ -279,15 +293,20 @@ class PartitionLog:
         self, start: int, end: int, max_records: int, max_bytes: int, partition: int | None = None
     ) -> pa.Table:
         """Records in ``[start, min(end, HW))`` from the hot tier, at most ``max_records``
-        and about ``max_bytes`` (at least one record, so a consumer always progresses)."""
+        and about ``max_bytes`` (at least one record, so a consumer always progresses).
+
+        Raises :class:`OffsetBelowHotTier` when ``start`` is below the first hot segment
+        (it may have been removed since the caller looked)."""
         end = min(end, self.high_watermark)
         partition = self.partition if partition is None else partition
         segments = self._segments
         batches: list[pa.RecordBatch] = []
         if start >= end:
             return pa.Table.from_batches([], RECORD_SCHEMA)
+        if start < segments[0].base_offset:
+            raise OffsetBelowHotTier(start)
         bases = [s.base_offset for s in segments]
-        i = max(bisect.bisect_right(bases, start) - 1, 0)
+        i = bisect.bisect_right(bases, start) - 1
         taken = 0
         nbytes = 0
         for segment in segments[i:]:

@@ -1,0 +1,200 @@
+"""Client configuration: librdkafka's property names, parsed once into typed, frozen values.
+
+``Producer(conf)``, ``Consumer(conf)`` and ``AdminClient(conf)`` take a dict of
+librdkafka properties (``"bootstrap.servers"``, ``"linger.ms"``, ...), optionally
+overridden by keyword arguments spelled with underscores (``linger_ms=10``), as
+confluent-kafka does. :func:`parse` checks every key against its role's table and
+turns values into Python types with their units in the field names; an unknown key is
+``KafkaError._INVALID_ARG`` ("No such configuration property"), as librdkafka says.
+
+Properties that only tune librdkafka's own machinery (socket buffers, compression,
+statistics, SASL/SSL, ...) are accepted and ignored (:data:`IGNORED`), so a
+configuration written for confluent-kafka keeps working; they have no meaning for
+laketail's HTTP gateway. ``bootstrap.servers`` lists gateway URLs
+(``http://host:8082``; a bare ``host:port`` means ``http://host:port``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable
+
+from laketail.client.errors import KafkaException, local_error
+
+#: librdkafka properties accepted for compatibility and without effect here.
+IGNORED = frozenset({
+    "api.version.request", "api.version.fallback.ms", "broker.version.fallback",
+    "broker.address.family", "check.crcs", "client.rack", "compression.codec",
+    "compression.level", "compression.type", "connections.max.idle.ms", "debug",
+    "enable.ssl.certificate.verification", "fetch.error.backoff.ms", "fetch.min.bytes",
+    "fetch.queue.backoff.ms", "group.instance.id", "group.protocol", "log_level", "logger",
+    "log.connection.close", "max.in.flight", "max.in.flight.requests.per.connection",
+    "message.copy.max.bytes", "partitioner", "queue.buffering.max.kbytes",
+    "queued.max.messages.kbytes", "queued.min.messages",
+    "receive.message.max.bytes", "reconnect.backoff.max.ms", "reconnect.backoff.ms",
+    "retry.backoff.max.ms", "security.protocol", "socket.keepalive.enable",
+    "socket.nagle.disable", "socket.receive.buffer.bytes", "socket.send.buffer.bytes",
+    "statistics.interval.ms", "stats_cb", "throttle_cb", "oauth_cb", "allow.auto.create.topics",
+    "topic.metadata.propagation.max.ms", "sticky.partitioning.linger.ms",
+})
+_IGNORED_PREFIXES = ("ssl.", "sasl.", "ssl_", "sasl_")
+
+
+def _bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {raw!r}")
+
+
+def _servers(raw: Any) -> tuple[str, ...]:
+    items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
+    out = []
+    for item in items:
+        url = str(item).strip().rstrip("/")
+        if url:
+            out.append(url if "://" in url else f"http://{url}")
+    if not out:
+        raise ValueError("needs at least one gateway URL")
+    return tuple(out)
+
+
+def _acks(raw: Any) -> str:
+    text = str(raw).strip().lower()
+    mapped = {"all": "all", "-1": "all", "1": "1", "0": "0"}.get(text)
+    if mapped is None:
+        raise ValueError(f"acks must be 0, 1, all or -1, got {raw!r}")
+    return mapped
+
+
+def _reset(raw: Any) -> str:
+    text = str(raw).strip().lower()
+    mapped = {"earliest": "earliest", "smallest": "earliest", "beginning": "earliest",
+              "latest": "latest", "largest": "latest", "end": "latest",
+              "none": "none", "error": "none"}.get(text)
+    if mapped is None:
+        raise ValueError(f"auto.offset.reset must be earliest, latest or none, got {raw!r}")
+    return mapped
+
+
+def _isolation(raw: Any) -> str:
+    text = str(raw).strip().lower()
+    if text not in ("read_committed", "read_uncommitted"):
+        raise ValueError(f"isolation.level must be read_committed or read_uncommitted, got {raw!r}")
+    return text
+
+
+def _strategies(raw: Any) -> tuple[str, ...]:
+    items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
+    out = tuple(s.strip().lower() for s in items if str(s).strip())
+    known = {"range", "roundrobin", "cooperative-sticky"}
+    unknown = [s for s in out if s not in known]
+    if unknown or not out:
+        raise ValueError(f"partition.assignment.strategy must list {sorted(known)}, got {raw!r}")
+    return out
+
+
+def _callable(raw: Any) -> Callable | None:
+    if raw is not None and not callable(raw):
+        raise ValueError("expected a callable")
+    return raw
+
+
+def _key(name: str, parse: Callable[[Any], Any] = int, *aliases: str) -> dict:
+    """Field metadata: the property's name, parser and aliases."""
+    return {"kafka": name, "parse": parse, "aliases": aliases}
+
+
+@dataclass(frozen=True)
+class CommonConfig:
+    bootstrap_servers: tuple[str, ...] = field(
+        default=("http://127.0.0.1:8082",), metadata=_key("bootstrap.servers", _servers, "metadata.broker.list"))
+    client_id: str = field(default="rdkafka", metadata=_key("client.id", str))
+    socket_timeout_ms: int = field(default=60_000, metadata=_key("socket.timeout.ms", int, "request.timeout.ms"))
+    retry_backoff_ms: int = field(default=100, metadata=_key("retry.backoff.ms"))
+    metadata_max_age_ms: int = field(
+        default=300_000, metadata=_key("topic.metadata.refresh.interval.ms", int, "metadata.max.age.ms"))
+    message_max_bytes: int = field(default=1_000_000, metadata=_key("message.max.bytes"))
+    error_cb: Callable | None = field(default=None, metadata=_key("error_cb", _callable))
+
+
+@dataclass(frozen=True)
+class ProducerConfig(CommonConfig):
+    acks: str = field(default="all", metadata=_key("acks", _acks, "request.required.acks"))
+    linger_ms: float = field(default=5.0, metadata=_key("linger.ms", float, "queue.buffering.max.ms"))
+    batch_size: int = field(default=1_000_000, metadata=_key("batch.size"))
+    batch_num_messages: int = field(default=10_000, metadata=_key("batch.num.messages"))
+    retries: int = field(default=2_147_483_647, metadata=_key("retries", int, "message.send.max.retries"))
+    delivery_timeout_ms: int = field(
+        default=300_000, metadata=_key("delivery.timeout.ms", int, "message.timeout.ms"))
+    enable_idempotence: bool = field(default=False, metadata=_key("enable.idempotence", _bool))
+    transactional_id: str | None = field(default=None, metadata=_key("transactional.id", str))
+    on_delivery: Callable | None = field(default=None, metadata=_key("on_delivery", _callable))
+    delivery_report_only_error: bool = field(
+        default=False, metadata=_key("delivery.report.only.error", _bool))
+    queue_buffering_max_messages: int = field(
+        default=100_000, metadata=_key("queue.buffering.max.messages"))
+    max_in_flight_batches: int = field(default=4, metadata=_key("laketail.sender.threads"))
+
+
+@dataclass(frozen=True)
+class ConsumerConfig(CommonConfig):
+    group_id: str | None = field(default=None, metadata=_key("group.id", str))
+    auto_offset_reset: str = field(default="latest", metadata=_key("auto.offset.reset", _reset))
+    enable_auto_commit: bool = field(default=True, metadata=_key("enable.auto.commit", _bool))
+    auto_commit_interval_ms: int = field(default=5_000, metadata=_key("auto.commit.interval.ms"))
+    enable_auto_offset_store: bool = field(default=True, metadata=_key("enable.auto.offset.store", _bool))
+    enable_partition_eof: bool = field(default=False, metadata=_key("enable.partition.eof", _bool))
+    isolation_level: str = field(default="read_committed", metadata=_key("isolation.level", _isolation))
+    session_timeout_ms: int = field(default=45_000, metadata=_key("session.timeout.ms"))
+    heartbeat_interval_ms: int = field(default=3_000, metadata=_key("heartbeat.interval.ms"))
+    max_poll_interval_ms: int = field(default=300_000, metadata=_key("max.poll.interval.ms"))
+    partition_assignment_strategy: tuple[str, ...] = field(
+        default=("range", "roundrobin"), metadata=_key("partition.assignment.strategy", _strategies))
+    fetch_wait_max_ms: int = field(default=500, metadata=_key("fetch.wait.max.ms", int, "fetch.max.wait.ms"))
+    max_partition_fetch_bytes: int = field(
+        default=1_048_576, metadata=_key("max.partition.fetch.bytes", int, "fetch.message.max.bytes"))
+    fetch_max_bytes: int = field(default=52_428_800, metadata=_key("fetch.max.bytes"))
+    fetch_max_records: int = field(default=500, metadata=_key("laketail.fetch.max.records"))
+    on_commit: Callable | None = field(default=None, metadata=_key("on_commit", _callable))
+
+
+@dataclass(frozen=True)
+class AdminConfig(CommonConfig):
+    pass
+
+
+def _table(cls: type) -> dict[str, Any]:
+    out = {}
+    for f in fields(cls):
+        meta = f.metadata
+        for name in (meta["kafka"], *meta["aliases"]):
+            out[name] = f
+    return out
+
+
+def parse(cls: type, conf: dict[str, Any] | None, kwargs: dict[str, Any]):
+    """``cls`` (a config dataclass) from a librdkafka property dict and keyword overrides."""
+    table = _table(cls)
+    merged: dict[str, Any] = dict(conf or {})
+    for key, value in kwargs.items():
+        native = key in table or key in IGNORED
+        merged[key if native else key.replace("_", ".")] = value
+    values: dict[str, Any] = {}
+    for name, raw in merged.items():
+        f = table.get(name)
+        if f is None:
+            if name in IGNORED or name.startswith(_IGNORED_PREFIXES) or name.startswith("default.topic.config"):
+                continue
+            raise KafkaException(local_error("_INVALID_ARG", f'No such configuration property: "{name}"'))
+        try:
+            values[f.name] = f.metadata["parse"](raw)
+        except (TypeError, ValueError) as exc:
+            raise KafkaException(
+                local_error("_INVALID_ARG", f'Invalid value "{raw}" for configuration property "{name}": {exc}')
+            ) from None
+    return cls(**values)
