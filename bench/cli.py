@@ -88,7 +88,10 @@ def main(argv: list[str]) -> int:
                 ctx.begin(title)
                 try:
                     module = importlib.import_module(f"bench.{module_name}")
+                    load = os.getloadavg()[0]
                     got = module.run(ctx)
+                    for f in got:
+                        f.details.setdefault("loadavg_at_start", load)
                     figures.extend(got)
                     for f in got:
                         ctx.console.print(_line(f))

@@ -38,7 +38,7 @@ class Params:
     flat_commits: int = 300
     flat_records: int = 1_000_000
     flat_stages: int = 3
-    flat_rate: float = 200.0
+    flat_rate: float = 100.0  # half of target 5's load: measure the path, not queueing
     flat_window_s: float = 10.0
     naive_commits: int = 300
     latency_rate: float = 200.0

@@ -1,6 +1,6 @@
 """Benchmark 4: is produce latency flat as the topic's Delta table grows?
 
-laketail: probe produce latency (one 100-byte record, acks=1, 200 requests/s) on an
+laketail: probe produce latency (one 100-byte record, acks=1, 100 requests/s) on an
 empty topic, then grow the topic in stages towards ``flat_commits`` table commits and
 ``flat_records`` records (the issue: 5,000 and 10M under ``--full``), probing again after
 each stage. While growing, ``table.flush.interval.ms`` is lowered to its minimum (10) so
@@ -44,7 +44,7 @@ def run(ctx: Context) -> list[Figure]:
     def probe(label: str) -> dict:
         ctx.status(f"probing produce latency ({label})")
         path = f"/topics/{TOPIC}?acks=1"
-        client.run(paced_produce(broker.url, path, p.flat_rate, 2.0, p.value_bytes))  # warm-up
+        client.run(paced_produce(broker.url, path, p.flat_rate, 5.0, p.value_bytes))  # warm-up
         commits = watcher.next_version
         res = client.run(paced_produce(broker.url, path, p.flat_rate, p.flat_window_s, p.value_bytes))
         s = summary(res.latencies_ms())
