@@ -158,6 +158,7 @@ class Broker:
             initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
         )
         self._background: list[asyncio.Task] = []
+        self._admin_lock = asyncio.Lock()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -165,6 +166,8 @@ class Broker:
         """Open the catalog and every partition log (recovering torn tails), then start
         tiering. Records an unclean shutdown left untiered are tiered on the first pass."""
         self.cluster_id = await asyncio.to_thread(self.catalog.open)
+        known = {info.name for info in self.catalog.topics()}
+        await asyncio.to_thread(self.logs.remove_orphans, None, known)
         for info in self.catalog.topics():
             await self._open_topic(info)
         await self.offsets.load()
@@ -307,20 +310,32 @@ class Broker:
         if validate_only:
             self.catalog.check_can_create(name)
             return TopicInfo(name, "", partitions, rf, overrides, internal=name.startswith("__"))
-        info = await asyncio.to_thread(self.catalog.create_topic, name, partitions, rf, overrides)
-        await asyncio.to_thread(self.tables.create_table, name)
-        await self._open_topic(info)
+        async with self._admin_lock:
+            self.catalog.check_can_create(name)
+            # Leftovers of a delete cut short by a crash belong to no topic: clear them
+            # before the catalog commit that makes the new topic exist.
+            await asyncio.to_thread(self._remove_leftovers, name)
+            info = await asyncio.to_thread(self.catalog.create_topic, name, partitions, rf, overrides)
+            await asyncio.to_thread(self.tables.create_table, name)
+            await self._open_topic(info)
         self.tierer.schedule(name)
         return info
 
     async def delete_topic(self, name: str) -> None:
-        info = self.topic(name)
-        self._topics.pop(name, None)
-        await self.tierer.forget(name)
-        for p in range(info.partitions):
-            await self.logs.delete_partition(name, p)
-        await asyncio.to_thread(self.catalog.delete_topic, name)
-        await asyncio.to_thread(self.tables.delete_table, name)
+        """The catalog commit is the point of no return; the table and hot logs go after
+        it (a crash in between leaves leftovers that the next create of the name clears)."""
+        async with self._admin_lock:
+            info = self.topic(name)
+            await asyncio.to_thread(self.catalog.delete_topic, name)
+            self._topics.pop(name, None)
+            await self.tierer.forget(name)
+            for p in range(info.partitions):
+                await self.logs.delete_partition(name, p)
+            await asyncio.to_thread(self.tables.delete_table, name)
+
+    def _remove_leftovers(self, name: str) -> None:
+        self.tables.delete_table(name)
+        self.logs.remove_orphans({name})
 
     async def alter_topic_configs(
         self, name: str, set_configs: dict[str, str] | None = None, delete: list[str] | None = None

@@ -71,6 +71,22 @@ class LogManager:
             if directory.exists():
                 directory.rmdir()
 
+    def remove_orphans(self, topics: set[str] | None = None, keep: set[str] | None = None) -> None:
+        """Delete hot-log folders of ``topics`` (or, with ``keep``, of every topic not in
+        it) that no open partition log owns: leftovers of a delete cut by a crash."""
+        if not self.log_dir.exists():
+            return
+        for directory in self.log_dir.iterdir():
+            topic, _, partition = directory.name.rpartition("-")
+            if not directory.is_dir() or not partition.isdigit():
+                continue
+            if (topic, int(partition)) in self._logs:
+                continue
+            if (topics is not None and topic in topics) or (keep is not None and topic not in keep):
+                for path in directory.glob("*"):
+                    path.unlink(missing_ok=True)
+                directory.rmdir()
+
     def housekeeping(self, now_ms: int) -> None:
         """``flush.ms`` and local retention for every partition (runs in a worker thread)."""
         for plog in list(self._logs.values()):
