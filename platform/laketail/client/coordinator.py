@@ -95,6 +95,8 @@ class ConsumerCoordinator:
         self._poll_exceeded = False
         self._exceeded_at = 0.0
         self._rejoin_requested = False
+        self._join_failures = 0
+        self._last_join_error: int | None = None
         self._next_heartbeat = 0.0
         self._next_commit = 0.0
         self._next_refresh = 0.0
@@ -184,6 +186,10 @@ class ConsumerCoordinator:
         self._wake.wait(min(seconds, 0.5))
         self._wake.clear()
 
+    def _sleep_for(self, seconds: float) -> None:
+        """Sleep the whole time unless stopped."""
+        self._stop.wait(seconds)
+
     # -- membership ----------------------------------------------------------------------------------
 
     def _join(self) -> None:
@@ -214,6 +220,7 @@ class ConsumerCoordinator:
             self._join_failed(exc.args[0])
             return
         self._need_join = False
+        self._join_failures, self._last_join_error = 0, None
         now = time.monotonic()
         self._next_heartbeat = now + self.hb_s
         self._next_commit = max(self._next_commit, now + self.config.auto_commit_interval_ms / 1000.0)
@@ -230,9 +237,12 @@ class ConsumerCoordinator:
             return  # join again at once
         if self._stop.is_set():
             return
-        if not err.retriable():
-            self.post(error_message(err))
-        self._sleep(max(self.config.retry_backoff_ms / 1000.0, 0.5 if not err.retriable() else 0.0))
+        if not err.retriable() and err.code() != self._last_join_error:
+            self.post(error_message(err))  # each new error once, as librdkafka's error events
+        self._last_join_error = err.code()
+        self._join_failures += 1
+        backoff = self.config.retry_backoff_ms / 1000.0 * 2 ** min(self._join_failures, 6)
+        self._sleep_for(min(backoff, 5.0))
 
     def _assigned(self, new: set[TP]) -> None:
         old = set(self.owned)
