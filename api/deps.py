@@ -20,7 +20,7 @@ import pyarrow as pa
 from fastapi import Query, Request
 from starlette.responses import Response
 
-from laketail.api.errors import UnknownCluster
+from laketail.errors import UnknownCluster
 from laketail.errors import (
     InvalidRequest,
     LaketailError,
@@ -233,38 +233,24 @@ def record_error(topic: str, partitions: int, max_message_bytes: int,
     return None
 
 
-def check_records(broker: "Broker", topic: str, records: Records) -> None:
-    """What ``broker.produce`` would refuse, checked up front (used for acks=0)."""
-    info = broker.topic(topic)
-    limit = broker.topic_config(topic).max_message_bytes
-    parts = records.partitions or [None] * len(records)
-    for i, (size, p) in enumerate(zip(records.sizes(), parts)):
-        err = record_error(topic, info.partitions, limit, size, p, i)
-        if err is not None:
-            raise err
-
-
 async def produce(request: Request, topic: str, records: Records | pa.RecordBatch | pa.Table,
                   acks: Acks) -> "ProduceResult | None":
     """Append ``records`` to ``topic``; ``None`` for acks=0 (the append continues alone)."""
     broker = broker_of(request)
     if not len(records):
         raise InvalidRequest("a produce request needs at least one record")
-    if isinstance(records, Records):
-        if acks == "0":
-            check_records(broker, topic, records)
-        batch = records.to_batch()
-    else:
-        batch = records
+    batch = records.to_batch() if isinstance(records, Records) else records
     if acks == "0":
-        spawn(request.app, broker.produce(topic, batch, acks="0"), f"acks=0 produce to {topic}")
+        # Validation happens now (a bad request still gets its 4xx); the append goes on alone.
+        spawn(request.app, broker.produce_nowait(topic, batch), f"acks=0 produce to {topic}")
         return None
     return await broker.produce(topic, batch, acks=acks)
 
 
-def spawn(app: Any, coro: Any, what: str) -> asyncio.Task:
-    """Run ``coro`` detached, keeping a reference until it ends (and logging failures)."""
-    task = asyncio.get_running_loop().create_task(coro)
+def spawn(app: Any, work: Any, what: str) -> asyncio.Task:
+    """Run ``work`` (a coroutine or a task) detached, keeping a reference until it ends
+    (and logging failures)."""
+    task = work if isinstance(work, asyncio.Task) else asyncio.get_running_loop().create_task(work)
     pending: set[asyncio.Task] = app.state.pending
     pending.add(task)
 

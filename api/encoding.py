@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import orjson
 
-from laketail.api.errors import UnsupportedMediaType
+from laketail.errors import UnsupportedMediaType
 from laketail.errors import InvalidRecord, NotAcceptable
 
 EmbeddedFormat = Literal["binary", "json"]

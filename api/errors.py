@@ -11,11 +11,6 @@ What is not a laketail error yet is translated here, once:
   shape with ``error_code`` = status * 100;
 * a client that disconnects while its body is read -> nothing worth logging;
 * anything unexpected -> UNKNOWN_SERVER_ERROR 500/50001 (logged with its traceback).
-
-Two errors the gateway needs are not in ``laketail.errors`` yet and live here until
-they move there: :class:`UnknownCluster` (a v3 path naming another cluster) and
-:class:`UnsupportedMediaType` (a produce body in an embedded format laketail does not
-speak, e.g. Avro).
 """
 
 from __future__ import annotations
@@ -35,24 +30,6 @@ from laketail.errors import InvalidRequest, LaketailError, RecordTooLarge
 log = logging.getLogger(__name__)
 
 ERROR_MEDIA_TYPE = "application/json"
-
-
-class UnknownCluster(LaketailError):
-    """A v3 path names a cluster id this broker does not belong to."""
-
-    kafka_code = 104
-    kafka_name = "INCONSISTENT_CLUSTER_ID"
-    http_status = 404
-    rest_code = 40404
-
-
-class UnsupportedMediaType(LaketailError):
-    """The request body's content type names an embedded format laketail cannot decode."""
-
-    kafka_code = 42
-    kafka_name = "INVALID_REQUEST"
-    http_status = 415
-    rest_code = 41501
 
 
 class _HttpError(LaketailError):

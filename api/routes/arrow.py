@@ -40,7 +40,7 @@ from laketail.api.deps import (
 )
 from laketail.api.encoding import ARROW_STREAM
 from laketail.broker import PRODUCE_SCHEMA
-from laketail.errors import InvalidRecord, InvalidRequest, RecordTooLarge, UnknownTopicOrPartition
+from laketail.errors import InvalidRecord, InvalidRequest
 from laketail.records import RECORD_SCHEMA
 
 router = APIRouter(tags=["v1 arrow"])
@@ -93,33 +93,6 @@ def _lengths(array) -> pa.Array:
     return pc.fill_null(pc.binary_length(array), 0).cast(pa.int64())
 
 
-def check_table(broker, topic: str, table: pa.Table) -> None:
-    """What ``broker.produce`` would refuse, checked before an acks=0 answer."""
-    info = broker.topic(topic)
-    limit = broker.topic_config(topic).max_message_bytes
-    names = table.column_names
-    if "partition" in names:
-        parts = table.column("partition")
-        bad = pc.or_(pc.less(parts, 0), pc.greater_equal(parts, info.partitions))
-        if pc.any(bad).as_py():
-            raise UnknownTopicOrPartition.partition(topic, pc.filter(parts, bad)[0].as_py())
-    sizes = _lengths(table.column("value"))
-    if "key" in names:
-        sizes = pc.add(sizes, _lengths(table.column("key")))
-    if "headers" in names:
-        headers = table.column("headers").combine_chunks()
-        flat = pc.list_flatten(headers)
-        if len(flat):
-            per = pc.add(_lengths(flat.field("key")), _lengths(flat.field("value")))
-            totals = [0] * len(headers)
-            for parent, size in zip(pc.list_parent_indices(headers).to_pylist(), per.to_pylist()):
-                totals[parent] += size
-            sizes = pc.add(sizes, pa.array(totals, pa.int64()))
-    biggest = pc.max(sizes).as_py() or 0
-    if biggest > limit:
-        raise RecordTooLarge(f"a record is {biggest} bytes, above max.message.bytes={limit}")
-
-
 def summarise(partitions: list[int], offsets: list[int]) -> list[dict]:
     """Per partition: first and last offset assigned and how many records."""
     spans: dict[int, list[int]] = {}
@@ -166,8 +139,6 @@ async def _produce_arrow(request: Request, topic: str, partition: int | None) ->
     broker = state.broker
     broker.topic(topic)
     table = to_produce_table(read_ipc(await read_body(request)), partition)
-    if acks == "0":
-        check_table(broker, topic, table)
     result = await produce(request, topic, table, acks)
     nbytes = pc.sum(_lengths(table.column("value"))).as_py() or 0
     if "key" in table.column_names:

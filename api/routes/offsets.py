@@ -56,7 +56,7 @@ async def list_offsets(
         state = broker.partition_state(topic, partition)
         end = state.last_stable_offset if isolation_level == "read_committed" else state.high_watermark
         return json_response({"offset": end, "timestamp": -1})
-    found = broker.offset_for_timestamp(topic, partition, spec)
+    found = await broker.offset_for_timestamp(topic, partition, spec)
     if found is None:
         return json_response({"offset": -1, "timestamp": -1})
     offset, ts = found

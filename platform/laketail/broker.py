@@ -126,6 +126,17 @@ class BrokerInfo:
     port: int
 
 
+@dataclass(frozen=True)
+class _ProducePlan:
+    """A validated produce request: one frame per partition, ready to append."""
+
+    topic: str
+    count: int
+    partitions: list[int]
+    timestamps_ms: list[int]
+    appends: list[tuple]  # (partition log, frame batch, request rows or None, max timestamp us)
+
+
 @dataclass
 class _TopicRuntime:
     info: TopicInfo
@@ -364,11 +375,22 @@ class Broker:
         """Validate, partition, append; return each record's partition and offset.
 
         ``batch`` has ``PRODUCE_SCHEMA``'s columns (any but ``value`` may be missing).
-        Nothing is written unless every record passes validation. With ``acks="0"`` the
-        append still happens, but the caller may answer before awaiting this.
+        Nothing is written unless every record passes validation.
         """
+        plan = self._plan_produce(topic, batch)
+        return await self._execute(plan)
+
+    def produce_nowait(self, topic: str, batch: pa.RecordBatch | pa.Table) -> "asyncio.Task[ProduceResult]":
+        """acks=0: validate now (raising what ``produce`` would), append in the background.
+
+        The caller keeps the returned task referenced until it ends."""
+        plan = self._plan_produce(topic, batch)
+        return asyncio.get_running_loop().create_task(self._execute(plan))
+
+    def _plan_produce(self, topic: str, batch: pa.RecordBatch | pa.Table) -> _ProducePlan:
+        """Everything but the appends: validation, partitioning, frames (no awaits)."""
         runtime = self._runtime(topic)
-        info, config = runtime.info, runtime.config
+        config = runtime.config
         if isinstance(batch, pa.Table):
             batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else pa.RecordBatch.from_pylist([], PRODUCE_SCHEMA)
         n = batch.num_rows
@@ -395,26 +417,19 @@ class Broker:
             timestamps_ms = ts_ms.to_pylist()
             max_ts_us = None
 
-        plogs = self.logs
-
         if isinstance(partitions, int):  # the common case: the whole request to one partition
             frame = build_frame_batch(
                 timestamps_us=ts_us, keys=keys, values=values, headers=headers, timestamp_type=ts_type
             )
-            base = await plogs.get(topic, partitions).append(
-                frame, leader_epoch=self.leader_epoch,
-                max_timestamp_us=max_ts_us,
-            )
-            self.tierer.wake(topic)
-            return ProduceResult([partitions] * n, list(range(base, base + n)), timestamps_ms)
+            appends = [(self.logs.get(topic, partitions), frame, None, max_ts_us)]
+            return _ProducePlan(topic, n, [partitions] * n, timestamps_ms, appends)
 
         part_list = partitions.to_pylist()
-        offsets = [0] * n
         groups: dict[int, list[int]] = {}
         for i, p in enumerate(part_list):
             groups.setdefault(p, []).append(i)
-
-        async def append_one(p: int, rows: list[int]) -> None:
+        appends = []
+        for p, rows in groups.items():
             idx = pa.array(rows, pa.int32())
             frame = build_frame_batch(
                 timestamps_us=ts_us.take(idx),
@@ -423,21 +438,26 @@ class Broker:
                 headers=headers.take(idx),
                 timestamp_type=ts_type,
             )
-            base = await plogs.get(topic, p).append(frame, leader_epoch=self.leader_epoch)
-            for j, row in enumerate(rows):
-                offsets[row] = base + j
+            appends.append((self.logs.get(topic, p), frame, rows, None))
+        return _ProducePlan(topic, n, part_list, timestamps_ms, appends)
 
-        if len(groups) == 1:
-            ((p, rows),) = groups.items()
-            frame = build_frame_batch(
-                timestamps_us=ts_us, keys=keys, values=values, headers=headers, timestamp_type=ts_type
-            )
-            base = await plogs.get(topic, p).append(frame, leader_epoch=self.leader_epoch)
-            offsets = list(range(base, base + n))
+    async def _execute(self, plan: _ProducePlan) -> ProduceResult:
+        epoch = self.leader_epoch
+        if len(plan.appends) == 1:
+            plog, frame, _, max_ts = plan.appends[0]
+            base = await plog.append(frame, leader_epoch=epoch, max_timestamp_us=max_ts)
+            offsets = list(range(base, base + plan.count))
         else:
-            await asyncio.gather(*(append_one(p, rows) for p, rows in groups.items()))
-        self.tierer.wake(topic)
-        return ProduceResult(part_list, offsets, timestamps_ms)
+            bases = await asyncio.gather(*(
+                plog.append(frame, leader_epoch=epoch, max_timestamp_us=max_ts)
+                for plog, frame, _, max_ts in plan.appends
+            ))
+            offsets = [0] * plan.count
+            for (_, _, rows, _), base in zip(plan.appends, bases):
+                for j, row in enumerate(rows):
+                    offsets[row] = base + j
+        self.tierer.wake(plan.topic)
+        return ProduceResult(plan.partitions, offsets, plan.timestamps_ms)
 
     def _check_sizes(self, keys: pa.Array, values: pa.Array, headers: pa.Array, limit: int) -> None:
         if keys.nbytes + values.nbytes + headers.nbytes <= limit:
@@ -542,12 +562,15 @@ class Broker:
         next_offset = table.column("offset")[-1].as_py() + 1 if table.num_rows else offset
         return FetchResult(table, next_offset, plog.high_watermark, plog.log_start_offset, plog.high_watermark)
 
-    def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> tuple[int, int] | None:
+    async def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> tuple[int, int] | None:
         """Kafka's ListOffsets by time: the earliest offset whose timestamp is at or after
         ``timestamp_ms``, with that record's timestamp; ``None`` when there is none."""
         self._check_partition(topic, partition)
         plog = self.logs.get(topic, partition)
-        found = self.tables.offset_for_timestamp(topic, partition, timestamp_ms, plog.hot_start_offset)
+        return await asyncio.to_thread(self._offset_for_timestamp, topic, plog, timestamp_ms)
+
+    def _offset_for_timestamp(self, topic: str, plog, timestamp_ms: int) -> tuple[int, int] | None:
+        found = self.tables.offset_for_timestamp(topic, plog.partition, timestamp_ms, plog.hot_start_offset)
         if found is None:
             found = plog.offset_for_timestamp(timestamp_ms)
         return found

@@ -32,6 +32,8 @@ Tree::
     ├── RequestTimedOut              504 50401
     ├── CorruptMessage               500 50002
     ├── KafkaStorageError            500 50002
+    ├── UnknownCluster               404 40404 (INCONSISTENT_CLUSTER_ID)
+    ├── UnsupportedMediaType         415 41501
     └── consumer groups: IllegalGeneration 409 40904, RebalanceInProgress 409 40905,
         UnknownMemberId 404 40405, GroupIdNotFound 404 40406, NonEmptyGroup 409 40906,
         NoOffsetForPartition 409 40907, InvalidGroupId 422 42210,
@@ -225,6 +227,24 @@ def from_body(status: int, body: dict) -> LaketailError:
         detail = message
     err = cls(detail, rest_code=int(body.get("error_code", status * 100)))
     return err
+
+
+class UnknownCluster(LaketailError):
+    """A v3 path names a cluster id this broker does not belong to."""
+
+    kafka_code = 104
+    kafka_name = "INCONSISTENT_CLUSTER_ID"
+    http_status = 404
+    rest_code = 40404
+
+
+class UnsupportedMediaType(LaketailError):
+    """The request body's content type names an embedded format laketail cannot decode."""
+
+    kafka_code = 42
+    kafka_name = "INVALID_REQUEST"
+    http_status = 415
+    rest_code = 41501
 
 
 # -- consumer groups (Kafka's group coordinator errors) --------------------------------------
