@@ -6,8 +6,9 @@ in flight and closes it. Routes live in :mod:`laketail.api.routes`, one module p
 resource; errors are translated in one place (:mod:`laketail.api.errors`); metrics
 are at ``GET /metrics`` and the OpenAPI UI at ``/docs``.
 
-State on ``app.state``: ``settings``, ``broker``, ``metrics`` and ``pending`` (the
-tasks of acks=0 appends, kept referenced until they end).
+State on ``app.state``: ``settings``, ``broker``, ``metrics``, ``pending`` (the
+tasks of acks=0 appends, kept referenced until they end) and ``consumers`` (the v2
+consumer instances, destroyed at shutdown).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from laketail.api.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from laketail.api.routes import ROUTERS
 from laketail.broker import Broker
 from laketail.config import BrokerSettings
+from laketail.coordinator.instances import ConsumerInstances
 
 DESCRIPTION = """\
 laketail is a streaming platform with Kafka's semantics whose topics are Delta Lake tables.
@@ -33,7 +35,9 @@ laketail is a streaming platform with Kafka's semantics whose topics are Delta L
   (`application/vnd.kafka.binary.v2+json`, `application/vnd.kafka.json.v2+json`).
 * **Redpanda fetch**: `GET /topics/{t}/partitions/{p}/records?offset=`.
 * **Confluent v3**: clusters, topic admin and configs, produce with headers (streaming mode too).
-* **laketail /v1**: Arrow IPC produce and fetch, offsets by timestamp.
+* **Confluent v2 consumer instances** (`/consumers/{group}`) and **v3 consumer groups and
+  lag** (`/v3/clusters/{id}/consumer-groups`), with laketail's time lag.
+* **laketail /v1**: Arrow IPC produce and fetch, offsets by timestamp, the group protocol.
 
 Every produce endpoint takes `acks` (0, 1, all). Errors are
 `{"error_code": <Confluent code>, "message": "<Kafka error name>: ..."}`.
@@ -54,6 +58,7 @@ def create_app(settings: BrokerSettings, broker: Broker | None = None) -> FastAP
         try:
             yield
         finally:
+            await app.state.consumers.close()  # v2 consumer instances leave their groups
             pending = list(app.state.pending)
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
@@ -71,6 +76,7 @@ def create_app(settings: BrokerSettings, broker: Broker | None = None) -> FastAP
     app.state.broker = broker
     app.state.metrics = GatewayMetrics(broker)
     app.state.pending = set()
+    app.state.consumers = ConsumerInstances(broker, settings.consumer_instance_timeout_ms)
     errors.install(app, settings.socket_request_max_bytes)
     for router in ROUTERS:
         app.include_router(router)

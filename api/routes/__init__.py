@@ -4,7 +4,19 @@ The produce and fetch routes come first: routing tries routes in order, so the h
 paths match after the fewest attempts.
 """
 
-from laketail.api.routes import arrow, clusters, fetch, offsets, produce, topics, v3_records, v3_topics
+from laketail.api.routes import (
+    arrow,
+    clusters,
+    consumers,
+    fetch,
+    groups_v1,
+    offsets,
+    produce,
+    topics,
+    v3_groups,
+    v3_records,
+    v3_topics,
+)
 
 ROUTERS = [
     produce.router,
@@ -15,6 +27,9 @@ ROUTERS = [
     v3_records.router,
     arrow.router,
     offsets.router,
+    consumers.router,
+    groups_v1.router,
+    v3_groups.router,
 ]
 
 __all__ = ["ROUTERS"]

@@ -1,0 +1,268 @@
+"""Confluent REST Proxy v2 consumer instances: ``/consumers/{group}[/instances/{instance}/...]``.
+
+The instances live in the broker (:mod:`laketail.coordinator.instances`); these routes
+only parse v2's bodies and answer in v2's shapes:
+
+* ``POST /consumers/{group}`` ``{name?, format?, auto.offset.reset?, auto.commit.enable?,
+  fetch.min.bytes?, consumer.request.timeout.ms?, isolation.level?}`` ->
+  ``{instance_id, base_uri}`` (a duplicate name is 409/40902, a bad setting 422/42204);
+* ``DELETE .../instances/{instance}`` -> 204 (the instance leaves its group);
+* ``.../subscription``: POST ``{topics: [...]}`` or ``{topic_pattern: "regex"}`` (204;
+  with a manual assignment 409/40903), GET ``{topics}``, DELETE (204);
+* ``.../assignments``: POST ``{partitions: [{topic, partition}]}`` (204), GET
+  ``{partitions}`` -- the partitions the instance holds now, assigned by hand or by its
+  group;
+* ``.../positions`` ``{offsets: [{topic, partition, offset}]}``,
+  ``.../positions/beginning`` and ``.../positions/end`` ``{partitions}`` (204);
+* ``GET .../records?timeout=&max_bytes=`` -> ``[{topic, key, value, partition, offset,
+  timestamp, headers}]`` (v2's fields plus laketail's timestamp and headers) in the
+  instance's embedded format; an Accept naming another format is 406/40601;
+* ``POST .../offsets`` ``{offsets: [{topic, partition, offset, metadata?}]}`` commits
+  ``offset + 1`` for each (v2's convention); no body (or no offsets) commits every
+  position. The answer is 200 with an empty list, as Confluent's;
+* ``GET .../offsets`` with a body ``{partitions}`` -> ``{offsets: [{topic, partition,
+  offset, metadata}]}``: the committed offsets as stored (a partition the group never
+  committed is left out, as Confluent leaves it out).
+
+Every answer but records is ``application/vnd.kafka.v2+json``; an unknown instance is
+404/40403.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from laketail.api.deps import json_response, parse_json, query_int, read_body
+from laketail.api.encoding import MEDIA_TYPES, V2_JSON, EmbeddedFormat, format_of
+from laketail.api.routes.clusters import base_url
+from laketail.api.routes.fetch import encode_records
+from laketail.coordinator.instances import ConsumerInstance, ConsumerInstances, InstanceConfig
+from laketail.errors import InvalidRequest, NotAcceptable, UnsupportedMediaType
+
+router = APIRouter(tags=["v2 consumers"])
+
+INSTANCE = "/consumers/{group}/instances/{instance}"
+
+_GENERIC_ACCEPT = ("", "*/*", "application/*", "application/json", V2_JSON, "application/vnd.kafka+json")
+
+
+def instances_of(request: Request) -> ConsumerInstances:
+    return request.app.state.consumers
+
+
+def instance_of(request: Request) -> ConsumerInstance:
+    params = request.path_params
+    return instances_of(request).get(params["group"], params["instance"])
+
+
+def _v2(doc: Any, status: int = 200) -> Response:
+    return json_response(doc, status=status, media_type=V2_JSON)
+
+
+def _no_content() -> Response:
+    return Response(status_code=204)
+
+
+async def _body(request: Request, required: bool = True) -> dict:
+    raw = await read_body(request)
+    if not raw.strip():
+        if required:
+            raise InvalidRequest("this request needs a JSON body")
+        return {}
+    doc = parse_json(raw)
+    if type(doc) is not dict:
+        raise InvalidRequest("the request body must be a JSON object")
+    return doc
+
+
+def _int_field(item: dict, name: str, where: str) -> int:
+    value = item.get(name)
+    if type(value) is not int:
+        raise InvalidRequest(f"{where}.{name} must be an integer")
+    return value
+
+
+def _str_field(item: dict, name: str, where: str) -> str:
+    value = item.get(name)
+    if type(value) is not str or not value:
+        raise InvalidRequest(f"{where}.{name} must be a non-empty string")
+    return value
+
+
+def _items(doc: dict, key: str) -> list[dict]:
+    items = doc.get(key)
+    if type(items) is not list or not all(type(i) is dict for i in items):
+        raise InvalidRequest(f"'{key}' must be a list of objects")
+    return items
+
+
+def partitions_of(doc: dict) -> list[tuple[str, int]]:
+    """``{"partitions": [{topic, partition}]}`` -> ``[(topic, partition)]``."""
+    return [
+        (_str_field(p, "topic", f"partitions[{i}]"), _int_field(p, "partition", f"partitions[{i}]"))
+        for i, p in enumerate(_items(doc, "partitions"))
+    ]
+
+
+# -- instances ------------------------------------------------------------------------------
+
+
+@router.post("/consumers/{group}", summary="Create a consumer instance in the group")
+async def create_instance(request: Request, group: str) -> Response:
+    doc = await _body(request, required=False)
+    name = doc.get("name") if doc.get("name") is not None else doc.get("id")
+    config = InstanceConfig.from_request(doc)
+    client = request.client
+    instance = instances_of(request).create(group, config, name, client.host if client else "")
+    uri = f"{base_url(request)}/consumers/{quote(group, safe='')}/instances/{quote(instance.instance_id, safe='')}"
+    return _v2({"instance_id": instance.instance_id, "base_uri": uri})
+
+
+@router.delete(INSTANCE, status_code=204, summary="Destroy the consumer instance (it leaves its group)")
+async def delete_instance(request: Request, group: str, instance: str) -> Response:
+    await instances_of(request).delete(group, instance)
+    return _no_content()
+
+
+# -- subscription and assignment ---------------------------------------------------------------
+
+
+@router.post(INSTANCE + "/subscription", status_code=204,
+             summary="Subscribe to topics or a topic pattern (group-managed partitions)")
+async def subscribe(request: Request, group: str, instance: str) -> Response:
+    consumer = instance_of(request)
+    doc = await _body(request)
+    topics, pattern = doc.get("topics"), doc.get("topic_pattern")
+    if topics is not None and (type(topics) is not list or not all(type(t) is str for t in topics)):
+        raise InvalidRequest("'topics' must be a list of topic names")
+    if pattern is not None and type(pattern) is not str:
+        raise InvalidRequest("'topic_pattern' must be a string")
+    await consumer.subscribe(topics, pattern)
+    return _no_content()
+
+
+@router.get(INSTANCE + "/subscription", summary="The subscribed topics")
+async def get_subscription(request: Request, group: str, instance: str) -> Response:
+    return _v2({"topics": instance_of(request).subscription()})
+
+
+@router.delete(INSTANCE + "/subscription", status_code=204, summary="Unsubscribe (leave the group)")
+async def unsubscribe(request: Request, group: str, instance: str) -> Response:
+    await instance_of(request).unsubscribe()
+    return _no_content()
+
+
+@router.post(INSTANCE + "/assignments", status_code=204, summary="Assign partitions by hand")
+async def assign(request: Request, group: str, instance: str) -> Response:
+    consumer = instance_of(request)
+    await consumer.assign(partitions_of(await _body(request)))
+    return _no_content()
+
+
+@router.get(INSTANCE + "/assignments", summary="The partitions the instance holds now")
+async def get_assignments(request: Request, group: str, instance: str) -> Response:
+    consumer = instance_of(request)
+    consumer.touch()
+    return _v2({"partitions": [{"topic": t, "partition": p} for t, p in consumer.assignment]})
+
+
+# -- positions --------------------------------------------------------------------------------
+
+
+@router.post(INSTANCE + "/positions", status_code=204, summary="Seek: where the next records start")
+async def seek(request: Request, group: str, instance: str) -> Response:
+    consumer = instance_of(request)
+    offsets = [
+        (_str_field(o, "topic", f"offsets[{i}]"), _int_field(o, "partition", f"offsets[{i}]"),
+         _int_field(o, "offset", f"offsets[{i}]"))
+        for i, o in enumerate(_items(await _body(request), "offsets"))
+    ]
+    await consumer.seek(offsets)
+    return _no_content()
+
+
+@router.post(INSTANCE + "/positions/beginning", status_code=204, summary="Seek to the log start offsets")
+async def seek_to_beginning(request: Request, group: str, instance: str) -> Response:
+    consumer = instance_of(request)
+    await consumer.seek_to(partitions_of(await _body(request)), "beginning")
+    return _no_content()
+
+
+@router.post(INSTANCE + "/positions/end", status_code=204, summary="Seek to the ends of the partitions")
+async def seek_to_end(request: Request, group: str, instance: str) -> Response:
+    consumer = instance_of(request)
+    await consumer.seek_to(partitions_of(await _body(request)), "end")
+    return _no_content()
+
+
+# -- records ------------------------------------------------------------------------------------
+
+
+def accepted_format(accept: str | None, instance_format: EmbeddedFormat) -> EmbeddedFormat:
+    """The instance's format when the Accept header allows it, else NOT_ACCEPTABLE."""
+    if not accept:
+        return instance_format
+    for part in accept.split(","):
+        media = part.split(";", 1)[0].strip().lower()
+        if media in _GENERIC_ACCEPT:
+            return instance_format
+        try:
+            if format_of(media) == instance_format:
+                return instance_format
+        except UnsupportedMediaType:
+            continue
+    raise NotAcceptable(
+        "Consumer format does not match the embedded format requested by the Accept header: "
+        f"this instance answers {MEDIA_TYPES[instance_format]}"
+    )
+
+
+@router.get(INSTANCE + "/records", summary="Fetch records of the assigned partitions (a poll)")
+async def read_records(request: Request, group: str, instance: str) -> Response:
+    consumer = instance_of(request)
+    fmt = accepted_format(request.headers.get("accept"), consumer.config.format)
+    batches = await consumer.records(
+        query_int(request, "timeout", None), query_int(request, "max_bytes", None),
+    )
+    rows: list[dict] = []
+    for topic, table in batches:
+        rows.extend(encode_records(topic, table, fmt)[0])
+    return Response(orjson.dumps(rows), media_type=MEDIA_TYPES[fmt])
+
+
+# -- offsets ------------------------------------------------------------------------------------
+
+
+@router.post(INSTANCE + "/offsets", summary="Commit offsets (N stores N+1; no body: every position)")
+async def commit_offsets(request: Request, group: str, instance: str) -> Response:
+    consumer = instance_of(request)
+    doc = await _body(request, required=False)
+    if doc.get("offsets") is None:
+        await consumer.commit(None)
+    else:
+        entries = []
+        for i, o in enumerate(_items(doc, "offsets")):
+            where = f"offsets[{i}]"
+            metadata = o.get("metadata")
+            if metadata is not None and type(metadata) is not str:
+                raise InvalidRequest(f"{where}.metadata must be a string")
+            entries.append((_str_field(o, "topic", where), _int_field(o, "partition", where),
+                            _int_field(o, "offset", where), metadata))
+        await consumer.commit(entries)
+    return _v2([])
+
+
+@router.get(INSTANCE + "/offsets", summary="Committed offsets of the given partitions (body: {partitions})")
+async def committed_offsets(request: Request, group: str, instance: str) -> Response:
+    consumer = instance_of(request)
+    partitions = partitions_of(await _body(request))
+    committed = consumer.committed(partitions)
+    return _v2({"offsets": [
+        {"topic": t, "partition": p, "offset": c.offset, "metadata": c.metadata}
+        for (t, p), c in committed.items() if c is not None
+    ]})

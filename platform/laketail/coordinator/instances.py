@@ -1,0 +1,701 @@
+"""Broker-side consumers: the stateful consumer instances of Confluent REST Proxy v2.
+
+Role: a REST client cannot hold a Kafka consumer, so the broker holds one for it. A
+:class:`ConsumerInstance` is what a ``KafkaConsumer`` inside Confluent's REST Proxy
+is: a member of its group (the coordinator's join / sync / heartbeat, driven by the
+instance's own requests and by the background task of :class:`ConsumerInstances`),
+a position per assigned partition, auto commit, and ``poll`` (:meth:`records`),
+which reads round-robin over the assigned partitions through ``broker.fetch``.
+:class:`ConsumerInstances` holds every instance of the broker by group and name and
+destroys those idle past ``consumer.instance.timeout.ms`` (they leave their group).
+
+Offsets, in the broker's vocabulary: a *position* is the next offset the instance
+returns for a partition; a committed offset is the next offset the group will read.
+v2's explicit commit names the last record processed, so :meth:`commit` stores
+``offset + 1``; a commit without offsets stores the positions ("everything
+consumed").
+
+Two modes, as in Kafka's consumer, mutually exclusive (ILLEGAL_STATE, 40903):
+
+* ``subscribe(topics | pattern)`` -- group management: the coordinator assigns the
+  partitions (``range`` first, as Kafka's default ``[range, cooperative-sticky]``);
+  the instance rejoins when the coordinator says so (REBALANCE_IN_PROGRESS,
+  ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID) or when its pattern matches other topics.
+  Positions of partitions it keeps survive a rebalance; with auto commit on, the
+  positions are committed before every rejoin (Kafka's commit on revocation).
+* ``assign(partitions)`` -- manual assignment, no membership; commits are
+  standalone (generation -1), which the coordinator takes only while the group
+  has no members.
+
+A partition the instance has no position for starts at the group's committed
+offset, else per ``auto.offset.reset``: ``earliest`` (log start offset), ``latest``
+(the end a consumer can read to) or ``none`` (NO_OFFSET_FOR_PARTITION from
+:meth:`records`, as Kafka's ``poll`` throws it). A position outside the log (after
+retention, or a seek past the end) is reset the same way.
+
+Time: idle expiry and the auto commit interval use the broker's clock (``now``);
+long-poll deadlines use the event loop's own clock. Thread-safety: event loop thread
+only; one request at a time per instance (an asyncio lock), membership changes land
+between awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Mapping
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from laketail.coordinator.offsets import CommittedOffset, TopicPartition
+from laketail.errors import (
+    IllegalGeneration,
+    InvalidConfig,
+    InvalidGroupId,
+    InvalidRequest,
+    LaketailError,
+    NoOffsetForPartition,
+    OffsetOutOfRange,
+    RebalanceInProgress,
+    UnknownMemberId,
+    UnknownTopicOrPartition,
+)
+from laketail.records import IsolationLevel
+
+if TYPE_CHECKING:
+    from laketail.broker import Broker
+
+log = logging.getLogger(__name__)
+
+EmbeddedFormat = Literal["binary", "json"]
+OffsetReset = Literal["earliest", "latest", "none"]
+
+#: Kafka consumer defaults the instances use (a v2 create request cannot set them).
+SESSION_TIMEOUT_MS = 45_000
+MAX_POLL_INTERVAL_MS = 300_000
+AUTO_COMMIT_INTERVAL_MS = 5_000
+MAX_POLL_RECORDS = 500
+STRATEGIES = ("range", "cooperative-sticky")
+#: Confluent's ``consumer.request.max.bytes``: the most one records response carries.
+MAX_RESPONSE_BYTES = 67_108_864
+#: How often the background task heartbeats and expires idle instances.
+TICK_S = 0.1
+#: The longest one wait for new records lasts before membership is looked at again.
+WAIT_SLICE_S = 0.25
+
+
+# -- errors (REST-only conditions; Kafka has no code for them) ---------------------------
+
+
+class ConsumerInstanceNotFound(LaketailError):
+    kafka_name = "CONSUMER_INSTANCE_NOT_FOUND"
+    http_status = 404
+    rest_code = 40403
+
+
+class ConsumerInstanceExists(LaketailError):
+    kafka_name = "CONSUMER_INSTANCE_ALREADY_EXISTS"
+    http_status = 409
+    rest_code = 40902
+
+
+class IllegalConsumerState(LaketailError):
+    """What Kafka's consumer throws as IllegalStateException (Confluent: 409/40903)."""
+
+    kafka_name = "ILLEGAL_STATE"
+    http_status = 409
+    rest_code = 40903
+
+
+class InvalidConsumerConfig(InvalidConfig):
+    """A create request's setting has a value the instance cannot take (422/42204)."""
+
+    rest_code = 42204
+
+
+MUTUALLY_EXCLUSIVE = "Subscription to topics, partitions and pattern are mutually exclusive."
+
+
+# -- configuration -----------------------------------------------------------------------------
+
+
+def _text(doc: Mapping[str, Any], key: str) -> str | None:
+    raw = doc.get(key)
+    if raw is None:
+        return None
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    if isinstance(raw, (str, int)):
+        return str(raw).strip()
+    raise InvalidConsumerConfig(f"{key} must be a string, got {type(raw).__name__}")
+
+
+def _int(doc: Mapping[str, Any], key: str, default: int, minimum: int) -> int:
+    raw = _text(doc, key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidConsumerConfig(f"{key}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise InvalidConsumerConfig(f"{key}={value} must be at least {minimum}")
+    return value
+
+
+def _choice(doc: Mapping[str, Any], key: str, default: str, choices: Mapping[str, str]) -> str:
+    raw = _text(doc, key)
+    if raw is None:
+        return default
+    value = choices.get(raw.lower())
+    if value is None:
+        raise InvalidConsumerConfig(f"{key}={raw!r}: must be one of {', '.join(sorted(set(choices.values())))}")
+    return value
+
+
+_CREATE_KEYS = {
+    "name", "id", "format", "auto.offset.reset", "auto.commit.enable", "fetch.min.bytes",
+    "consumer.request.timeout.ms", "isolation.level",
+}
+
+
+@dataclass(frozen=True)
+class InstanceConfig:
+    """A consumer instance's settings, from the keys of a v2 create request.
+
+    ``fetch_min_bytes`` -1 (the default) answers as soon as there is any record;
+    ``request_timeout_ms`` is how long a records request waits when there is less.
+    """
+
+    format: EmbeddedFormat = "binary"
+    auto_offset_reset: OffsetReset = "latest"
+    auto_commit_enable: bool = True
+    fetch_min_bytes: int = -1
+    request_timeout_ms: int = 1_000
+    isolation_level: IsolationLevel = "read_committed"
+
+    @classmethod
+    def from_request(cls, doc: Mapping[str, Any]) -> "InstanceConfig":
+        unknown = sorted(set(doc) - _CREATE_KEYS)
+        if unknown:
+            raise InvalidConsumerConfig(f"unknown consumer setting(s): {', '.join(unknown)}")
+        fmt = _text(doc, "format")
+        if fmt is not None and fmt.lower() in ("avro", "jsonschema", "protobuf"):
+            raise InvalidConsumerConfig(f"format {fmt!r} needs a schema registry; use binary or json")
+        return cls(
+            format=_choice(doc, "format", "binary", {"binary": "binary", "json": "json"}),  # type: ignore[arg-type]
+            auto_offset_reset=_choice(doc, "auto.offset.reset", "latest", {  # type: ignore[arg-type]
+                "earliest": "earliest", "smallest": "earliest", "latest": "latest",
+                "largest": "latest", "none": "none",
+            }),
+            auto_commit_enable=_choice(doc, "auto.commit.enable", "true",
+                                       {"true": "true", "false": "false"}) == "true",
+            fetch_min_bytes=_int(doc, "fetch.min.bytes", -1, -1),
+            request_timeout_ms=_int(doc, "consumer.request.timeout.ms", 1_000, 0),
+            isolation_level=_choice(doc, "isolation.level", "read_committed", {  # type: ignore[arg-type]
+                "read_committed": "read_committed", "read_uncommitted": "read_uncommitted",
+            }),
+        )
+
+
+def _payload_bytes(records: pa.Table) -> int:
+    """Key + value bytes (what v2's ``max_bytes`` bounds)."""
+    total = 0
+    for name in ("key", "value"):
+        column = records.column(name)
+        if column.null_count < len(column):
+            total += pc.sum(pc.binary_length(column)).as_py() or 0
+    return total
+
+
+def _data_rows(records: pa.Table) -> pa.Table:
+    control = records.column("control")
+    if control.null_count == records.num_rows:
+        return records
+    return records.filter(pc.is_null(control))
+
+
+# -- one instance --------------------------------------------------------------------------------
+
+
+class ConsumerInstance:
+    """One broker-side consumer (see the module docstring)."""
+
+    def __init__(self, registry: "ConsumerInstances", group_id: str, instance_id: str,
+                 config: InstanceConfig, client_host: str = "") -> None:
+        self._registry = registry
+        self._broker = registry.broker
+        self._groups = registry.broker.groups
+        self.group_id = group_id
+        self.instance_id = instance_id
+        self.client_id = instance_id
+        self.client_host = client_host
+        self.config = config
+        now = self._broker.clock.monotonic()
+        self.last_used = now
+        self.closed = False
+        self._lock = asyncio.Lock()
+        self._topics: list[str] = []
+        self._pattern: re.Pattern[str] | None = None
+        self._manual = False
+        self.assignment: list[TopicPartition] = []
+        self._assigned: set[TopicPartition] = set()
+        self.member_id = ""
+        self.generation_id = -1
+        self._rejoin = False
+        self._join_task: asyncio.Task | None = None
+        self._retry_at = 0.0
+        self._positions: dict[TopicPartition, int] = {}
+        self._cursor = 0
+        self._last_auto_commit = now
+
+    # -- state -----------------------------------------------------------------------------
+
+    def touch(self) -> None:
+        self.last_used = self._broker.clock.monotonic()
+
+    @property
+    def subscribed(self) -> bool:
+        return bool(self._topics) or self._pattern is not None
+
+    def subscription(self) -> list[str]:
+        """The topics subscribed to (for a pattern: those it matches now)."""
+        self.touch()
+        return list(self._topics)
+
+    def positions(self) -> dict[TopicPartition, int]:
+        return dict(self._positions)
+
+    def _set_assignment(self, partitions: list[TopicPartition]) -> None:
+        """New assignment; positions of the partitions kept survive, others go."""
+        self._assigned = set(partitions)
+        self.assignment = sorted(self._assigned)
+        self._positions = {tp: p for tp, p in self._positions.items() if tp in self._assigned}
+
+    # -- subscription and assignment -------------------------------------------------------
+
+    async def subscribe(self, topics: list[str] | None = None, pattern: str | None = None) -> None:
+        self.touch()
+        if self._manual or (topics is not None and pattern is not None):
+            raise IllegalConsumerState(MUTUALLY_EXCLUSIVE)
+        if topics is None and pattern is None:
+            raise InvalidRequest("a subscription needs 'topics' or 'topic_pattern'")
+        if pattern is not None:
+            try:
+                self._pattern = re.compile(pattern)
+            except re.error as exc:
+                raise InvalidRequest(f"topic_pattern {pattern!r} is not a valid regular expression: {exc}") from None
+            wanted = self._matching_topics()
+        else:
+            self._pattern = None
+            wanted = sorted(set(topics or []))
+            if not wanted:
+                await self.unsubscribe()  # Kafka: subscribing to nothing is unsubscribing
+                return
+        if wanted != self._topics or not self.member_id:
+            self._topics = wanted
+            self._rejoin = True
+            self._ensure_membership()
+
+    def _matching_topics(self) -> list[str]:
+        assert self._pattern is not None
+        return [t for t in self._broker.list_topics(include_internal=False) if self._pattern.fullmatch(t)]
+
+    async def unsubscribe(self) -> None:
+        """Leave the group (committing first with auto commit) and drop every partition."""
+        self.touch()
+        async with self._lock:
+            await self._leave()
+            self._topics, self._pattern, self._manual = [], None, False
+            self._set_assignment([])
+
+    async def assign(self, partitions: list[TopicPartition]) -> None:
+        self.touch()
+        if self.subscribed:
+            raise IllegalConsumerState(MUTUALLY_EXCLUSIVE)
+        for topic, partition in partitions:
+            self._broker.partition_state(topic, partition)  # 404 for what does not exist
+        async with self._lock:
+            self._manual = bool(partitions)
+            self._set_assignment(list(dict.fromkeys(partitions)))
+
+    # -- membership ------------------------------------------------------------------------
+
+    def _ensure_membership(self) -> None:
+        """Start a (re)join when one is due and none is in flight."""
+        if self._join_task is not None or self.closed or not self.subscribed:
+            return
+        if self._rejoin or not self.member_id:
+            self._join_task = asyncio.get_running_loop().create_task(
+                self._join(), name=f"laketail-instance-join-{self.group_id}-{self.instance_id}"
+            )
+
+    async def _join(self) -> None:
+        try:
+            while not self.closed and self.subscribed and (self._rejoin or not self.member_id):
+                self._rejoin = False
+                if self.member_id and self.config.auto_commit_enable:
+                    await self._commit_positions_quietly("before rejoining")
+                session = min(max(SESSION_TIMEOUT_MS, self._groups.min_session_timeout_ms),
+                              self._groups.max_session_timeout_ms)
+                result = await self._groups.join(
+                    self.group_id, self.member_id, topics=list(self._topics), strategies=STRATEGIES,
+                    client_id=self.client_id, client_host=self.client_host,
+                    session_timeout_ms=session, rebalance_timeout_ms=MAX_POLL_INTERVAL_MS,
+                    owned=list(self.assignment),
+                )
+                self.member_id = result.member_id
+                try:
+                    partitions = self._groups.sync(self.group_id, result.generation_id, self.member_id)
+                except (RebalanceInProgress, IllegalGeneration):
+                    self._rejoin = True
+                    continue
+                self.generation_id = result.generation_id
+                self._set_assignment(partitions)
+            if (self.closed or not self.subscribed) and self.member_id:
+                self._leave_now()
+        except UnknownMemberId:
+            self._lost()
+        except asyncio.CancelledError:
+            raise
+        except LaketailError as exc:
+            log.warning("consumer instance %s/%s could not join: %s", self.group_id, self.instance_id, exc)
+            self._rejoin = True
+            self._retry_at = self._broker.clock.monotonic() + 1.0
+        finally:
+            self._join_task = None
+
+    def _lost(self) -> None:
+        """The coordinator no longer knows this member: its partitions are lost."""
+        self.member_id, self.generation_id = "", -1
+        self._set_assignment([])
+
+    def maintain(self) -> None:
+        """Heartbeat, follow the pattern, rejoin when told to (called every tick)."""
+        if self.closed or not self.subscribed:
+            return
+        if self._pattern is not None:
+            wanted = self._matching_topics()
+            if wanted != self._topics:
+                self._topics = wanted
+                self._rejoin = True
+        if self._join_task is None and self.member_id and not self._rejoin:
+            try:
+                self._groups.heartbeat(self.group_id, self.generation_id, self.member_id)
+            except (RebalanceInProgress, IllegalGeneration):
+                self._rejoin = True
+            except UnknownMemberId:
+                self._lost()
+        if self._broker.clock.monotonic() >= self._retry_at:
+            self._ensure_membership()
+
+    async def _settle(self) -> None:
+        """Let a join in flight finish (bounded by consumer.request.timeout.ms)."""
+        self._ensure_membership()
+        task = self._join_task
+        if task is not None:
+            await asyncio.wait({task}, timeout=self.config.request_timeout_ms / 1000.0)
+
+    async def _leave(self) -> None:
+        if self.member_id and self.config.auto_commit_enable:
+            await self._commit_positions_quietly("before leaving")
+        self._leave_now()
+
+    def _leave_now(self) -> None:
+        if self.member_id:
+            try:
+                self._groups.leave(self.group_id, self.member_id)
+            except UnknownMemberId:
+                pass
+        self.member_id, self.generation_id = "", -1
+
+    # -- positions -------------------------------------------------------------------------
+
+    def _reset_offset(self, tp: TopicPartition) -> int:
+        policy = self.config.auto_offset_reset
+        if policy == "none":
+            raise NoOffsetForPartition(
+                f"no committed offset for {tp[0]}-{tp[1]} in group '{self.group_id}' and "
+                "auto.offset.reset is none"
+            )
+        state = self._broker.partition_state(*tp)
+        if policy == "earliest":
+            return state.log_start_offset
+        return state.last_stable_offset if self.config.isolation_level == "read_committed" else state.high_watermark
+
+    def _position(self, tp: TopicPartition) -> int:
+        position = self._positions.get(tp)
+        if position is None:
+            committed = self._broker.offsets.committed(self.group_id, tp)
+            position = committed.offset if committed is not None else self._reset_offset(tp)
+            self._positions[tp] = position
+        return position
+
+    def _check_assigned(self, tp: TopicPartition) -> None:
+        if tp not in self._assigned:
+            raise IllegalConsumerState(f"No current assignment for partition {tp[0]}-{tp[1]}")
+
+    async def seek(self, offsets: list[tuple[str, int, int]]) -> None:
+        """``positions``: the next records fetched start at these offsets."""
+        self.touch()
+        await self._settle()
+        async with self._lock:
+            for topic, partition, offset in offsets:
+                self._check_assigned((topic, partition))
+                if offset < 0:
+                    raise InvalidRequest(f"offset {offset} for {topic}-{partition} is negative")
+            for topic, partition, offset in offsets:
+                self._positions[(topic, partition)] = offset
+
+    async def seek_to(self, partitions: list[TopicPartition], where: Literal["beginning", "end"]) -> None:
+        """``positions/beginning`` (log start offset) and ``positions/end`` (the end a
+        consumer can read to)."""
+        self.touch()
+        await self._settle()
+        async with self._lock:
+            for tp in partitions:
+                self._check_assigned(tp)
+            for tp in partitions:
+                state = self._broker.partition_state(*tp)
+                if where == "beginning":
+                    self._positions[tp] = state.log_start_offset
+                elif self.config.isolation_level == "read_committed":
+                    self._positions[tp] = state.last_stable_offset
+                else:
+                    self._positions[tp] = state.high_watermark
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def records(self, timeout_ms: int | None = None, max_bytes: int | None = None) -> list[tuple[str, pa.Table]]:
+        """Kafka's ``poll``: records of the assigned partitions, round-robin, as
+        ``[(topic, rows of one partition)]`` in ``RECORD_SCHEMA`` (no control rows).
+
+        Answers once at least ``fetch.min.bytes`` key+value bytes (any record, by
+        default) are there, once ``max_bytes`` is reached, or at the timeout
+        (``consumer.request.timeout.ms`` unless given) with what it has.
+        """
+        self.touch()
+        loop = asyncio.get_running_loop()
+        wait_s = (self.config.request_timeout_ms if timeout_ms is None or timeout_ms < 0 else timeout_ms) / 1000.0
+        deadline = loop.time() + wait_s
+        limit = min(max_bytes, MAX_RESPONSE_BYTES) if max_bytes and max_bytes > 0 else MAX_RESPONSE_BYTES
+        async with self._lock:
+            await self._maybe_auto_commit()
+            self._ensure_membership()
+            out: list[tuple[str, pa.Table]] = []
+            size = 0
+            while True:
+                if self._join_task is not None:  # poll completes a rebalance before fetching
+                    await asyncio.wait({self._join_task}, timeout=max(deadline - loop.time(), 0.0))
+                got, nbytes = await self._fetch_round(limit - size)
+                out.extend(got)
+                size += nbytes
+                remaining = deadline - loop.time()
+                if (out and size >= self.config.fetch_min_bytes) or size >= limit or remaining <= 0:
+                    break
+                await self._wait_for_records(min(remaining, WAIT_SLICE_S))
+            self.touch()
+            return out
+
+    async def _fetch_round(self, budget: int) -> tuple[list[tuple[str, pa.Table]], int]:
+        """One pass over the assigned partitions, starting one further each time."""
+        order = list(self.assignment)
+        if not order or budget <= 0:
+            return [], 0
+        start = self._cursor % len(order)
+        self._cursor = start + 1
+        order = order[start:] + order[:start]
+        out, size = [], 0
+        for tp in order:
+            if size >= budget:
+                break
+            if tp not in self._assigned:
+                continue  # revoked by a rebalance during this round
+            position = self._position(tp)
+            try:
+                result = await self._broker.fetch(
+                    tp[0], tp[1], position, max_records=MAX_POLL_RECORDS, max_bytes=budget - size,
+                    isolation=self.config.isolation_level,
+                )
+            except OffsetOutOfRange:
+                if tp in self._assigned:
+                    self._positions[tp] = self._reset_offset(tp)
+                continue
+            except UnknownTopicOrPartition:
+                continue  # deleted since it was assigned
+            if tp not in self._assigned or self._positions.get(tp) != position:
+                continue  # revoked or sought while the fetch ran: drop what came
+            self._positions[tp] = result.next_offset
+            rows = _data_rows(result.records)
+            if rows.num_rows:
+                out.append((tp[0], rows))
+                size += _payload_bytes(rows)
+        return out, size
+
+    async def _wait_for_records(self, wait_s: float) -> None:
+        """Until a partition at its end gets a record, or ``wait_s`` (no busy loop)."""
+        waits = []
+        for tp in self.assignment:
+            position = self._positions.get(tp)
+            if position is None:
+                continue
+            try:
+                state = self._broker.partition_state(*tp)
+            except UnknownTopicOrPartition:
+                continue
+            if position >= state.high_watermark:
+                waits.append(asyncio.ensure_future(self._broker.fetch(
+                    tp[0], tp[1], position, max_records=1, timeout_ms=max(int(wait_s * 1000), 1),
+                    isolation="read_uncommitted",
+                )))
+        if not waits:
+            await asyncio.sleep(wait_s)
+            return
+        done, pending = await asyncio.wait(waits, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    def _commit_ids(self) -> tuple[int, str]:
+        return (self.generation_id, self.member_id) if self.member_id else (-1, "")
+
+    async def commit(self, offsets: list[tuple[str, int, int, str | None]] | None = None) -> None:
+        """v2's commit: explicit ``(topic, partition, offset, metadata)`` store
+        ``offset + 1``; ``None`` stores every position (everything consumed)."""
+        self.touch()
+        now_ms = self._broker.clock.now_ms()
+        async with self._lock:
+            if offsets is None:
+                entries = {tp: CommittedOffset(p, "", now_ms) for tp, p in self._positions.items()}
+            else:
+                entries = {(t, p): CommittedOffset(o + 1, m or "", now_ms) for t, p, o, m in offsets}
+            generation, member = self._commit_ids()
+            await self._groups.commit(self.group_id, entries, generation_id=generation, member_id=member)
+
+    def committed(self, partitions: list[TopicPartition]) -> dict[TopicPartition, CommittedOffset | None]:
+        self.touch()
+        for topic, partition in partitions:
+            self._broker.partition_state(topic, partition)  # 404 for what does not exist
+        return self._groups.committed(self.group_id, list(partitions))
+
+    async def _maybe_auto_commit(self) -> None:
+        if not self.config.auto_commit_enable:
+            return
+        now = self._broker.clock.monotonic()
+        if (now - self._last_auto_commit) * 1000 >= AUTO_COMMIT_INTERVAL_MS:
+            self._last_auto_commit = now
+            await self._commit_positions_quietly("auto commit")
+
+    async def _commit_positions_quietly(self, why: str) -> None:
+        if not self._positions:
+            return
+        now_ms = self._broker.clock.now_ms()
+        entries = {tp: CommittedOffset(p, "", now_ms) for tp, p in self._positions.items()}
+        generation, member = self._commit_ids()
+        try:
+            await self._groups.commit(self.group_id, entries, generation_id=generation, member_id=member)
+        except LaketailError as exc:
+            log.info("consumer instance %s/%s: %s failed: %s", self.group_id, self.instance_id, why, exc)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Destroy: commit (with auto commit) and leave the group."""
+        async with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            if self.config.auto_commit_enable and self._positions:
+                await self._commit_positions_quietly("closing")
+            self._leave_now()
+            self._set_assignment([])
+
+
+# -- every instance of the broker -----------------------------------------------------------------
+
+
+class ConsumerInstances:
+    """The broker's consumer instances by (group, name), with their background task."""
+
+    def __init__(self, broker: "Broker", instance_timeout_ms: int = 300_000) -> None:
+        self.broker = broker
+        self.instance_timeout_ms = instance_timeout_ms
+        self._instances: dict[tuple[str, str], ConsumerInstance] = {}
+        self._task: asyncio.Task | None = None
+
+    def __len__(self) -> int:
+        return len(self._instances)
+
+    def create(self, group_id: str, config: InstanceConfig, name: str | None = None,
+               client_host: str = "") -> ConsumerInstance:
+        if not group_id:
+            raise InvalidGroupId("group.id must not be empty")
+        if name is not None and not isinstance(name, str):
+            raise InvalidConsumerConfig("name must be a string")
+        name = name or f"rest-consumer-{self.broker.broker_id}-{uuid.uuid4()}"
+        if (group_id, name) in self._instances:
+            raise ConsumerInstanceExists(
+                f"Consumer instance with the specified name '{name}' already exists in group '{group_id}'."
+            )
+        instance = ConsumerInstance(self, group_id, name, config, client_host)
+        self._instances[(group_id, name)] = instance
+        self._start()
+        return instance
+
+    def get(self, group_id: str, name: str) -> ConsumerInstance:
+        instance = self._instances.get((group_id, name))
+        if instance is None:
+            raise ConsumerInstanceNotFound(f"Consumer instance '{name}' not found in group '{group_id}'.")
+        return instance
+
+    def in_group(self, group_id: str) -> list[ConsumerInstance]:
+        return [i for (g, _), i in sorted(self._instances.items()) if g == group_id]
+
+    async def delete(self, group_id: str, name: str) -> None:
+        instance = self.get(group_id, name)
+        del self._instances[(group_id, name)]
+        await instance.close()
+
+    async def tick(self) -> None:
+        """Destroy idle instances, then heartbeat / rejoin for the others."""
+        now = self.broker.clock.monotonic()
+        for key, instance in list(self._instances.items()):
+            if (now - instance.last_used) * 1000 > self.instance_timeout_ms:
+                log.info("consumer instance %s/%s idle past consumer.instance.timeout.ms=%d; destroying it",
+                         key[0], key[1], self.instance_timeout_ms)
+                self._instances.pop(key, None)
+                await instance.close()
+            else:
+                instance.maintain()
+
+    def _start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="laketail-consumer-instances")
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("consumer instance housekeeping failed")
+
+    async def close(self) -> None:
+        """Stop the background task and destroy every instance (shutdown)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        instances = list(self._instances.values())
+        self._instances.clear()
+        for instance in instances:
+            try:
+                await instance.close()
+            except LaketailError as exc:
+                log.info("closing consumer instance %s/%s: %s", instance.group_id, instance.instance_id, exc)
