@@ -6,11 +6,12 @@ One module per command group; this one only assembles them::
     laketail topics     create, list, describe, alter, delete topics (topics.py)
     laketail produce    records from stdin, one per line (produce.py)
     laketail consume    records to stdout, one per line (consume.py)
+    laketail groups     consumer groups and their lag (groups.py)
 
 Every command that talks to a broker takes ``--server URL`` (default
 ``$LAKETAIL_SERVER`` or http://127.0.0.1:8082). Errors print ``error: <message>`` on
-stderr and exit 1; usage errors exit 2. Groups still to come (``groups``, ``sql``,
-``jobs``) register here the same way.
+stderr and exit 1; usage errors exit 2. Groups still to come (``sql``, ``jobs``)
+register here the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import click
 
 from laketail import __version__
 from laketail.cli.consume import consume
+from laketail.cli.groups import groups
 from laketail.cli.produce import produce
 from laketail.cli.serve import serve
 from laketail.cli.topics import topics
@@ -34,7 +36,7 @@ def cli() -> None:
     """laketail: Kafka's semantics, topics stored as Delta Lake tables."""
 
 
-for _command in (serve, topics, produce, consume):
+for _command in (serve, topics, produce, consume, groups):
     cli.add_command(_command)
 
 
