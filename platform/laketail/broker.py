@@ -41,11 +41,13 @@ from laketail.errors import (
     RecordTooLarge,
     UnknownTopicOrPartition,
 )
+from laketail.maintenance.compaction import execute_key_compaction, plan_key_compaction
 from laketail.partitioner import StickyPartitioner, partition_for_key
 from laketail.records import (
     CREATE_TIME,
     HEADER_TYPE,
     LOG_APPEND_TIME,
+    RECORD_SCHEMA,
     TIMESTAMP_TYPE,
     Acks,
     IsolationLevel,
@@ -185,6 +187,7 @@ class Broker:
         if self.settings.tier_enabled:
             self.tierer.start()
         self._background.append(asyncio.create_task(self._group_housekeeping(), name="laketail-groups"))
+        self._background.append(asyncio.create_task(self._internal_cleaner(), name="laketail-cleaner"))
 
     async def close(self) -> None:
         for task in self._background:
@@ -192,6 +195,42 @@ class Broker:
         await asyncio.gather(*self._background, return_exceptions=True)
         await self.tierer.stop()
         await self.logs.close()
+
+    async def _internal_cleaner(self) -> None:
+        """Key-compact the internal topics every ``log.cleaner.backoff.ms`` (the broker
+        keeps ``__consumer_offsets`` small itself; user topics are Spark's job)."""
+        while True:
+            await asyncio.sleep(self.settings.log_cleaner_backoff_ms / 1000)
+            for topic in self.list_topics():
+                if self.topic(topic).internal and "compact" in self.topic_config(topic).cleanup_policy:
+                    try:
+                        await self.compact_topic(topic)
+                    except Exception:
+                        log.exception("compacting %s failed; will retry", topic)
+
+    async def compact_topic(self, topic: str, min_files: int = 2) -> int:
+        """Key-compact the topic's table now; returns how many partitions were rewritten."""
+        config = self.topic_config(topic)
+        return await asyncio.to_thread(self._compact_topic, topic, config, min_files)
+
+    def _compact_topic(self, topic: str, config: TopicConfig, min_files: int) -> int:
+        plans = plan_key_compaction(
+            self.tables.files_by_partition(topic),
+            now_ms=self.clock.now_ms(),
+            min_compaction_lag_ms=config.min_compaction_lag_ms,
+            delete_retention_ms=config.delete_retention_ms,
+            min_files=min_files,
+        )
+        if not plans:
+            return 0
+        dt, lock = self.tables.delta_table(topic)
+        with lock:
+            for plan in plans:
+                execute_key_compaction(dt, self.tables.table_uri(topic), plan, RECORD_SCHEMA)
+            # Files compacted away more than an hour ago are no longer read by anyone.
+            dt.vacuum(retention_hours=1, enforce_retention_duration=False, dry_run=False)
+        self.tables.reload(topic)
+        return len(plans)
 
     async def _group_housekeeping(self) -> None:
         """Session timeouts and rebalance deadlines (often), offset expiry (rarely)."""

@@ -205,6 +205,7 @@ class BrokerSettings:
     offsets_topic_num_partitions: int = 50
     offsets_retention_minutes: int = 10_080
     offsets_retention_check_interval_ms: int = 600_000
+    log_cleaner_backoff_ms: int = 15_000
     consumer_instance_timeout_ms: int = 300_000
     topic_defaults: dict[str, Any] = field(default_factory=dict)
 
@@ -245,6 +246,7 @@ _BROKER_KEYS = {
     "offsets.topic.num.partitions": "offsets_topic_num_partitions",
     "offsets.retention.minutes": "offsets_retention_minutes",
     "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
+    "log.cleaner.backoff.ms": "log_cleaner_backoff_ms",
     "consumer.instance.timeout.ms": "consumer_instance_timeout_ms",
 }
 

@@ -160,7 +160,8 @@ class OffsetStore:
     # -- writes ---------------------------------------------------------------------------------
 
     async def commit(self, group: str, offsets: dict[TopicPartition, CommittedOffset]) -> None:
-        """Append the commit to the group's partition (acks=all), then cache it."""
+        """Append the commit to the group's partition (acks=all), then cache it. A
+        commit without a timestamp is stamped with the broker's clock."""
         if not offsets:
             return
         for (topic, partition), committed in offsets.items():
@@ -171,6 +172,11 @@ class OffsetStore:
                 raise OffsetMetadataTooLarge(
                     f"metadata for {topic}-{partition} is over {MAX_METADATA_BYTES} bytes"
                 )
+        now_ms = self.broker.clock.now_ms()
+        offsets = {
+            tp: c if c.commit_timestamp_ms >= 0 else CommittedOffset(c.offset, c.metadata, now_ms)
+            for tp, c in offsets.items()
+        }
         await self.ensure_topic()
         await self._append(group, [(tp, c) for tp, c in offsets.items()])
         cached = self._cache.setdefault(group, {})

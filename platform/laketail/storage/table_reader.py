@@ -42,6 +42,10 @@ def tier_app_id(partition: int) -> str:
     return f"{TIER_APP_PREFIX}{partition}"
 
 
+def log_start_app_id(partition: int) -> str:
+    return f"laketail.logstart.{partition}"
+
+
 @dataclass(frozen=True, order=True)
 class DataFile:
     first_offset: int
@@ -112,10 +116,13 @@ class TableReader:
             entry.table.update_incremental()
             return entry.table.transaction_version(tier_app_id(partition)) or 0
 
-    def log_start_offset(self, topic: str, partition: int) -> int | None:
-        """First offset the table holds for the partition (None when it holds none)."""
-        files = self._files(topic, partition)
-        return files[0].first_offset if files else None
+    def log_start_offset(self, topic: str, partition: int) -> int:
+        """The partition's log start offset: the version of the Delta transaction
+        ``laketail.logstart.<p>`` that retention writes when it deletes, else 0. Key
+        compaction never moves it (it leaves gaps, as Kafka's cleaner does)."""
+        entry = self._get(topic)
+        with entry.lock:
+            return entry.table.transaction_version(log_start_app_id(partition)) or 0
 
     def _files(self, topic: str, partition: int) -> list[DataFile]:
         entry = self._get(topic)
@@ -153,6 +160,14 @@ class TableReader:
             lst.sort()
         entry.files = files
         entry.version = entry.table.version()
+
+    def files_by_partition(self, topic: str) -> dict[int, list[DataFile]]:
+        """Every data file of the topic's table, per partition, in offset order."""
+        entry = self._get(topic)
+        with entry.lock:
+            if entry.version < 0:
+                self._reload_locked(entry)
+            return {p: list(files) for p, files in entry.files.items()}
 
     def reload(self, topic: str) -> None:
         entry = self._get(topic)

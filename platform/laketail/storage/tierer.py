@@ -11,9 +11,7 @@ At start the broker reads those versions back as the tiered offsets and re-tiers
 what lies above them; a crash between writing Parquet files and committing leaves
 unreferenced files (never read, removed by vacuum), never duplicates.
 
-Files: ``partition=<p>/<first:020d>-<last:020d>-<uuid>.parquet``, row groups of
-``ROW_GROUP_ROWS`` so reads prune by offset, with Delta statistics for ``offset``,
-``timestamp`` and ``leader_epoch`` (min/max) and null counts.
+Files are written by :func:`laketail.storage.data_files.write_data_file`.
 
 Thread-safety: one asyncio task drives it; each topic's tiering runs in a worker
 thread holding that topic's table lock.
@@ -22,23 +20,18 @@ thread holding that topic's table lock.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import time
-import uuid
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import CommitProperties, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction
 
 from laketail.clock import Clock
 from laketail.records import RECORD_SCHEMA
+from laketail.storage.data_files import write_data_file
 from laketail.storage.table_reader import DataFile, tier_app_id
 
 if TYPE_CHECKING:
@@ -46,10 +39,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ROW_GROUP_ROWS = 32_768
 MAX_RECORDS_PER_FILE = 2_000_000
 MAX_BYTES_PER_FILE = 256 * 1024 * 1024
-_FILE_SCHEMA = pa.schema([f for f in RECORD_SCHEMA if f.name != "partition"])
 
 
 class Tierer:
@@ -177,7 +168,7 @@ class Tierer:
             if records.num_rows == 0:
                 continue
             new_end = records.column("offset")[-1].as_py() + 1
-            rel, add, data_file = _write_file(uri, plog.partition, records, now_ms)
+            rel, add, data_file = write_data_file(uri, plog.partition, records, now_ms)
             written_paths.append(f"{uri}/{rel}")
             adds.append(add)
             added[plog.partition] = data_file
@@ -227,47 +218,3 @@ def _commit(dt, adds: list[AddAction], txns: list[Transaction]) -> int:
                 return dt.version()
             time.sleep(0.05 * (attempt + 1))
     raise CommitFailedError("tier commit kept conflicting")
-
-
-def _write_file(uri: str, partition: int, records: pa.Table, now_ms: int) -> tuple[str, AddAction, DataFile]:
-    offsets = records.column("offset")
-    first = offsets[0].as_py()
-    last = offsets[-1].as_py()
-    rel = f"partition={partition}/{first:020d}-{last:020d}-{uuid.uuid4().hex[:12]}.parquet"
-    path = f"{uri}/{rel}"
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    body = records.drop_columns(["partition"]).cast(_FILE_SCHEMA)
-    pq.write_table(body, path, row_group_size=ROW_GROUP_ROWS, compression="snappy", write_statistics=True)
-    size = os.path.getsize(path)
-    ts = body.column("timestamp").cast(pa.int64())
-    ts_bounds = pc.min_max(ts)
-    min_ts, max_ts = ts_bounds["min"].as_py(), ts_bounds["max"].as_py()
-    epoch = pc.min_max(body.column("leader_epoch"))
-    stats = {
-        "numRecords": body.num_rows,
-        "minValues": {
-            "offset": first,
-            "timestamp": _iso_ms(min_ts, ceil=False),
-            "leader_epoch": epoch["min"].as_py(),
-        },
-        "maxValues": {
-            "offset": last,
-            "timestamp": _iso_ms(max_ts, ceil=True),
-            "leader_epoch": epoch["max"].as_py(),
-        },
-        "nullCount": {
-            "offset": 0,
-            "timestamp": 0,
-            "key": body.column("key").null_count,
-            "value": body.column("value").null_count,
-            "control": body.column("control").null_count,
-        },
-    }
-    add = AddAction(rel, size, {"partition": str(partition)}, now_ms, True, json.dumps(stats))
-    return rel, add, DataFile(first, last, rel, body.num_rows, min_ts, max_ts, size)
-
-
-def _iso_ms(us: int, ceil: bool) -> str:
-    """Delta statistics keep timestamps to the millisecond: round the max up."""
-    ms = -(-us // 1000) if ceil else us // 1000
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"

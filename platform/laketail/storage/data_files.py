@@ -1,0 +1,67 @@
+"""Data files of a topic's Delta table: how laketail writes them.
+
+``partition=<p>/<first:020d>-<last:020d>-<tag>.parquet``: the record schema less the
+partition column (Delta keeps it in the path), row groups of ``ROW_GROUP_ROWS`` rows so
+reads prune by offset, snappy, and Delta statistics (min/max of ``offset``,
+``timestamp`` and ``leader_epoch``, null counts) in the add action. Timestamps in Delta
+statistics are milliseconds: the minimum is rounded down and the maximum up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake.transaction import AddAction
+
+from laketail.records import RECORD_SCHEMA
+from laketail.storage.table_reader import DataFile
+
+ROW_GROUP_ROWS = 32_768
+FILE_SCHEMA = pa.schema([f for f in RECORD_SCHEMA if f.name != "partition"])
+
+
+def write_data_file(
+    table_uri: str, partition: int, rows: pa.Table, now_ms: int, *, data_change: bool = True, tag: str = ""
+) -> tuple[str, AddAction, DataFile]:
+    """Write ``rows`` (sorted by offset) as one file; return its path relative to the
+    table, the add action to commit and its index entry."""
+    offsets = rows.column("offset")
+    first = offsets[0].as_py()
+    last = offsets[-1].as_py()
+    rel = f"partition={partition}/{first:020d}-{last:020d}-{tag}{uuid.uuid4().hex[:12]}.parquet"
+    path = f"{table_uri}/{rel}"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if "partition" in rows.column_names:
+        rows = rows.drop_columns(["partition"])
+    body = rows.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
+    pq.write_table(body, path, row_group_size=ROW_GROUP_ROWS, compression="snappy", write_statistics=True)
+    size = os.path.getsize(path)
+    ts = pc.min_max(body.column("timestamp").cast(pa.int64()))
+    min_ts, max_ts = ts["min"].as_py(), ts["max"].as_py()
+    epoch = pc.min_max(body.column("leader_epoch"))
+    stats = {
+        "numRecords": body.num_rows,
+        "minValues": {"offset": first, "timestamp": iso_ms(min_ts, ceil=False), "leader_epoch": epoch["min"].as_py()},
+        "maxValues": {"offset": last, "timestamp": iso_ms(max_ts, ceil=True), "leader_epoch": epoch["max"].as_py()},
+        "nullCount": {
+            "offset": 0,
+            "timestamp": 0,
+            "key": body.column("key").null_count,
+            "value": body.column("value").null_count,
+            "control": body.column("control").null_count,
+        },
+    }
+    add = AddAction(rel, size, {"partition": str(partition)}, now_ms, data_change, json.dumps(stats))
+    return rel, add, DataFile(first, last, rel, body.num_rows, min_ts, max_ts, size)
+
+
+def iso_ms(us: int, ceil: bool) -> str:
+    """A Delta statistics timestamp: ISO 8601, milliseconds, UTC."""
+    ms = -(-us // 1000) if ceil else us // 1000
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
