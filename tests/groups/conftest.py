@@ -1,0 +1,34 @@
+"""Fixtures for the consumer-group tests: brokers whose groups rebalance at once.
+
+``LAKETAIL_GROUP_INITIAL_REBALANCE_DELAY_MS=0`` lets a group's first rebalance finish
+without waiting for more members, and ``LAKETAIL_GROUP_MIN_SESSION_TIMEOUT_MS=500``
+lets /v1 members ask for short sessions, so a silent member is noticed quickly.
+
+* ``groups_broker`` -- one such broker per test module (tests isolate themselves with
+  fresh topics and group names);
+* ``QUICK_GROUPS`` -- the environment, for ``broker_factory(env=QUICK_GROUPS)`` where a
+  test kills its own broker.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+
+from conftest import BrokerProcess
+
+QUICK_GROUPS = {
+    "LAKETAIL_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+    "LAKETAIL_GROUP_MIN_SESSION_TIMEOUT_MS": "500",
+}
+
+
+@pytest.fixture(scope="module")
+def groups_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    proc = BrokerProcess(tmp_path_factory.mktemp("groups-broker") / "data", env=QUICK_GROUPS)
+    try:
+        proc.start()
+        yield proc
+    finally:
+        proc.stop()
