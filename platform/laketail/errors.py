@@ -33,6 +33,9 @@ Tree::
     ├── CorruptMessage               500 50002
     ├── KafkaStorageError            500 50002
     ├── UnknownCluster               404 40404 (INCONSISTENT_CLUSTER_ID)
+    ├── producers: OutOfOrderSequenceNumber 409 40910, InvalidProducerEpoch 40911,
+    │   InvalidTxnState 40912, InvalidProducerIdMapping 40913, ConcurrentTransactions
+    │   40914, ProducerFenced 40915, TransactionalIdNotFound 404 40407
     ├── UnsupportedMediaType         415 41501
     └── consumer groups: IllegalGeneration 409 40904, RebalanceInProgress 409 40905,
         UnknownMemberId 404 40405, GroupIdNotFound 404 40406, NonEmptyGroup 409 40906,
@@ -245,6 +248,60 @@ class UnsupportedMediaType(LaketailError):
     kafka_name = "INVALID_REQUEST"
     http_status = 415
     rest_code = 41501
+
+
+
+# -- idempotent and transactional producers ----------------------------------------------------
+
+
+class OutOfOrderSequenceNumber(LaketailError):
+    kafka_code = 45
+    kafka_name = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    http_status = 409
+    rest_code = 40910
+
+
+class InvalidProducerEpoch(LaketailError):
+    kafka_code = 47
+    kafka_name = "INVALID_PRODUCER_EPOCH"
+    http_status = 409
+    rest_code = 40911
+
+
+class InvalidTxnState(LaketailError):
+    kafka_code = 48
+    kafka_name = "INVALID_TXN_STATE"
+    http_status = 409
+    rest_code = 40912
+
+
+class InvalidProducerIdMapping(LaketailError):
+    kafka_code = 49
+    kafka_name = "INVALID_PRODUCER_ID_MAPPING"
+    http_status = 409
+    rest_code = 40913
+
+
+class ConcurrentTransactions(LaketailError):
+    kafka_code = 51
+    kafka_name = "CONCURRENT_TRANSACTIONS"
+    http_status = 409
+    rest_code = 40914
+    retriable = True
+
+
+class ProducerFenced(LaketailError):
+    kafka_code = 90
+    kafka_name = "PRODUCER_FENCED"
+    http_status = 409
+    rest_code = 40915
+
+
+class TransactionalIdNotFound(LaketailError):
+    kafka_code = 105
+    kafka_name = "TRANSACTIONAL_ID_NOT_FOUND"
+    http_status = 404
+    rest_code = 40407
 
 
 # -- consumer groups (Kafka's group coordinator errors) --------------------------------------

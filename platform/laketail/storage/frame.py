@@ -11,7 +11,8 @@ Byte format (big-endian, 40-byte header, then the payload)::
     20      4     record_count    records in the frame (offsets are dense inside it)
     24      8     max_timestamp   largest record timestamp, microseconds since the epoch
     32      4     leader_epoch    epoch of the leader that appended the frame
-    36      2     attributes      bit 0 transactional, bit 1 control; others zero
+    36      2     attributes      bit 0 transactional, bit 1 control, bit 2 has a
+                                  producer id; others zero
     38      2     reserved        zero
     40      len   payload         one Arrow IPC *record batch message* in FRAME_SCHEMA
                                   (no schema message: the magic fixes the schema)
@@ -38,6 +39,7 @@ _CRC_FROM = 8
 
 ATTR_TRANSACTIONAL = 0x1
 ATTR_CONTROL = 0x2
+ATTR_IDEMPOTENT = 0x4  # the batch carries a producer id (its state is rebuilt from it)
 
 
 @dataclass(frozen=True)

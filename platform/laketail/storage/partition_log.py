@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import copy
+import json
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +40,7 @@ from laketail.errors import KafkaStorageError
 from laketail.records import RECORD_SCHEMA, to_record_batch
 from laketail.storage import frame
 from laketail.storage.frame import FrameHeader
+from laketail.storage.producer_state import Duplicate, ProducerStateManager
 from laketail.storage.segment import SUFFIX, Segment
 
 log = logging.getLogger(__name__)
@@ -55,6 +59,28 @@ class _PendingAppend:
     leader_epoch: int
     attributes: int
     future: asyncio.Future
+    producer: ProducerBatch | None = None
+
+
+@dataclass(frozen=True)
+class ProducerBatch:
+    """Who sent a batch: the producer id, epoch and first sequence (-1 when not
+    idempotent), whether it is transactional, and the marker kind for control batches."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    transactional: bool = False
+    control: str | None = None
+
+    @property
+    def attributes(self) -> int:
+        bits = frame.ATTR_IDEMPOTENT
+        if self.transactional:
+            bits |= frame.ATTR_TRANSACTIONAL
+        if self.control is not None:
+            bits |= frame.ATTR_CONTROL
+        return bits
 
 
 class PartitionLog:
@@ -85,6 +111,7 @@ class PartitionLog:
         self.tiered_offset = 0
         self.log_start_offset = segments[0].base_offset
         self.untiered_bytes = 0  # approximate payload bytes above tiered_offset
+        self.producer_state = ProducerStateManager()
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -135,12 +162,53 @@ class PartitionLog:
         if not segments:
             segments = [Segment.create(directory, tiered_offset, now)]
         plog = cls(directory, topic, partition, config, clock, segments)
+        plog._rebuild_producer_state()
         plog.tiered_offset = tiered_offset
         plog.log_start_offset = min(
             log_start_offset if log_start_offset is not None else segments[0].base_offset,
             segments[0].base_offset,
         )
         return plog
+
+    # -- producer state persistence -----------------------------------------------------------
+
+    @property
+    def _snapshot_path(self) -> Path:
+        return self.directory / "producer.snapshot"
+
+    def write_producer_snapshot(self) -> None:
+        """Persist producer state as of the log end (atomically: temp file + rename)."""
+        with self._lock:
+            doc = {"offset": self.log_end_offset, "state": self.producer_state.snapshot()}
+        tmp = self._snapshot_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, self._snapshot_path)
+
+    def _rebuild_producer_state(self) -> None:
+        """Snapshot, then replay every producer frame at or above its offset."""
+        start = 0
+        try:
+            doc = json.loads(self._snapshot_path.read_text())
+            if doc["offset"] <= self.log_end_offset:
+                self.producer_state = ProducerStateManager.restore(doc["state"])
+                start = doc["offset"]
+        except (FileNotFoundError, ValueError, KeyError):
+            pass
+        for segment in self._segments:
+            for base, position in segment.producer_frames:
+                if base < start:
+                    continue
+                for header, _, batch in segment.read_frames(position, position + 1):
+                    self.producer_state.apply(
+                        batch.column("producer_id")[0].as_py(),
+                        batch.column("producer_epoch")[0].as_py(),
+                        batch.column("sequence")[0].as_py(),
+                        header.record_count,
+                        header.base_offset,
+                        header.max_timestamp // 1000,
+                        bool(header.attributes & frame.ATTR_TRANSACTIONAL),
+                        batch.column("control")[0].as_py(),
+                    )
 
     # -- offsets ------------------------------------------------------------------------------
 
@@ -169,6 +237,7 @@ class PartitionLog:
         leader_epoch: int = 0,
         attributes: int = 0,
         max_timestamp_us: int | None = None,
+        producer: ProducerBatch | None = None,
     ) -> int:
         """Append one producer batch (FRAME_SCHEMA); return its base offset.
 
@@ -184,8 +253,10 @@ class PartitionLog:
             else pc.max(batch.column("timestamp")).value
         )
         future = asyncio.get_running_loop().create_future()
+        if producer is not None:
+            attributes |= producer.attributes
         self._pending.append(
-            _PendingAppend(payload, batch.num_rows, max_ts, leader_epoch, attributes, future)
+            _PendingAppend(payload, batch.num_rows, max_ts, leader_epoch, attributes, future, producer)
         )
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._drain())
@@ -205,20 +276,40 @@ class PartitionLog:
                         )
                 continue
             for item, base in zip(group, bases):
-                if not item.future.done():
+                if item.future.done():
+                    continue
+                if isinstance(base, BaseException):
+                    item.future.set_exception(base)
+                else:
                     item.future.set_result(base)
             self._notify()
 
-    def _write_group(self, group: list[_PendingAppend]) -> list[int]:
+    def _write_group(self, group: list[_PendingAppend]) -> list[int | Exception]:
+        """Validate producer batches, assign offsets, write, fsync per policy. A batch a
+        producer check refuses gets its error; a retried one its original offset."""
         with self._lock:
             now = self.clock.now_ms()
-            incoming = sum(frame.HEADER_SIZE + len(item.payload) for item in group)
-            self._maybe_roll(now, incoming)
-            segment = self._segments[-1]
+            state = self.producer_state
+            saved = None
+            if any(item.producer is not None for item in group):
+                saved = copy.deepcopy((state.producers, state.markers))
+            results: list[int | Exception] = []
             frames = []
-            bases = []
             offset = self.log_end_offset
             for item in group:
+                meta = item.producer
+                if meta is not None and meta.producer_id >= 0:
+                    try:
+                        dup = state.check(meta.producer_id, meta.producer_epoch, meta.base_sequence,
+                                          item.count, meta.control is not None)
+                    except Exception as exc:
+                        results.append(exc)
+                        continue
+                    if isinstance(dup, Duplicate):
+                        results.append(dup.base_offset)
+                        continue
+                    state.apply(meta.producer_id, meta.producer_epoch, meta.base_sequence, item.count,
+                                offset, item.max_timestamp // 1000, meta.transactional, meta.control)
                 head = frame.encode_header(
                     item.payload,
                     base_offset=offset,
@@ -230,13 +321,20 @@ class PartitionLog:
                 header = FrameHeader(0, len(item.payload), offset, item.count, item.max_timestamp,
                                      item.leader_epoch, item.attributes)
                 frames.append((head, item.payload, header))
-                bases.append(offset)
+                results.append(offset)
                 offset += item.count
+            if not frames:
+                return results
+            incoming = sum(f[2].size for f in frames)
+            self._maybe_roll(now, incoming)
+            segment = self._segments[-1]
             size_before = segment.size
             try:
                 segment.append(frames, now)
             except OSError:
                 segment.truncate_to(size_before)
+                if saved is not None:
+                    state.producers, state.markers = saved
                 raise
             self._unflushed += offset - self.log_end_offset
             if (
@@ -246,10 +344,16 @@ class PartitionLog:
                 segment.flush()
                 self._unflushed = 0
                 self._last_flush_ms = now
-            self.untiered_bytes += sum(len(item.payload) for item in group)
+            self.untiered_bytes += sum(len(f[1]) for f in frames)
             self.log_end_offset = offset
             self.high_watermark = offset
-            return bases
+            return results
+
+    @property
+    def last_stable_offset(self) -> int:
+        """HW, or the first offset of the oldest open transaction when that is lower."""
+        unstable = self.producer_state.first_unstable_offset()
+        return self.high_watermark if unstable is None else min(unstable, self.high_watermark)
 
     def _maybe_roll(self, now: int, incoming: int) -> None:
         active = self._segments[-1]
@@ -376,6 +480,7 @@ class PartitionLog:
             total -= segment.size
             dropped += 1
         if dropped:
+            self.write_producer_snapshot()  # the dropped frames can no longer be replayed
             with self._lock:
                 retired, self._segments = self._segments[:dropped], self._segments[dropped:]
             for segment in retired:
@@ -396,6 +501,11 @@ class PartitionLog:
     async def close(self) -> None:
         if self._writer is not None:
             await asyncio.gather(self._writer, return_exceptions=True)
+        if self.producer_state.producers or self.producer_state.markers:
+            try:
+                self.write_producer_snapshot()
+            except OSError:
+                log.exception("could not write the producer snapshot of %s", self.directory)
         with self._lock:
             for segment in self._segments:
                 try:
@@ -410,6 +520,7 @@ class PartitionLog:
         await self.close()
         for segment in self._segments:
             segment.path.unlink(missing_ok=True)
+        self._snapshot_path.unlink(missing_ok=True)
         try:
             self.directory.rmdir()
         except OSError:

@@ -57,6 +57,7 @@ class Segment:
         self._index_positions: list[int] = []
         self._time_index_ts: list[int] = []
         self._last_indexed_pos = -INDEX_INTERVAL_BYTES
+        self.producer_frames: list[tuple[int, int]] = []  # (base offset, position) with a producer id
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
 
     # -- opening and recovery -------------------------------------------------------------
@@ -121,6 +122,8 @@ class Segment:
             self._last_indexed_pos = position
         self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
         self.next_offset = header.next_offset
+        if header.attributes:
+            self.producer_frames.append((header.base_offset, position))
 
     def append(self, frames: list[tuple[bytes, pa.Buffer, FrameHeader]], now_ms: int) -> None:
         """Write ``(header bytes, payload, header)`` frames with as few system calls as

@@ -1,0 +1,190 @@
+"""Per-partition producer state: idempotent sequences and open transactions.
+
+Role: decide, for each appended batch that carries a producer id, whether it is new
+(append it), a retry of one of the producer's last ``MAX_CACHED_BATCHES`` batches
+(answer with its original offsets, append nothing), out of order
+(OUT_OF_ORDER_SEQUENCE_NUMBER) or from a fenced epoch (INVALID_PRODUCER_EPOCH); and
+track each producer's open transaction (its first offset sets the partition's last
+stable offset) and every transaction marker (which says whether a transactional record
+was committed or aborted).
+
+Validation is separate from application (Kafka's ProducerAppendInfo): :meth:`check`
+looks and raises, :meth:`apply` records a batch that was written, so a failed write
+changes nothing.
+
+Sequences are int32 and wrap to 0 after 2**31 - 1, as Kafka's do.
+
+Persistence: :meth:`snapshot` / :meth:`restore` (a JSON file next to the segments, with
+the offset it covers) plus :meth:`replay` of the frames above that offset on open.
+
+Not thread-safe: the partition log calls it under its lock.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from laketail.errors import InvalidProducerEpoch, OutOfOrderSequenceNumber
+
+MAX_CACHED_BATCHES = 5
+INT32_MAX = 2**31 - 1
+
+
+def _next_seq(seq: int, count: int) -> int:
+    return (seq + count) % (INT32_MAX + 1)
+
+
+@dataclass
+class BatchMeta:
+    first_seq: int
+    last_seq: int
+    base_offset: int
+    count: int
+
+
+@dataclass
+class ProducerEntry:
+    epoch: int
+    batches: list[BatchMeta] = field(default_factory=list)
+    last_timestamp_ms: int = 0
+    txn_first_offset: int | None = None  # first offset of the open transaction
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    """A retried batch: its original base offset."""
+
+    base_offset: int
+
+
+class ProducerStateManager:
+    def __init__(self) -> None:
+        self.producers: dict[int, ProducerEntry] = {}
+        # pid -> sorted marker offsets and their kinds ('COMMIT' / 'ABORT')
+        self.markers: dict[int, tuple[list[int], list[str]]] = {}
+
+    # -- validation --------------------------------------------------------------------------
+
+    def check(self, pid: int, epoch: int, first_seq: int, count: int, is_control: bool = False) -> Duplicate | None:
+        """Raise if the batch must be refused; return :class:`Duplicate` for a retry."""
+        entry = self.producers.get(pid)
+        if entry is None:
+            if not is_control and first_seq not in (0, -1):
+                raise OutOfOrderSequenceNumber(
+                    f"producer {pid} is unknown here and its first sequence is {first_seq}, not 0"
+                )
+            return None
+        if epoch < entry.epoch:
+            raise InvalidProducerEpoch(
+                f"producer {pid} epoch {epoch} is older than the current epoch {entry.epoch}"
+            )
+        if is_control or first_seq < 0:
+            return None
+        if epoch > entry.epoch:
+            if first_seq != 0:
+                raise OutOfOrderSequenceNumber(
+                    f"producer {pid} epoch {epoch} must start at sequence 0, not {first_seq}"
+                )
+            return None
+        last_seq = (first_seq + count - 1) % (INT32_MAX + 1)
+        for meta in entry.batches:
+            if meta.first_seq == first_seq and meta.last_seq == last_seq:
+                return Duplicate(meta.base_offset)
+        if entry.batches:
+            expected = _next_seq(entry.batches[-1].last_seq, 1)
+            if first_seq != expected:
+                raise OutOfOrderSequenceNumber(
+                    f"producer {pid} sent sequence {first_seq}; expected {expected}"
+                )
+        elif first_seq != 0:
+            raise OutOfOrderSequenceNumber(f"producer {pid} sent sequence {first_seq}; expected 0")
+        return None
+
+    # -- application ----------------------------------------------------------------------------
+
+    def apply(
+        self,
+        pid: int,
+        epoch: int,
+        first_seq: int,
+        count: int,
+        base_offset: int,
+        timestamp_ms: int,
+        transactional: bool,
+        control: str | None,
+    ) -> None:
+        entry = self.producers.get(pid)
+        if entry is None or epoch > entry.epoch:
+            entry = ProducerEntry(epoch, txn_first_offset=entry.txn_first_offset if entry else None)
+            self.producers[pid] = entry
+        entry.last_timestamp_ms = max(entry.last_timestamp_ms, timestamp_ms)
+        if control is not None:
+            entry.txn_first_offset = None
+            offsets, kinds = self.markers.setdefault(pid, ([], []))
+            i = bisect.bisect_left(offsets, base_offset)
+            offsets.insert(i, base_offset)
+            kinds.insert(i, control)
+            return
+        if first_seq >= 0:
+            entry.batches.append(BatchMeta(first_seq, (first_seq + count - 1) % (INT32_MAX + 1), base_offset, count))
+            del entry.batches[:-MAX_CACHED_BATCHES]
+        if transactional and entry.txn_first_offset is None:
+            entry.txn_first_offset = base_offset
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (None when none is open)."""
+        opens = [e.txn_first_offset for e in self.producers.values() if e.txn_first_offset is not None]
+        return min(opens) if opens else None
+
+    def outcome(self, pid: int, offset: int) -> str | None:
+        """'COMMIT' or 'ABORT' for a transactional record of ``pid`` at ``offset``; None
+        while its transaction is still open."""
+        found = self.markers.get(pid)
+        if not found:
+            return None
+        offsets, kinds = found
+        i = bisect.bisect_right(offsets, offset)
+        return kinds[i] if i < len(offsets) else None
+
+    def aborted_pids(self) -> set[int]:
+        return {pid for pid, (_, kinds) in self.markers.items() if "ABORT" in kinds}
+
+    def expire(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle for ``producer.id.expiration.ms`` with no open transaction."""
+        gone = [
+            pid for pid, e in self.producers.items()
+            if e.txn_first_offset is None and now_ms - e.last_timestamp_ms > expiration_ms
+        ]
+        for pid in gone:
+            del self.producers[pid]
+        return len(gone)
+
+    # -- persistence -------------------------------------------------------------------------------
+
+    def snapshot(self) -> dict:
+        return {
+            "producers": {
+                str(pid): {
+                    "epoch": e.epoch,
+                    "batches": [[b.first_seq, b.last_seq, b.base_offset, b.count] for b in e.batches],
+                    "last_timestamp_ms": e.last_timestamp_ms,
+                    "txn_first_offset": e.txn_first_offset,
+                }
+                for pid, e in self.producers.items()
+            },
+            "markers": {str(pid): [offs, kinds] for pid, (offs, kinds) in self.markers.items()},
+        }
+
+    @classmethod
+    def restore(cls, doc: dict) -> "ProducerStateManager":
+        state = cls()
+        for pid, e in doc.get("producers", {}).items():
+            state.producers[int(pid)] = ProducerEntry(
+                e["epoch"], [BatchMeta(*b) for b in e["batches"]], e["last_timestamp_ms"], e["txn_first_offset"]
+            )
+        for pid, (offs, kinds) in doc.get("markers", {}).items():
+            state.markers[int(pid)] = (list(offs), list(kinds))
+        return state

@@ -1,0 +1,93 @@
+"""Idempotent appends: retries answered with their original offsets, gaps and stale
+epochs refused, and the state rebuilt after a clean stop or a crash."""
+
+import asyncio
+
+import pytest
+
+from laketail.clock import ManualClock
+from laketail.config import TopicConfig
+from laketail.errors import InvalidProducerEpoch, OutOfOrderSequenceNumber
+from laketail.records import build_frame_batch
+from laketail.storage.partition_log import PartitionLog, ProducerBatch
+
+
+def _batch(values, pid=7, epoch=0, seq=0):
+    return build_frame_batch(timestamps_us=[1_000] * len(values), keys=[None] * len(values), values=values,
+                             producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+
+async def _append(plog, values, pid=7, epoch=0, seq=0, transactional=False):
+    return await plog.append(_batch(values, pid, epoch, seq), producer=ProducerBatch(pid, epoch, seq, transactional))
+
+
+def _values(plog):
+    return plog.read(0, plog.high_watermark, 10**6, 1 << 30).column("value").to_pylist()
+
+
+@pytest.mark.parametrize("restart", ["none", "clean", "crash"])
+def test_retries_gaps_and_fencing(tmp_path, restart):
+    clock = ManualClock()
+
+    async def scenario():
+        plog = PartitionLog.open(tmp_path, "t", 0, TopicConfig(), clock)
+        assert await _append(plog, [b"a", b"b"], seq=0) == 0
+        assert await _append(plog, [b"c"], seq=2) == 2
+        if restart == "clean":
+            await plog.close()
+        elif restart == "crash":
+            for segment in plog.segments:
+                segment.close()
+        if restart != "none":
+            plog = PartitionLog.open(tmp_path, "t", 0, TopicConfig(), clock)
+        assert await _append(plog, [b"a", b"b"], seq=0) == 0  # a retry: original offsets
+        assert await _append(plog, [b"c"], seq=2) == 2
+        with pytest.raises(OutOfOrderSequenceNumber):
+            await _append(plog, [b"e"], seq=5)
+        assert await _append(plog, [b"d"], seq=3) == 3
+        assert await _append(plog, [b"x"], epoch=1, seq=0) == 4  # a new epoch starts at 0
+        with pytest.raises(InvalidProducerEpoch):
+            await _append(plog, [b"zombie"], epoch=0, seq=4)
+        assert _values(plog) == [b"a", b"b", b"c", b"d", b"x"]
+        await plog.close()
+
+    asyncio.run(scenario())
+
+
+def test_group_commit_checks_batches_of_one_producer_in_order(tmp_path):
+    clock = ManualClock()
+
+    async def scenario():
+        plog = PartitionLog.open(tmp_path, "t", 0, TopicConfig(), clock)
+        results = await asyncio.gather(
+            _append(plog, [b"0"], seq=0), _append(plog, [b"1"], seq=1), _append(plog, [b"1"], seq=1),
+            _append(plog, [b"3"], seq=3), return_exceptions=True,
+        )
+        assert results[:3] == [0, 1, 1]
+        assert isinstance(results[3], OutOfOrderSequenceNumber)
+        assert _values(plog) == [b"0", b"1"]
+        await plog.close()
+
+    asyncio.run(scenario())
+
+
+def test_open_transaction_holds_the_last_stable_offset(tmp_path):
+    clock = ManualClock()
+
+    async def scenario():
+        plog = PartitionLog.open(tmp_path, "t", 0, TopicConfig(), clock)
+        await plog.append(_batch([b"plain"], pid=-1, seq=-1))
+        await _append(plog, [b"t1", b"t2"], pid=9, seq=0, transactional=True)
+        await plog.append(_batch([b"later"], pid=-1, seq=-1))
+        assert (plog.high_watermark, plog.last_stable_offset) == (4, 1)
+        marker = build_frame_batch(timestamps_us=[2_000], keys=[None], values=[None], producer_id=9,
+                                   producer_epoch=0, transactional=True, control="ABORT")
+        await plog.append(marker, producer=ProducerBatch(9, 0, -1, True, "ABORT"))
+        assert plog.last_stable_offset == plog.high_watermark == 5
+        assert plog.producer_state.outcome(9, 1) == "ABORT"
+        await plog.close()
+        again = PartitionLog.open(tmp_path, "t", 0, TopicConfig(), clock)
+        assert again.producer_state.outcome(9, 2) == "ABORT" and again.last_stable_offset == 5
+        await again.close()
+
+    asyncio.run(scenario())
