@@ -211,7 +211,7 @@ def test_consume_follows_from_log_end(broker: Any, make_topic: Any) -> None:
 def test_consume_timeout_ms_stops_when_idle(broker: Any, make_topic: Any) -> None:
     topic = make_topic(partitions=3)
     ok(laketail("produce", topic, "--key-separator", "=", "--server", broker.url, stdin=b"a=1\nb=2\nc=3\n"))
-    got = lines(ok(laketail("consume", topic, "--from-beginning", "--timeout-ms", "1500", "--server", broker.url)))
+    got = lines(ok(laketail("consume", topic, "--from-beginning", "--timeout-ms", "3000", "--server", broker.url)))
     assert sorted(got) == ["1", "2", "3"]
 
 
