@@ -54,7 +54,7 @@ from laketail.records import (
     build_frame_batch,
 )
 from laketail.storage.log_manager import LogManager
-from laketail.storage.partition_log import OffsetBelowHotTier
+from laketail.storage.partition_log import OffsetBelowHotTier, ProducerBatch
 from laketail.storage.table_reader import TableReader
 from laketail.storage.tierer import Tierer
 
@@ -137,6 +137,7 @@ class _ProducePlan:
     partitions: list[int]
     timestamps_ms: list[int]
     appends: list[tuple]  # (partition log, frame batch, request rows or None, max timestamp us)
+    producer: ProducerBatch | None = None
 
 
 @dataclass
@@ -322,7 +323,7 @@ class Broker:
             log_start_offset=plog.log_start_offset,
             log_end_offset=plog.log_end_offset,
             high_watermark=plog.high_watermark,
-            last_stable_offset=plog.high_watermark,
+            last_stable_offset=plog.last_stable_offset,
             tiered_offset=plog.tiered_offset,
         )
 
@@ -410,13 +411,21 @@ class Broker:
 
     # -- produce ----------------------------------------------------------------------
 
-    async def produce(self, topic: str, batch: pa.RecordBatch | pa.Table, acks: Acks = "all") -> ProduceResult:
+    async def produce(
+        self,
+        topic: str,
+        batch: pa.RecordBatch | pa.Table,
+        acks: Acks = "all",
+        producer: ProducerBatch | None = None,
+    ) -> ProduceResult:
         """Validate, partition, append; return each record's partition and offset.
 
         ``batch`` has ``PRODUCE_SCHEMA``'s columns (any but ``value`` may be missing).
-        Nothing is written unless every record passes validation.
+        Nothing is written unless every record passes validation. With ``producer`` (an
+        idempotent or transactional batch) every record must go to one partition; a
+        retried batch gets its original offsets back.
         """
-        plan = self._plan_produce(topic, batch)
+        plan = self._plan_produce(topic, batch, producer)
         return await self._execute(plan)
 
     def produce_nowait(self, topic: str, batch: pa.RecordBatch | pa.Table) -> "asyncio.Task[ProduceResult]":
@@ -426,7 +435,9 @@ class Broker:
         plan = self._plan_produce(topic, batch)
         return asyncio.get_running_loop().create_task(self._execute(plan))
 
-    def _plan_produce(self, topic: str, batch: pa.RecordBatch | pa.Table) -> _ProducePlan:
+    def _plan_produce(
+        self, topic: str, batch: pa.RecordBatch | pa.Table, producer: ProducerBatch | None = None
+    ) -> _ProducePlan:
         """Everything but the appends: validation, partitioning, frames (no awaits)."""
         runtime = self._runtime(topic)
         config = runtime.config
@@ -457,11 +468,22 @@ class Broker:
             max_ts_us = None
 
         if isinstance(partitions, int):  # the common case: the whole request to one partition
-            frame = build_frame_batch(
-                timestamps_us=ts_us, keys=keys, values=values, headers=headers, timestamp_type=ts_type
-            )
+            if producer is None:
+                frame = build_frame_batch(
+                    timestamps_us=ts_us, keys=keys, values=values, headers=headers, timestamp_type=ts_type
+                )
+            else:
+                frame = build_frame_batch(
+                    timestamps_us=ts_us, keys=keys, values=values, headers=headers, timestamp_type=ts_type,
+                    producer_id=producer.producer_id, producer_epoch=producer.producer_epoch,
+                    base_sequence=producer.base_sequence, transactional=producer.transactional,
+                )
             appends = [(self.logs.get(topic, partitions), frame, None, max_ts_us)]
-            return _ProducePlan(topic, n, [partitions] * n, timestamps_ms, appends)
+            return _ProducePlan(topic, n, [partitions] * n, timestamps_ms, appends, producer)
+        if producer is not None:
+            raise InvalidRequest(
+                "an idempotent or transactional batch goes to one partition: name it, or use one key"
+            )
 
         part_list = partitions.to_pylist()
         groups: dict[int, list[int]] = {}
@@ -478,13 +500,13 @@ class Broker:
                 timestamp_type=ts_type,
             )
             appends.append((self.logs.get(topic, p), frame, rows, None))
-        return _ProducePlan(topic, n, part_list, timestamps_ms, appends)
+        return _ProducePlan(topic, n, part_list, timestamps_ms, appends, None)
 
     async def _execute(self, plan: _ProducePlan) -> ProduceResult:
         epoch = self.leader_epoch
         if len(plan.appends) == 1:
             plog, frame, _, max_ts = plan.appends[0]
-            base = await plog.append(frame, leader_epoch=epoch, max_timestamp_us=max_ts)
+            base = await plog.append(frame, leader_epoch=epoch, max_timestamp_us=max_ts, producer=plan.producer)
             offsets = list(range(base, base + plan.count))
         else:
             bases = await asyncio.gather(*(
@@ -584,22 +606,46 @@ class Broker:
             await plog.wait_for_data(offset, timeout_ms / 1000.0)
         limit_records = max_records if max_records and max_records > 0 else 500
         limit_bytes = max_bytes if max_bytes and max_bytes > 0 else 52_428_800
-        end = plog.high_watermark
-        table = None
+        end = plog.last_stable_offset if isolation == "read_committed" else plog.high_watermark
+        position = offset
+        while True:
+            table = await self._read(topic, partition, plog, position, end, limit_records, limit_bytes)
+            if table.num_rows == 0:
+                break
+            position = table.column("offset")[-1].as_py() + 1
+            table = self._visible(plog, table, isolation)
+            if table.num_rows or position >= end:
+                break  # else: only markers or aborted records so far; read on
+        return FetchResult(table, position, plog.high_watermark, plog.log_start_offset, plog.last_stable_offset)
+
+    async def _read(self, topic, partition, plog, offset, end, limit_records, limit_bytes) -> pa.Table:
         if offset >= plog.hot_start_offset:
             try:
-                table = await asyncio.to_thread(
-                    plog.read, offset, end, limit_records, limit_bytes, partition
-                )
+                return await asyncio.to_thread(plog.read, offset, end, limit_records, limit_bytes, partition)
             except OffsetBelowHotTier:
-                table = None  # local retention removed it meanwhile: the table has it
-        if table is None:
-            table = await asyncio.to_thread(
-                self.tables.read, topic, partition, offset, min(end, plog.tiered_offset),
-                limit_records, limit_bytes,
-            )
-        next_offset = table.column("offset")[-1].as_py() + 1 if table.num_rows else offset
-        return FetchResult(table, next_offset, plog.high_watermark, plog.log_start_offset, plog.high_watermark)
+                pass  # local retention removed it meanwhile: the table has it
+        return await asyncio.to_thread(
+            self.tables.read, topic, partition, offset, min(end, plog.tiered_offset), limit_records, limit_bytes,
+        )
+
+    @staticmethod
+    def _visible(plog, table: pa.Table, isolation: IsolationLevel) -> pa.Table:
+        """Drop control rows (never returned as records) and, for read_committed, the
+        records of aborted transactions."""
+        transactional = table.column("transactional")
+        if not pc.any(transactional).as_py():
+            return table
+        keep = pc.is_null(table.column("control"))
+        if isolation == "read_committed":
+            outcome = plog.producer_state.outcome
+            aborted = [
+                bool(txn) and outcome(pid, off) == "ABORT"
+                for txn, pid, off in zip(
+                    transactional.to_pylist(), table.column("producer_id").to_pylist(), table.column("offset").to_pylist()
+                )
+            ]
+            keep = pc.and_(keep, pc.invert(pa.array(aborted, pa.bool_())))
+        return table.filter(keep)
 
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> tuple[int, int] | None:
         """Kafka's ListOffsets by time: the earliest offset whose timestamp is at or after
