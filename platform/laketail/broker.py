@@ -33,6 +33,7 @@ from laketail.clock import Clock, SystemClock
 from laketail.config import TOPIC_CONFIGS, BrokerSettings, TopicConfig
 from laketail.coordinator.groups import GroupCoordinator
 from laketail.coordinator.offsets import OffsetStore
+from laketail.coordinator.transactions import TransactionCoordinator
 from laketail.errors import (
     InvalidPartitions,
     InvalidReplicationFactor,
@@ -171,6 +172,11 @@ class Broker:
             max_session_timeout_ms=settings.group_max_session_timeout_ms,
             initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
         )
+        self.transactions = TransactionCoordinator(
+            self,
+            num_partitions=settings.transaction_state_log_num_partitions,
+            max_timeout_ms=settings.transaction_max_timeout_ms,
+        )
         self._background: list[asyncio.Task] = []
         self._admin_lock = asyncio.Lock()
 
@@ -185,10 +191,13 @@ class Broker:
         for info in self.catalog.topics():
             await self._open_topic(info)
         await self.offsets.load()
+        await self.transactions.load()
+        await self.transactions.recover()
         if self.settings.tier_enabled:
             self.tierer.start()
         self._background.append(asyncio.create_task(self._group_housekeeping(), name="laketail-groups"))
         self._background.append(asyncio.create_task(self._internal_cleaner(), name="laketail-cleaner"))
+        self._background.append(asyncio.create_task(self._transaction_timeouts(), name="laketail-txn-timeouts"))
 
     async def close(self) -> None:
         for task in self._background:
@@ -196,6 +205,19 @@ class Broker:
         await asyncio.gather(*self._background, return_exceptions=True)
         await self.tierer.stop()
         await self.logs.close()
+
+    async def _transaction_timeouts(self) -> None:
+        """Abort transactions open past transaction.timeout.ms; forget idle producers."""
+        interval = self.settings.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.transactions.expire()
+                now = self.clock.now_ms()
+                for plog in self.logs.all():
+                    plog.producer_state.expire(now, self.settings.producer_id_expiration_ms)
+            except Exception:
+                log.exception("transaction timeout check failed")
 
     async def _internal_cleaner(self) -> None:
         """Key-compact the internal topics every ``log.cleaner.backoff.ms`` (the broker
@@ -425,8 +447,27 @@ class Broker:
         idempotent or transactional batch) every record must go to one partition; a
         retried batch gets its original offsets back.
         """
+        if producer is not None and producer.producer_id >= 0:
+            if producer.transactional:
+                partition = self._single_partition(topic, batch)
+                await self.transactions.check_transactional_produce(
+                    producer.producer_id, producer.producer_epoch, topic, partition
+                )
+            else:
+                self.transactions.check_idempotent_produce(producer.producer_id, producer.producer_epoch)
         plan = self._plan_produce(topic, batch, producer)
         return await self._execute(plan)
+
+    def _single_partition(self, topic: str, batch: pa.RecordBatch | pa.Table) -> int:
+        """The one partition a producer batch goes to (it must name it)."""
+        if "partition" not in batch.schema.names or batch.num_rows == 0:
+            raise InvalidRequest("a transactional batch must name its partition")
+        bounds = pc.min_max(batch.column("partition"))
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if low is None or low != high:
+            raise InvalidRequest("a transactional batch goes to exactly one partition")
+        self._check_partition(topic, low)
+        return low
 
     def produce_nowait(self, topic: str, batch: pa.RecordBatch | pa.Table) -> "asyncio.Task[ProduceResult]":
         """acks=0: validate now (raising what ``produce`` would), append in the background.

@@ -206,6 +206,10 @@ class BrokerSettings:
     offsets_retention_minutes: int = 10_080
     offsets_retention_check_interval_ms: int = 600_000
     log_cleaner_backoff_ms: int = 15_000
+    transaction_state_log_num_partitions: int = 50
+    transaction_max_timeout_ms: int = 900_000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    producer_id_expiration_ms: int = 86_400_000
     consumer_instance_timeout_ms: int = 300_000
     topic_defaults: dict[str, Any] = field(default_factory=dict)
 
@@ -247,6 +251,11 @@ _BROKER_KEYS = {
     "offsets.retention.minutes": "offsets_retention_minutes",
     "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
     "log.cleaner.backoff.ms": "log_cleaner_backoff_ms",
+    "transaction.state.log.num.partitions": "transaction_state_log_num_partitions",
+    "transaction.max.timeout.ms": "transaction_max_timeout_ms",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms":
+        "transaction_abort_timed_out_transaction_cleanup_interval_ms",
+    "producer.id.expiration.ms": "producer_id_expiration_ms",
     "consumer.instance.timeout.ms": "consumer_instance_timeout_ms",
 }
 

@@ -114,6 +114,7 @@ class Fetcher:
         self._parts: dict[TP, PartitionState] = {}
         self._order: list[TP] = []
         self._next = 0
+        self._epochs = 0
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="laketail-consumer-fetch")
         self._closed = False
 
@@ -150,7 +151,8 @@ class Fetcher:
             return list(self._order)
 
     def _set_start(self, state: PartitionState, start: int) -> None:
-        state.epoch += 1
+        self._epochs += 1  # one counter for all states: a re-created state never reuses an epoch
+        state.epoch = self._epochs
         state.in_flight = False
         state.buffer.clear()
         state.stalled = False

@@ -346,5 +346,18 @@ class GroupCoordinator:
         group.members[member_id].last_heartbeat = self.clock.monotonic()
         await self.offsets.commit(group_id, offsets)
 
+    def check_member(self, group_id: str, generation_id: int, member_id: str) -> None:
+        """The checks a commit from this member would pass (for offsets sent to a
+        transaction with the consumer's group metadata)."""
+        group = self._groups.get(group_id)
+        if generation_id < 0 and (group is None or not group.members):
+            return
+        if group is None or member_id not in group.members:
+            raise UnknownMemberId(f"member '{member_id}' is not in group '{group_id}'")
+        if generation_id != group.generation_id:
+            raise IllegalGeneration(
+                f"generation {generation_id} is not the group's {group.generation_id}"
+            )
+
     def committed(self, group_id: str, tps: list[TopicPartition]) -> dict[TopicPartition, CommittedOffset | None]:
         return {tp: self.offsets.committed(group_id, tp) for tp in tps}

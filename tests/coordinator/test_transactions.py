@@ -1,0 +1,196 @@
+"""Transactions over a real broker: isolation, fencing, offsets in transactions,
+recovery of a prepared transaction, timeouts and Spark's batch transactions."""
+
+import asyncio
+
+import pyarrow as pa
+import pytest
+
+from laketail.broker import Broker
+from laketail.clock import ManualClock
+from laketail.config import load_settings
+from laketail.coordinator.offsets import CommittedOffset
+from laketail.errors import OutOfOrderSequenceNumber, ProducerFenced
+from laketail.storage.partition_log import ProducerBatch
+
+
+def _settings(tmp_path):
+    return load_settings(None, env={}, data=str(tmp_path), offsets_topic_num_partitions=2,
+                         transaction_state_log_num_partitions=2, group_initial_rebalance_delay_ms=0)
+
+
+async def _start(tmp_path, clock):
+    broker = Broker(_settings(tmp_path), clock=clock)
+    await broker.start()
+    return broker
+
+
+async def _send(broker, values, pid, epoch, seq, partition=0, topic="t", transactional=True):
+    batch = pa.RecordBatch.from_pydict({
+        "value": pa.array(values, pa.binary()), "partition": pa.array([partition] * len(values), pa.int32()),
+    })
+    return await broker.produce(topic, batch, producer=ProducerBatch(pid, epoch, seq, transactional))
+
+
+async def _values(broker, isolation, topic="t", partition=0):
+    result = await broker.fetch(topic, partition, 0, max_records=10_000, isolation=isolation)
+    return result.records.column("value").to_pylist()
+
+
+def test_commit_and_abort_under_both_isolation_levels(tmp_path):
+    clock = ManualClock()
+
+    async def scenario():
+        broker = await _start(tmp_path, clock)
+        await broker.create_topic("t", 1)
+        txns = broker.transactions
+        pid, epoch = await txns.init_producer_id("app-1")
+        await _send(broker, [b"a1", b"a2"], pid, epoch, 0)
+        await broker.produce("t", pa.RecordBatch.from_pydict({"value": [b"plain"], "partition": pa.array([0], pa.int32())}))
+        # The open transaction holds read_committed back: nothing at or after it shows.
+        assert await _values(broker, "read_committed") == []
+        assert await _values(broker, "read_uncommitted") == [b"a1", b"a2", b"plain"]
+        await txns.end("app-1", pid, epoch, commit=True)
+        assert await _values(broker, "read_committed") == [b"a1", b"a2", b"plain"]
+        await _send(broker, [b"b1"], pid, epoch, 2)
+        await txns.end("app-1", pid, epoch, commit=False)
+        assert await _values(broker, "read_committed") == [b"a1", b"a2", b"plain"]
+        assert await _values(broker, "read_uncommitted") == [b"a1", b"a2", b"plain", b"b1"]
+        state = broker.partition_state("t", 0)
+        assert state.last_stable_offset == state.high_watermark == 6  # 4 records + 2 markers
+        await broker.close()
+        # After a restart the outcome of each transaction is still known.
+        again = await _start(tmp_path, clock)
+        assert await _values(again, "read_committed") == [b"a1", b"a2", b"plain"]
+        await again.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_new_session_fences_the_zombie_and_aborts_its_transaction(tmp_path):
+    clock = ManualClock()
+
+    async def scenario():
+        broker = await _start(tmp_path, clock)
+        await broker.create_topic("t", 1)
+        txns = broker.transactions
+        pid, old = await txns.init_producer_id("app")
+        await _send(broker, [b"zombie"], pid, old, 0)
+        pid2, new = await txns.init_producer_id("app")
+        assert (pid2, new) == (pid, old + 1)
+        with pytest.raises(ProducerFenced):
+            await _send(broker, [b"late"], pid, old, 1)
+        with pytest.raises(ProducerFenced):
+            await txns.end("app", pid, old, commit=True)
+        await _send(broker, [b"fresh"], pid, new, 0)
+        await txns.end("app", pid, new, commit=True)
+        assert await _values(broker, "read_committed") == [b"fresh"]
+        await broker.close()
+
+    asyncio.run(scenario())
+
+
+def test_offsets_sent_to_a_transaction_commit_only_with_it(tmp_path):
+    clock = ManualClock()
+
+    async def scenario():
+        broker = await _start(tmp_path, clock)
+        await broker.create_topic("t", 1)
+        await broker.create_topic("in", 1)
+        txns = broker.transactions
+        pid, epoch = await txns.init_producer_id("etl")
+        await _send(broker, [b"x"], pid, epoch, 0)
+        await txns.add_offsets("etl", pid, epoch, "g", {("in", 0): CommittedOffset(7)})
+        await txns.end("etl", pid, epoch, commit=False)
+        assert broker.groups.committed("g", [("in", 0)])[("in", 0)] is None
+        await _send(broker, [b"y"], pid, epoch, 1)
+        await txns.add_offsets("etl", pid, epoch, "g", {("in", 0): CommittedOffset(9)})
+        await txns.end("etl", pid, epoch, commit=True)
+        assert broker.groups.committed("g", [("in", 0)])[("in", 0)].offset == 9
+        await broker.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_prepared_transaction_is_completed_after_a_restart(tmp_path):
+    clock = ManualClock()
+
+    async def scenario():
+        broker = await _start(tmp_path, clock)
+        await broker.create_topic("t", 2)
+        txns = broker.transactions
+        pid, epoch = await txns.init_producer_id("app")
+        await _send(broker, [b"p0"], pid, epoch, 0, partition=0)
+        await _send(broker, [b"p1"], pid, epoch, 0, partition=1)
+        meta = txns.describe("app")
+        meta.state = "PrepareCommit"  # the crash comes after PREPARE, before any marker
+        await txns._write("app", meta.to_json())
+        await broker.close()
+        again = await _start(tmp_path, clock)
+        assert await _values(again, "read_committed", partition=0) == [b"p0"]
+        assert await _values(again, "read_committed", partition=1) == [b"p1"]
+        assert again.transactions.describe("app").state == "CompleteCommit"
+        await again.close()
+
+    asyncio.run(scenario())
+
+
+def test_timed_out_transaction_is_aborted_and_its_producer_fenced(tmp_path):
+    clock = ManualClock()
+
+    async def scenario():
+        broker = await _start(tmp_path, clock)
+        await broker.create_topic("t", 1)
+        txns = broker.transactions
+        pid, epoch = await txns.init_producer_id("slow", timeout_ms=1_000)
+        await _send(broker, [b"never"], pid, epoch, 0)
+        clock.advance(1_500)
+        assert await txns.expire() == 1
+        assert await _values(broker, "read_committed") == []
+        with pytest.raises(ProducerFenced):
+            await txns.end("slow", pid, epoch, commit=True)
+        await broker.close()
+
+    asyncio.run(scenario())
+
+
+def test_batch_transactions_commit_exactly_the_given_attempts_once(tmp_path):
+    clock = ManualClock()
+
+    async def scenario():
+        broker = await _start(tmp_path, clock)
+        await broker.create_topic("t", 1)
+        txns = broker.transactions
+        first, pid1, e1 = await txns.enlist("sink", 0)
+        retry, pid2, e2 = await txns.enlist("sink", 0)  # a second attempt of the same task
+        await _send(broker, [b"attempt-1"], pid1, e1, 0)
+        await _send(broker, [b"attempt-2"], pid2, e2, 0)
+        assert await txns.commit_batch("sink", 0, [retry]) is True
+        assert await _values(broker, "read_committed") == [b"attempt-2"]
+        # The driver replays batch 0: its new attempt must not land.
+        replay, pid3, e3 = await txns.enlist("sink", 0)
+        await _send(broker, [b"replayed"], pid3, e3, 0)
+        assert await txns.commit_batch("sink", 0, [replay]) is False
+        assert await _values(broker, "read_committed") == [b"attempt-2"]
+        assert txns.sink("sink").committed_batch == 0
+        await broker.close()
+
+    asyncio.run(scenario())
+
+
+def test_idempotent_retry_through_the_broker(tmp_path):
+    clock = ManualClock()
+
+    async def scenario():
+        broker = await _start(tmp_path, clock)
+        await broker.create_topic("t", 1)
+        pid, epoch = await broker.transactions.init_producer_id(None)
+        first = await _send(broker, [b"a", b"b"], pid, epoch, 0, transactional=False)
+        again = await _send(broker, [b"a", b"b"], pid, epoch, 0, transactional=False)
+        assert first.offsets == again.offsets == [0, 1]
+        with pytest.raises(OutOfOrderSequenceNumber):
+            await _send(broker, [b"c"], pid, epoch, 5, transactional=False)
+        assert await _values(broker, "read_committed") == [b"a", b"b"]
+        await broker.close()
+
+    asyncio.run(scenario())
