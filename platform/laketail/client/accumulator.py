@@ -69,7 +69,9 @@ class ProducerBatch:
 class RecordAccumulator:
     """Batches per partition, ready-batch draining, and the count of pending records."""
 
-    def __init__(self, *, linger_ms: float, batch_size: int, batch_num_messages: int) -> None:
+    def __init__(self, *, linger_ms: float, batch_size: int, batch_num_messages: int,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.monotonic = monotonic  # the clock batches are aged by (the sender passes the same ``now``)
         self.linger_s = max(0.0, linger_ms / 1000.0)
         self.batch_size = max(1, batch_size)
         self.batch_num_messages = max(1, batch_num_messages)
@@ -112,7 +114,7 @@ class RecordAccumulator:
         if batch is None or self._full(batch) or (
             batch.records and batch.size + record.size > self.batch_size
         ):
-            batch = ProducerBatch(record.topic, record.partition, time.monotonic())
+            batch = ProducerBatch(record.topic, record.partition, self.monotonic())
             queue.append(batch)
         batch.records.append(record)
         batch.size += record.size
@@ -216,7 +218,7 @@ class RecordAccumulator:
         with self._cond:
             if self._closed or self._changed:
                 return
-            timeout = None if until is None else max(0.0, until - time.monotonic())
+            timeout = None if until is None else max(0.0, until - self.monotonic())
             if timeout is None or timeout > 0:
                 self._cond.wait(timeout if timeout is not None else 1.0)
 
