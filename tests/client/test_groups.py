@@ -267,3 +267,19 @@ def test_admin_lists_groups_and_their_offsets(url, clients, make_topic, group, g
     by_partition = {tp.partition: tp.offset for tp in offsets.topic_partitions}
     assert by_partition[msgs[-1].partition()] == msgs[-1].offset() + 1
     assert by_partition[1 - msgs[-1].partition()] == OFFSET_INVALID
+
+
+def test_a_pattern_subscription_follows_new_topics(url, clients, make_topic, group, group_broker):
+    prefix = f"pat-{uuid.uuid4().hex[:8]}"
+    first = make_topic(partitions=1, broker=group_broker, name=f"{prefix}-first")
+    make_topic(partitions=1, broker=group_broker, name=f"other-{prefix}")
+    consumer = clients(Consumer(consumer_conf(url, group, topic_metadata_refresh_interval_ms=200)))
+    consumer.subscribe([f"^{prefix}-.*"])
+    deadline = time.monotonic() + DEADLINE_S
+    while {tp.topic for tp in consumer.assignment()} != {first}:
+        assert time.monotonic() < deadline, consumer.assignment()
+        assert consumer.poll(0.1) is None
+    second = make_topic(partitions=2, broker=group_broker, name=f"{prefix}-second")
+    while {(tp.topic, tp.partition) for tp in consumer.assignment()} != {(first, 0), (second, 0), (second, 1)}:
+        assert time.monotonic() < deadline, consumer.assignment()
+        assert consumer.poll(0.1) is None
