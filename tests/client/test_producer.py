@@ -176,3 +176,14 @@ def test_acks_zero_delivers_without_offsets(servers, clients, make_topic):
     assert producer.flush(60) == 0
     assert reports == [(None, OFFSET_INVALID)]
     assert [m.value() for m in read_back(servers, clients, topic, 1, 1)] == [b"fire-and-forget"]
+
+
+def test_error_cb_hears_all_brokers_down(clients):
+    dead = f"http://127.0.0.1:{free_port()}"
+    errors = []
+    producer = clients(Producer({"bootstrap.servers": dead, "error_cb": errors.append, "retry.backoff.ms": 20}))
+    producer.produce("nowhere", b"x", partition=0)
+    while not errors:
+        producer.poll(1.0)
+    assert errors[0].code() == KafkaError._ALL_BROKERS_DOWN
+    producer.close(0)

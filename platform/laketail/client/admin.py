@@ -237,7 +237,8 @@ class AdminClient:
         timeout = _timeout_s(request_timeout)
         return {r.group_id: self._submit(self._group_offsets, r, timeout) for r in requests}
 
-    def _group_offsets(self, request: ConsumerGroupTopicPartitions, timeout: float | None) -> ConsumerGroupTopicPartitions:
+    def _group_offsets(self, request: ConsumerGroupTopicPartitions,
+                       timeout: float | None) -> ConsumerGroupTopicPartitions:
         wanted = request.topic_partitions
         if wanted is None:
             lags = self._gateway.get_json(self._gateway.v3(f"/consumer-groups/{request.group_id}/lags"),
@@ -259,7 +260,8 @@ class AdminClient:
         timeout = _timeout_s(request_timeout)
         return {r.group_id: self._submit(self._alter_offsets, r, timeout) for r in alter_consumer_group_offsets_request}
 
-    def _alter_offsets(self, request: ConsumerGroupTopicPartitions, timeout: float | None) -> ConsumerGroupTopicPartitions:
+    def _alter_offsets(self, request: ConsumerGroupTopicPartitions,
+                       timeout: float | None) -> ConsumerGroupTopicPartitions:
         offsets = [
             {"topic": tp.topic, "partition": tp.partition, "offset": tp.offset, "metadata": tp.metadata or ""}
             for tp in request.topic_partitions or []

@@ -79,6 +79,7 @@ class Consumer:
         self._gateway = Gateway(
             self._config.bootstrap_servers, client_id=self._config.client_id,
             timeout_s=self._config.socket_timeout_ms / 1000.0, transport=transport,
+            on_error=self._error_event if self._config.error_cb else None,
         )
         self._cond = threading.Condition()
         self._mailbox: deque[RebalanceEvent | Message | Callable[[], None]] = deque()
@@ -201,6 +202,11 @@ class Consumer:
 
     # -- the mailbox (application thread) -------------------------------------------------------------
 
+    def _error_event(self, err: KafkaError) -> None:
+        """A client-wide error for ``error_cb``, served by ``poll()``."""
+        callback = self._config.error_cb
+        self._post(lambda: callback(err))
+
     def _post(self, item: RebalanceEvent | Message | Callable[[], None]) -> None:
         with self._cond:
             self._mailbox.append(item)
@@ -293,8 +299,7 @@ class Consumer:
         elif offsets is not None:
             to_commit = list(offsets)
         else:
-            assigned = set(self._fetcher.assignment())
-            to_commit = [TopicPartition(t, p, o, m) for (t, p), (o, m) in list(self._stored.items()) if (t, p) in assigned]
+            to_commit = self._stored_for_assignment()
             if not to_commit:
                 err = local_error("_NO_OFFSET")
                 if asynchronous:
@@ -342,10 +347,13 @@ class Consumer:
 
     def _auto_commit(self) -> None:
         """Called by the coordinator thread every ``auto.commit.interval.ms``."""
-        assigned = set(self._fetcher.assignment())
-        offsets = [TopicPartition(t, p, o, m) for (t, p), (o, m) in list(self._stored.items()) if (t, p) in assigned]
+        offsets = self._stored_for_assignment()
         if offsets:
             self._commit_now(offsets)
+
+    def _stored_for_assignment(self) -> list[TopicPartition]:
+        assigned = set(self._fetcher.assignment())
+        return [TopicPartition(t, p, o, m) for (t, p), (o, m) in list(self._stored.items()) if (t, p) in assigned]
 
     def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:
         """Store ``message.offset() + 1`` (or ``offsets`` as given) for the next commit."""
@@ -416,8 +424,8 @@ class Consumer:
         path = f"/v1/topics/{partition.topic}/partitions/{partition.partition}/offsets"
         marks = []
         for spec in ("earliest", "latest"):
-            answer = self._gateway.get_json(path, params={"timestamp": spec, "isolation_level": self._config.isolation_level},
-                                            timeout_s=_timeout_s(timeout))
+            params = {"timestamp": spec, "isolation_level": self._config.isolation_level}
+            answer = self._gateway.get_json(path, params=params, timeout_s=_timeout_s(timeout))
             marks.append(int(answer["offset"]))
         return marks[0], marks[1]
 

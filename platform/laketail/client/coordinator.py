@@ -179,7 +179,9 @@ class ConsumerCoordinator:
         if self.config.enable_auto_commit and now >= self._next_commit:
             self._next_commit = now + self.config.auto_commit_interval_ms / 1000.0
             self._auto_commit()
-        wake_at = min(self._next_heartbeat, self._next_commit if self.config.enable_auto_commit else self._next_heartbeat)
+        wake_at = self._next_heartbeat
+        if self.config.enable_auto_commit:
+            wake_at = min(wake_at, self._next_commit)
         self._sleep(max(0.0, wake_at - time.monotonic()))
 
     def _sleep(self, seconds: float) -> None:

@@ -341,8 +341,8 @@ class Fetcher:
             if code == KafkaError.OFFSET_OUT_OF_RANGE:  # type: ignore[attr-defined]
                 if self.config.auto_offset_reset == "none":
                     state.stalled = True
-                    state.buffer.append(error_message(local_error(
-                        "_AUTO_OFFSET_RESET", f"{err.str()} and auto.offset.reset=none"), tp[0], tp[1], state.fetch_offset))
+                    reset = local_error("_AUTO_OFFSET_RESET", f"{err.str()} and auto.offset.reset=none")
+                    state.buffer.append(error_message(reset, tp[0], tp[1], state.fetch_offset))
                 else:
                     state.fetch_offset = None
                     state.start = OFFSET_BEGINNING if self.config.auto_offset_reset == "earliest" else OFFSET_END

@@ -12,7 +12,9 @@ here and nowhere else:
   (retriable; a produce retried after it may be written twice, as without
   idempotence in Kafka).
 
-The server that answered last is tried first next time. The ``transport`` argument
+The server that answered last is tried first next time. ``on_error`` (the client's
+``error_cb`` route) hears ``_ALL_BROKERS_DOWN`` once each time every server stops
+answering, as librdkafka reports it. The ``transport`` argument
 is any httpx transport (``httpx.MockTransport``, a WSGI transport, ...) so tests can
 plug one in. Thread-safe: httpx's client may be shared by threads.
 """
@@ -20,7 +22,7 @@ plug one in. Thread-safe: httpx's client may be shared by threads.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 import orjson
@@ -41,8 +43,11 @@ class Gateway:
         client_id: str = "rdkafka",
         timeout_s: float = 60.0,
         transport: httpx.BaseTransport | None = None,
+        on_error: Callable[[KafkaError], None] | None = None,
     ) -> None:
         self.servers = tuple(servers)
+        self.on_error = on_error
+        self._down = False
         self.timeout_s = timeout_s
         self._http = httpx.Client(
             transport=transport,
@@ -94,12 +99,16 @@ class Gateway:
             except RuntimeError as exc:  # the client was closed under a request
                 raise KafkaException(local_error("_DESTROY", str(exc))) from None
             self._preferred = index
+            self._down = False
             if resp.status_code >= 400:
                 raise KafkaException(self._error_of(resp))
             return resp
-        raise KafkaException(local_error(
-            "_TRANSPORT", f"no gateway of {list(self.servers)} answered: {last!r}", retriable=True
-        ))
+        reason = f"no gateway of {list(self.servers)} answered: {last!r}"
+        if not self._down and self.on_error is not None:
+            n = len(self.servers)
+            self.on_error(local_error("_ALL_BROKERS_DOWN", f"{n}/{n} brokers are down: {reason}"))
+        self._down = True
+        raise KafkaException(local_error("_TRANSPORT", reason, retriable=True))
 
     @staticmethod
     def _error_of(resp: httpx.Response) -> KafkaError:
@@ -109,7 +118,8 @@ class Gateway:
             body = None
         if not isinstance(body, dict) or "message" not in body:
             reason = f"HTTP {resp.status_code}: {resp.text[:300]}"
-            return KafkaError(KafkaError.UNKNOWN, reason, retriable=resp.status_code >= 500)  # type: ignore[attr-defined]
+            unknown = KafkaError.UNKNOWN  # type: ignore[attr-defined]
+            return KafkaError(unknown, reason, retriable=resp.status_code >= 500)
         return KafkaError.from_laketail(from_body(resp.status_code, body))
 
     def get_json(self, path: str, **kwargs: Any) -> Any:

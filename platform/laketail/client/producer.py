@@ -38,6 +38,8 @@ from laketail.records import record_size
 log = logging.getLogger(__name__)
 
 DeliveryCallback = Callable[["KafkaError | None", Message], None]
+#: A queued report: (callback, err, msg); msg None for an ``error_cb`` event.
+Report = tuple["Callable | None", "KafkaError | None", "Message | None"]
 
 
 def _bytes(value: Any, what: str) -> bytes | None:
@@ -73,6 +75,7 @@ class Producer:
         self._gateway = Gateway(
             self._config.bootstrap_servers, client_id=self._config.client_id,
             timeout_s=self._config.socket_timeout_ms / 1000.0, transport=transport,
+            on_error=self._error_event if self._config.error_cb else None,
         )
         self._counts = TopicCounts(self._gateway, self._config.metadata_max_age_ms)
         self._accumulator = RecordAccumulator(
@@ -80,7 +83,7 @@ class Producer:
             batch_size=self._config.batch_size,
             batch_num_messages=self._config.batch_num_messages,
         )
-        self._reports: queue.SimpleQueue[tuple[Callable | None, KafkaError | None, Message]] = queue.SimpleQueue()
+        self._reports: queue.SimpleQueue[Report] = queue.SimpleQueue()
         self._sender = Sender(self._config, self._gateway, self._accumulator, self._counts, self._report)
         self._sender.start()
         self._closed = False
@@ -162,6 +165,10 @@ class Producer:
         )
         self._reports.put((record.on_delivery, err, msg))
 
+    def _error_event(self, err: KafkaError) -> None:
+        """A client-wide error for ``error_cb``, served by ``poll()`` like a report."""
+        self._reports.put((self._config.error_cb, err, None))
+
     # -- delivery reports ---------------------------------------------------------------------------
 
     def poll(self, timeout: float | None = -1) -> int:
@@ -181,7 +188,11 @@ class Producer:
             except queue.Empty:
                 return served
 
-    def _serve(self, callback: Callable | None, err: KafkaError | None, msg: Message) -> None:
+    def _serve(self, callback: Callable | None, err: KafkaError | None, msg: Message | None) -> None:
+        if msg is None:  # an error_cb event
+            if callback is not None:
+                callback(err)
+            return
         if callback is None or (err is None and self._config.delivery_report_only_error):
             return
         callback(err, msg)
