@@ -283,3 +283,19 @@ def test_a_pattern_subscription_follows_new_topics(url, clients, make_topic, gro
     while {(tp.topic, tp.partition) for tp in consumer.assignment()} != {(first, 0), (second, 0), (second, 1)}:
         assert time.monotonic() < deadline, consumer.assignment()
         assert consumer.poll(0.1) is None
+
+
+def test_listing_every_offset_of_a_group_and_storing_offsets_by_hand(url, clients, make_topic, group, group_broker):
+    topic = make_topic(partitions=1, broker=group_broker)
+    produce(url, topic, 4)
+    consumer = clients(Consumer(consumer_conf(url, group, enable_auto_commit=False, enable_auto_offset_store=False)))
+    msgs = basic_consume_loop(consumer, [topic], 4)
+    with pytest.raises(KafkaException) as nothing_stored:
+        consumer.commit(asynchronous=False)  # nothing stored: poll() did not store with auto store off
+    assert nothing_stored.value.args[0].code() == KafkaError._NO_OFFSET
+    consumer.store_offsets(message=msgs[1])
+    assert [(tp.partition, tp.offset) for tp in consumer.commit(asynchronous=False)] == [(0, 2)]
+
+    admin = clients(AdminClient({"bootstrap.servers": url}))
+    everything = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(timeout=60)
+    assert [(tp.topic, tp.partition, tp.offset) for tp in everything.topic_partitions] == [(topic, 0, 2)]
