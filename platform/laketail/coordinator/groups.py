@@ -329,12 +329,20 @@ class GroupCoordinator:
         generation_id: int = -1,
         member_id: str = "",
     ) -> None:
+        member = self.check_member(group_id, generation_id, member_id)
+        if member is not None:
+            member.last_heartbeat = self.clock.monotonic()
+        await self.offsets.commit(group_id, offsets)
+
+    def check_member(self, group_id: str, generation_id: int, member_id: str) -> Member | None:
+        """Kafka's checks on an offset commit (also run for offsets sent to a
+        transaction with the consumer's group metadata). Generation -1 commits only
+        into a group with no members; returns the committing member, if any."""
         if not group_id:
             raise InvalidGroupId("group.id must not be empty")
         group = self._groups.get(group_id)
         if generation_id < 0 and (group is None or not group.members):
-            await self.offsets.commit(group_id, offsets)
-            return
+            return None
         if group is None or member_id not in group.members:
             raise UnknownMemberId(f"member '{member_id}' is not in group '{group_id}'")
         if group.state == "CompletingRebalance":
@@ -343,21 +351,7 @@ class GroupCoordinator:
             raise IllegalGeneration(
                 f"commit from generation {generation_id}; the group is at {group.generation_id}"
             )
-        group.members[member_id].last_heartbeat = self.clock.monotonic()
-        await self.offsets.commit(group_id, offsets)
-
-    def check_member(self, group_id: str, generation_id: int, member_id: str) -> None:
-        """The checks a commit from this member would pass (for offsets sent to a
-        transaction with the consumer's group metadata)."""
-        group = self._groups.get(group_id)
-        if generation_id < 0 and (group is None or not group.members):
-            return
-        if group is None or member_id not in group.members:
-            raise UnknownMemberId(f"member '{member_id}' is not in group '{group_id}'")
-        if generation_id != group.generation_id:
-            raise IllegalGeneration(
-                f"generation {generation_id} is not the group's {group.generation_id}"
-            )
+        return group.members[member_id]
 
     def committed(self, group_id: str, tps: list[TopicPartition]) -> dict[TopicPartition, CommittedOffset | None]:
         return {tp: self.offsets.committed(group_id, tp) for tp in tps}
