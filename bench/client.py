@@ -18,6 +18,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 
+#: a pooled connection idle this long is not reused (uvicorn's keep-alive timeout is 5 s)
+_STALE_S = 3.0
+
+
 class HttpError(Exception):
     """A non-2xx answer or a broken connection."""
 
@@ -93,6 +97,12 @@ class Sample:
 class PacedResult:
     samples: list[Sample] = field(default_factory=list)
     errors: int = 0
+    error_examples: list[str] = field(default_factory=list)
+
+    def error(self, what: str) -> None:
+        self.errors += 1
+        if len(self.error_examples) < 5:
+            self.error_examples.append(what[:300])
 
     def latencies_ms(self) -> list[float]:
         return [s.latency_s * 1000 for s in self.samples if 200 <= s.status < 300]
@@ -112,7 +122,7 @@ async def paced(
     ``on_due(i, due)`` learns each request's scheduled time before it is sent;
     ``on_done(i, sample)`` gets each answer."""
     host, port = split_url(url)
-    idle: list[Connection] = []
+    idle: list[tuple[Connection, float]] = []
     opened = 0
     result = PacedResult()
     tasks: set[asyncio.Task] = set()
@@ -121,9 +131,14 @@ async def paced(
     async def one(i: int, due: float) -> None:
         nonlocal opened
         async with gate:
-            if idle:
-                conn = idle.pop()
-            else:
+            conn = None
+            while idle:
+                candidate, last_used = idle.pop()
+                if time.monotonic() - last_used < _STALE_S:
+                    conn = candidate
+                    break
+                candidate.close()  # uvicorn drops keep-alive connections idle for 5 s
+            if conn is None:
                 opened += 1
                 conn = Connection(host, port)
             method, path, body, headers = make(i)
@@ -131,13 +146,13 @@ async def paced(
                 status, payload = await conn.request(method, path, body, headers)
             except (OSError, asyncio.IncompleteReadError) as exc:
                 conn.close()
-                result.errors += 1
+                result.error(f"connection: {exc!r}")
                 sample = Sample(due, time.monotonic() - due, 599, str(exc).encode())
             else:
                 sample = Sample(due, time.monotonic() - due, status, payload)
-                idle.append(conn)
+                idle.append((conn, time.monotonic()))
                 if not 200 <= status < 300:
-                    result.errors += 1
+                    result.error(f"{status}: {payload[:200]!r}")
         result.samples.append(sample)
         if on_done is not None:
             on_done(i, sample)
@@ -157,7 +172,7 @@ async def paced(
         task.add_done_callback(tasks.discard)
     if tasks:
         await asyncio.gather(*tasks)
-    for conn in idle:
+    for conn, _ in idle:
         conn.close()
     return result
 

@@ -26,8 +26,9 @@ from bench.procs import BaselineServer, LaketailServer, NatsServer
 @dataclass
 class Params:
     full: bool = False
-    seconds: float = 8.0  # each wrk measurement
-    warmup_s: float = 2.0
+    seconds: float = 5.0  # each wrk measurement
+    warmup_s: float = 1.0
+    repeats: int = 3  # baseline and laketail alternate this many times; medians kept
     connections: int = 8
     batches: tuple[int, ...] = (1, 100, 1000)
     value_bytes: int = 100
@@ -53,7 +54,7 @@ class Params:
     @classmethod
     def full_suite(cls, **overrides: Any) -> "Params":
         """The issue's sizes: 5,000 commits and 10M records, 10 minutes of memory."""
-        base = dict(full=True, seconds=20.0, warmup_s=3.0, flat_commits=5000,
+        base = dict(full=True, seconds=15.0, warmup_s=3.0, flat_commits=5000,
                     flat_records=10_000_000, flat_stages=5, flat_window_s=20.0, naive_commits=5000,
                     latency_seconds=60.0, nats_seconds=15.0, memory_seconds=600.0)
         base.update(overrides)

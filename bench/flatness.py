@@ -3,7 +3,8 @@
 laketail: probe produce latency (one 100-byte record, acks=1, 100 requests/s) on an
 empty topic, then grow the topic in stages towards ``flat_commits`` table commits and
 ``flat_records`` records (the issue: 5,000 and 10M under ``--full``), probing again after
-each stage. While growing, ``table.flush.interval.ms`` is lowered to its minimum (10) so
+each stage, each probe followed by one of an empty topic on a second, control broker
+(so a change in the machine's load shows up in both). While growing, ``table.flush.interval.ms`` is lowered to its minimum (10) so
 that commits pile up fast, and one Arrow produce waits for the next commit, so every
 commit carries records; before each probe it is back at the default 1000 ms, as in use.
 
@@ -35,21 +36,25 @@ TOPIC = "flat"
 def run(ctx: Context) -> list[Figure]:
     p = ctx.params
     broker = ctx.laketail("flatness")
+    control = ctx.laketail("flatness-control")
     broker.create_topic(TOPIC, 1)
+    control.create_topic(TOPIC, 1)
     watcher = DeltaLogWatcher(broker.table_path(TOPIC)).start()
     produce_url = f"{broker.url}/v1/topics/{TOPIC}/records?acks=1"
     records = 0
     points: list[dict] = []
+    controls: list[dict] = []
 
-    def probe(label: str) -> dict:
+    def probe(server, label: str, into: list[dict]) -> dict:
         ctx.status(f"probing produce latency ({label})")
         path = f"/topics/{TOPIC}?acks=1"
-        client.run(paced_produce(broker.url, path, p.flat_rate, 5.0, p.value_bytes))  # warm-up
+        client.run(paced_produce(server.url, path, p.flat_rate, 5.0, p.value_bytes))  # warm-up
         commits = watcher.next_version
-        res = client.run(paced_produce(broker.url, path, p.flat_rate, p.flat_window_s, p.value_bytes))
+        res = client.run(paced_produce(server.url, path, p.flat_rate, p.flat_window_s, p.value_bytes))
         s = summary(res.latencies_ms())
-        s.update(commits=commits, records=records, errors=res.errors, label=label)
-        points.append(s)
+        s.update(commits=commits, records=records, errors=res.errors, error_examples=res.error_examples,
+                 label=label)
+        into.append(s)
         return s
 
     def wait_commit(after: int, timeout_s: float = 60.0) -> None:
@@ -60,7 +65,8 @@ def run(ctx: Context) -> list[Figure]:
             time.sleep(0.002)
 
     try:
-        empty = probe("empty")
+        empty = probe(broker, "empty", points)
+        probe(control, "control, at the start", controls)
         for stage in range(1, p.flat_stages + 1):
             goal_commits = math.ceil(p.flat_commits * stage / p.flat_stages)
             goal_records = math.ceil(p.flat_records * stage / p.flat_stages)
@@ -81,18 +87,29 @@ def run(ctx: Context) -> list[Figure]:
                                f"{records:,} records")
             broker.alter_configs(TOPIC, {"table.flush.interval.ms": "1000"})
             ctx.wait(3, "letting the tierer settle")
-            last = probe(f"stage {stage}")
+            last = probe(broker, f"stage {stage}", points)
+            beside = probe(control, f"control, stage {stage}", controls)
         naive = run_naive(ctx)
     finally:
         watcher.stop()
         ctx.stop(broker)
+        ctx.stop(control)
 
-    details = {"points": points, "naive": naive["summary"]}
+    details = {"points": points, "controls": controls, "naive": naive["summary"],
+               "grown_vs_control": {"p50": last["p50_ms"] / beside["p50_ms"],
+                                    "p99": last["p99_ms"] / beside["p99_ms"]}}
+    grown = f"after {last['commits']:,} commits, {last['records']:,} records"
     figures = [
-        Figure(BENCH, f"produce p50 after {last['commits']:,} commits, {last['records']:,} records",
-               last["p50_ms"], "ms", "p50 on the empty topic", empty["p50_ms"], AT_MOST(1.2), details=details),
-        Figure(BENCH, f"produce p99 after {last['commits']:,} commits, {last['records']:,} records",
-               last["p99_ms"], "ms", "p99 on the empty topic", empty["p99_ms"], AT_MOST(1.2), details=details),
+        Figure(BENCH, f"produce p50 {grown}", last["p50_ms"], "ms", "p50 on the empty topic",
+               empty["p50_ms"], AT_MOST(1.2), details=details),
+        Figure(BENCH, f"produce p99 {grown}", last["p99_ms"], "ms", "p99 on the empty topic",
+               empty["p99_ms"], AT_MOST(1.2), details=details),
+        Figure(BENCH, f"produce p50 {grown}, vs an empty topic measured just after", last["p50_ms"], "ms",
+               "p50 on an empty topic (control broker), same moment", beside["p50_ms"], AT_MOST(1.2),
+               details=details),
+        Figure(BENCH, f"produce p99 {grown}, vs an empty topic measured just after", last["p99_ms"], "ms",
+               "p99 on an empty topic (control broker), same moment", beside["p99_ms"], AT_MOST(1.2),
+               details=details),
     ]
     buckets = naive["buckets"]
     if len(buckets) >= 2:
@@ -101,7 +118,7 @@ def run(ctx: Context) -> list[Figure]:
             buckets[-1]["p50_ms"], "ms", "naive p50 over its first commits", buckets[0]["p50_ms"], None,
             details={"buckets": buckets},
         ))
-    plot(ctx, points, buckets)
+    plot(ctx, points, controls, buckets)
     return figures
 
 
@@ -129,7 +146,7 @@ def run_naive(ctx: Context) -> dict:
     return {"summary": summary(latencies), "buckets": buckets}
 
 
-def plot(ctx: Context, points: list[dict], buckets: list[dict]) -> None:
+def plot(ctx: Context, points: list[dict], controls: list[dict], buckets: list[dict]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -139,6 +156,9 @@ def plot(ctx: Context, points: list[dict], buckets: list[dict]) -> None:
     xs = [pt["commits"] for pt in points]
     ax.plot(xs, [pt["p50_ms"] for pt in points], "o-", color="tab:blue", label="laketail p50")
     ax.plot(xs, [pt["p99_ms"] for pt in points], "s--", color="tab:blue", label="laketail p99")
+    if len(controls) == len(points):
+        ax.plot(xs, [c["p50_ms"] for c in controls], "o:", color="tab:gray", label="empty control topic p50")
+        ax.plot(xs, [c["p99_ms"] for c in controls], "s:", color="tab:gray", label="empty control topic p99")
     if buckets:
         bx = [b["commits"] for b in buckets]
         ax.plot(bx, [b["p50_ms"] for b in buckets], "o-", color="tab:red", label="naive (commit per request) p50")

@@ -22,7 +22,7 @@ def overview(ctx: Context, figures: list[Figure]) -> None:
     ax.barh(y, [f.ratio for f in shown], color=colors)
     for yi, f in zip(y, shown):
         ax.plot([f.target.ratio, f.target.ratio], [yi - 0.4, yi + 0.4], color="black", linewidth=2)
-        ax.text(f.ratio, yi, f" {f.ratio:.2f}x ({f.target})", va="center", fontsize=8)
+        ax.text(max(f.ratio, f.target.ratio) * 1.08, yi, f"{f.ratio:.2f}x ({f.target})", va="center", fontsize=8)
     ax.set_yticks(y)
     ax.set_yticklabels(labels, fontsize=8)
     ax.set_xscale("log")

@@ -148,3 +148,20 @@ def _run_once(url: str, script: Path, seconds: int, connections: int, threads: i
         wrk_cpu=(usage.ru_utime + usage.ru_stime) / wall,
         server_cpu=None if server_pid is None else (server_after - server_before) / wall,
     )
+
+
+def median(results: list[WrkResult]) -> WrkResult:
+    """The run with the median requests/s (the upper one of an even count)."""
+    return sorted(results, key=lambda r: r.requests_per_s)[len(results) // 2]
+
+
+def interleaved(base, laketail, repeats: int) -> tuple[WrkResult, WrkResult, dict]:
+    """Alternate ``base()`` and ``laketail()`` ``repeats`` times (so both see the same
+    neighbours on a shared machine) and keep each side's median run."""
+    bs, ls = [], []
+    for _ in range(max(1, repeats)):
+        bs.append(base())
+        ls.append(laketail())
+    spread = {"baseline_rps": [round(r.requests_per_s, 1) for r in bs],
+              "laketail_rps": [round(r.requests_per_s, 1) for r in ls]}
+    return median(bs), median(ls), spread
