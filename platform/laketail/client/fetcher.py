@@ -239,8 +239,12 @@ class Fetcher:
                 continue
             if len(state.buffer) >= self.config.fetch_max_records:
                 continue
+            try:
+                self._pool.submit(self._fetch, tp, state.epoch, state.fetch_offset, state.start)
+            except RuntimeError:  # the interpreter is exiting under an unclosed consumer
+                self._closed = True
+                return
             state.in_flight = True
-            self._pool.submit(self._fetch, tp, state.epoch, state.fetch_offset, state.start)
 
     def _fetch(self, tp: TP, epoch: int, offset: int | None, start: int) -> None:
         try:

@@ -116,7 +116,10 @@ class Sender:
                     self.report(record, local_error("_MSG_TIMED_OUT"), OFFSET_INVALID)
                 batches, next_at = self.accumulator.drain(now)
                 for batch in batches:
-                    self._pool.submit(self._send, batch)
+                    try:
+                        self._pool.submit(self._send, batch)
+                    except RuntimeError:  # the interpreter is exiting under an unclosed producer
+                        return
                 if self._metadata_retry_at:
                     retry = min(self._metadata_retry_at.values())
                     next_at = retry if next_at is None else min(next_at, retry)
