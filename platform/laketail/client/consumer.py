@@ -13,8 +13,8 @@ Offsets follow Kafka: a committed offset is the next offset to read, so committi
 as given. Each record ``poll()`` returns is *stored* (``enable.auto.offset.store``)
 as its offset + 1; ``commit()`` without arguments and auto-commit commit the stored
 offsets of the assignment. On a revocation the stored offsets of the revoked
-partitions are committed first when ``enable.auto.commit`` is on; a lost assignment
-commits nothing. ``close()`` revokes, commits (auto-commit) and leaves the group.
+partitions are committed once ``on_revoke`` returns, when ``enable.auto.commit`` is
+on; a lost assignment commits nothing. ``close()`` revokes, commits (auto-commit) and leaves the group.
 
 Rebalance callbacks are ``on_assign(consumer, partitions)`` and friends; when a
 callback does not call ``assign()`` / ``unassign()`` (or the incremental variants)
