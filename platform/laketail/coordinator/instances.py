@@ -86,6 +86,9 @@ MAX_RESPONSE_BYTES = 67_108_864
 TICK_S = 0.1
 #: The longest one wait for new records lasts before membership is looked at again.
 WAIT_SLICE_S = 0.25
+#: How often a read_committed instance looks again at a partition an open
+#: transaction holds back.
+STALLED_POLL_S = 0.05
 
 
 # -- errors (REST-only conditions; Kafka has no code for them) ---------------------------
@@ -537,8 +540,12 @@ class ConsumerInstance:
         return out, size
 
     async def _wait_for_records(self, wait_s: float) -> None:
-        """Until a partition at its end gets a record, or ``wait_s`` (no busy loop)."""
-        waits = []
+        """Until a partition at its end gets a record, or ``wait_s`` (no busy loop).
+
+        A read_committed position held at the last stable offset by an open
+        transaction has records after it already, so it is polled every
+        ``STALLED_POLL_S`` instead of waited on."""
+        waits, stalled = [], False
         for tp in self.assignment:
             position = self._positions.get(tp)
             if position is None:
@@ -552,6 +559,10 @@ class ConsumerInstance:
                     tp[0], tp[1], position, max_records=1, timeout_ms=max(int(wait_s * 1000), 1),
                     isolation="read_uncommitted",
                 )))
+            elif self.config.isolation_level == "read_committed" and position >= state.last_stable_offset:
+                stalled = True
+        if stalled:
+            wait_s = min(wait_s, STALLED_POLL_S)
         if not waits:
             await asyncio.sleep(wait_s)
             return
@@ -628,6 +639,7 @@ class ConsumerInstances:
         self.instance_timeout_ms = instance_timeout_ms
         self._instances: dict[tuple[str, str], ConsumerInstance] = {}
         self._task: asyncio.Task | None = None
+        self._closing: set[asyncio.Task] = set()
 
     def __len__(self) -> int:
         return len(self._instances)
@@ -639,6 +651,8 @@ class ConsumerInstances:
         if name is not None and not isinstance(name, str):
             raise InvalidConsumerConfig("name must be a string")
         name = name or f"rest-consumer-{self.broker.broker_id}-{uuid.uuid4()}"
+        if "/" in name:
+            raise InvalidConsumerConfig(f"name {name!r} cannot contain '/': it is a path segment")
         if (group_id, name) in self._instances:
             raise ConsumerInstanceExists(
                 f"Consumer instance with the specified name '{name}' already exists in group '{group_id}'."
@@ -663,14 +677,19 @@ class ConsumerInstances:
         await instance.close()
 
     async def tick(self) -> None:
-        """Destroy idle instances, then heartbeat / rejoin for the others."""
+        """Destroy idle instances, then heartbeat / rejoin for the others.
+
+        A destroyed instance closes in a task of its own: closing waits for the
+        instance's request in flight, and heartbeats of the others must not."""
         now = self.broker.clock.monotonic()
         for key, instance in list(self._instances.items()):
             if (now - instance.last_used) * 1000 > self.instance_timeout_ms:
                 log.info("consumer instance %s/%s idle past consumer.instance.timeout.ms=%d; destroying it",
                          key[0], key[1], self.instance_timeout_ms)
                 self._instances.pop(key, None)
-                await instance.close()
+                task = asyncio.get_running_loop().create_task(instance.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
             else:
                 instance.maintain()
 
@@ -694,6 +713,7 @@ class ConsumerInstances:
             self._task = None
         instances = list(self._instances.values())
         self._instances.clear()
+        await asyncio.gather(*self._closing, return_exceptions=True)
         for instance in instances:
             try:
                 await instance.close()
