@@ -248,3 +248,25 @@ def test_a_stale_member_is_told_to_rejoin(tmp_path):
         await broker.close()
 
     run(scenario())
+
+
+def test_a_subscribed_topic_that_appears_later_is_assigned(tmp_path):
+    clock = ManualClock()
+
+    async def scenario():
+        broker = await _broker(tmp_path, clock)
+        instances = ConsumerInstances(broker)
+        early = instances.create("g", InstanceConfig(auto_offset_reset="earliest"), "early")
+        await early.subscribe(["later"])
+        assert await early.records(timeout_ms=100) == []
+        assert early.member_id and early.assignment == []
+        await broker.create_topic("later", 2)
+        await _produce(broker, "later", 1, [b"hello"])
+        broker.groups.tick()  # the coordinator notices the new topic and rebalances
+        await instances.tick()  # the instance learns it from its heartbeat and rejoins
+        assert _values(await early.records(timeout_ms=2000)) == [b"hello"]
+        assert early.assignment == [("later", 0), ("later", 1)]
+        await instances.close()
+        await broker.close()
+
+    run(scenario())

@@ -27,8 +27,9 @@ States (Kafka's names)::
 * ``cooperative-sticky``: partitions that must move are revoked in one generation and
   handed over in the next, which the coordinator starts once every member has synced.
 
-Time: ``tick(now)`` expires members and rebalance deadlines; a background task calls
-it, tests call it with their own clock. Thread-safety: event loop thread only.
+Time: ``tick(now)`` expires members and rebalance deadlines, and starts a rebalance
+when a subscribed topic appears, goes or changes its partition count; a background
+task calls it, tests call it with their own clock. Thread-safety: event loop thread only.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ class Group:
     rebalance_deadline: float | None = None
     initial_delay_until: float | None = None
     follow_up: bool = False
+    metadata: dict[str, int] = field(default_factory=dict)  # partition counts the assignment used
 
     def pending_joins(self) -> int:
         return sum(1 for m in self.members.values() if m.join_waiter is not None)
@@ -236,6 +238,7 @@ class GroupCoordinator:
                     partitions[topic] = self.broker.topic(topic).partitions
                 except Exception:
                     partitions[topic] = 0
+        group.metadata = dict(partitions)
         subscriptions = {m.member_id: m.topics for m in members}
         owned = {m.member_id: (m.owned or m.assignment) for m in members}
         assignment, follow_up = assign(protocol, subscriptions, partitions, owned)
@@ -318,6 +321,22 @@ class GroupCoordinator:
             if group.state == "PreparingRebalance":
                 overdue = group.rebalance_deadline is not None and now >= group.rebalance_deadline
                 self._maybe_complete(group, now, deadline_passed=overdue)
+            elif group.state == "Stable" and group.members and self._metadata_changed(group):
+                log.info("group %s: a subscribed topic appeared, went or changed its partitions; "
+                         "rebalancing", group.group_id)
+                self._prepare_rebalance(group, now)
+
+    def _metadata_changed(self, group: Group) -> bool:
+        """Kafka's leader rejoins when a subscribed topic's partitions change; here the
+        coordinator, which assigns, notices it itself (members learn from heartbeats)."""
+        for topic, count in group.metadata.items():
+            try:
+                now_count = self.broker.topic(topic).partitions
+            except Exception:  # deleted, or not created yet
+                now_count = 0
+            if now_count != count:
+                return True
+        return False
 
     # -- offsets ---------------------------------------------------------------------------------
 
