@@ -14,7 +14,8 @@ import pytest
 
 from integration.support import wait_until
 
-from .support import BINARY_V2, JSON_V2, V2, V2Consumer, b64, error_of, records_until, unb64, unique
+from .conftest import QUICK_GROUPS
+from .support import BINARY_V2, JSON_V2, V2, V2Consumer, describe_v1, error_of, records_until, unb64, unique
 
 pytestmark = pytest.mark.integration
 
@@ -172,3 +173,26 @@ def test_bad_requests(groups_broker: Any, make_topic: Any) -> None:
     assert consumer.post("/subscription", {"topics": "a"}).status_code == 400
     assert consumer.delete().status_code == 204
     consumer.close()
+
+
+def test_an_idle_instance_leaves_its_group(broker_factory: Any, make_topic: Any) -> None:
+    broker = broker_factory(env={**QUICK_GROUPS, "LAKETAIL_CONSUMER_INSTANCE_TIMEOUT_MS": "1000"})
+    topic = make_topic(2, broker=broker)
+    group = unique("idle")
+    idle = V2Consumer(broker.url, group, "idle")
+    busy = V2Consumer(broker.url, group, "busy")
+    assert idle.subscribe([topic]).status_code == 204
+    assert busy.subscribe([topic]).status_code == 204
+    wait_until(lambda: len(describe_v1(broker.url, group)["members"]) == 2, "both instances to join")
+
+    def only_busy_left() -> bool:
+        busy.records(timeout_ms=100)  # busy keeps using its instance; idle does nothing
+        members = describe_v1(broker.url, group)["members"]
+        return [m["client_id"] for m in members] == ["busy"] and len(members[0]["assignment"]) == 2
+
+    wait_until(only_busy_left, "the idle instance to be destroyed and its partitions to move")
+    assert error_of(idle.records_response(timeout_ms=0)) == (404, 40403)
+    assert busy.delete().status_code == 204
+    idle.close()
+    busy.close()
+
