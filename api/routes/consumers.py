@@ -41,7 +41,8 @@ from laketail.api.deps import json_response, parse_json, query_int, read_body
 from laketail.api.encoding import MEDIA_TYPES, V2_JSON, EmbeddedFormat, format_of
 from laketail.api.routes.clusters import base_url
 from laketail.api.routes.fetch import encode_records
-from laketail.coordinator.instances import ConsumerInstance, ConsumerInstances, InstanceConfig
+from laketail.coordinator.instance_config import InstanceConfig
+from laketail.coordinator.instances import ConsumerInstance, ConsumerInstances
 from laketail.errors import InvalidRequest, NotAcceptable, UnsupportedMediaType
 
 router = APIRouter(tags=["v2 consumers"])

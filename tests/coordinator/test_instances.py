@@ -9,14 +9,14 @@ import pytest
 from laketail.broker import Broker
 from laketail.clock import ManualClock
 from laketail.config import load_settings
-from laketail.coordinator.instances import (
+from laketail.coordinator.instance_config import (
     ConsumerInstanceExists,
     ConsumerInstanceNotFound,
-    ConsumerInstances,
     IllegalConsumerState,
     InstanceConfig,
     InvalidConsumerConfig,
 )
+from laketail.coordinator.instances import ConsumerInstances
 from laketail.errors import NoOffsetForPartition, RebalanceInProgress, UnknownMemberId
 
 
