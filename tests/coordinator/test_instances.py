@@ -270,3 +270,28 @@ def test_a_subscribed_topic_that_appears_later_is_assigned(tmp_path):
         await broker.close()
 
     run(scenario())
+
+
+def test_unsubscribing_while_the_join_is_in_flight_leaves_nothing_behind(tmp_path):
+    clock = ManualClock()
+
+    async def scenario():
+        broker = await _broker(tmp_path, clock)
+        await broker.create_topic("t", 2)
+        other = await broker.groups.join("g", "", topics=["t"], strategies=["range"], session_timeout_ms=1000)
+        instances = ConsumerInstances(broker)
+        late = instances.create("g", InstanceConfig(), "late")
+        await late.subscribe(["t"])  # its join waits for the other member to rejoin
+        await asyncio.sleep(0.01)
+        await late.unsubscribe()
+        await broker.groups.join("g", other.member_id, topics=["t"], strategies=["range"], session_timeout_ms=1000)
+        for _ in range(100):
+            if len(broker.groups.group("g").members) == 1 and late._join_task is None:
+                break
+            await asyncio.sleep(0.01)
+        assert list(broker.groups.group("g").members) == [other.member_id]
+        assert late.assignment == [] and late.member_id == ""
+        await instances.close()
+        await broker.close()
+
+    run(scenario())

@@ -250,7 +250,8 @@ class ConsumerInstance:
                 self.generation_id = result.generation_id
                 self._set_assignment(partitions)
             if (self.closed or not self.subscribed) and self.member_id:
-                self._leave_now()
+                self._leave_now()  # unsubscribed or destroyed while the join was in flight
+                self._set_assignment([])
         except UnknownMemberId:
             self._lost()
         except asyncio.CancelledError:
