@@ -221,6 +221,11 @@ class PartitionLog:
     def segments(self) -> list[Segment]:
         return self._segments
 
+    def advance_log_start(self, offset: int) -> None:
+        """Retention deleted everything below ``offset`` (never moves backwards, never
+        past the high watermark)."""
+        self.log_start_offset = max(self.log_start_offset, min(offset, self.high_watermark))
+
     def mark_tiered(self, offset: int) -> None:
         if offset <= self.tiered_offset:
             return

@@ -116,6 +116,20 @@ class TableReader:
             entry.table.update_incremental()
             return entry.table.transaction_version(tier_app_id(partition)) or 0
 
+    def refresh(self, topic: str) -> bool:
+        """Catch up with commits made by other writers (Spark's compaction and retention
+        jobs); True when the table moved on without the tierer."""
+        entry = self._get(topic)
+        with entry.lock:
+            before = entry.table.version()
+            entry.table.update_incremental()
+            if entry.table.version() == before and entry.version >= 0:
+                return False
+            if entry.version != entry.table.version():
+                self._reload_locked(entry)
+                return True
+            return False
+
     def log_start_offset(self, topic: str, partition: int) -> int:
         """The partition's log start offset: the version of the Delta transaction
         ``laketail.logstart.<p>`` that retention writes when it deletes, else 0. Key

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,7 @@ class Tierer:
         self._due: dict[str, float] = {}
         self._busy: dict[str, asyncio.Future] = {}
         self._stopping = False
+        self._tier_locks: dict[str, threading.Lock] = {}
         self.commits = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -118,6 +120,7 @@ class Tierer:
                 self._due[topic] = now + interval
                 next_due = min(next_due, now + interval)
                 await self.tier_now(topic)
+                await self._follow_table(topic)
             try:
                 await asyncio.to_thread(self.broker.logs.housekeeping, self.clock.now_ms())
             except Exception:
@@ -129,6 +132,16 @@ class Tierer:
                 except TimeoutError:
                     pass
                 self._wake.clear()
+
+    async def _follow_table(self, topic: str) -> None:
+        """Another writer (retention, compaction) committed to the table: pick up its
+        files and advance the log start offset retention moved."""
+        try:
+            await asyncio.to_thread(self.broker.tables.refresh, topic)
+            for plog in self.broker.logs.partitions(topic):
+                plog.advance_log_start(self.broker.tables.log_start_offset(topic, plog.partition))
+        except Exception:
+            log.exception("following the table of %s failed", topic)
 
     async def tier_now(self, topic: str) -> int:
         """Tier ``topic`` now; returns how many records went into the table."""
@@ -146,6 +159,12 @@ class Tierer:
     # -- one pass for one topic (worker thread) ------------------------------------------------------
 
     def _tier_topic(self, topic: str) -> int:
+        """One tier pass; passes over one topic never overlap (the loop, ``tier_now``
+        and shutdown may all ask), so no range is ever tiered twice."""
+        with self._tier_locks.setdefault(topic, threading.Lock()):
+            return self._tier_topic_locked(topic)
+
+    def _tier_topic_locked(self, topic: str) -> int:
         broker = self.broker
         try:
             plogs = broker.logs.partitions(topic)
