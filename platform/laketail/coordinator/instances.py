@@ -248,10 +248,11 @@ class ConsumerInstance:
                     self._rejoin = True
                     continue
                 self.generation_id = result.generation_id
+                if self.closed or not self.subscribed:
+                    break  # unsubscribed or destroyed while the join was in flight
                 self._set_assignment(partitions)
             if (self.closed or not self.subscribed) and self.member_id:
-                self._leave_now()  # unsubscribed or destroyed while the join was in flight
-                self._set_assignment([])
+                self._leave_now()
         except UnknownMemberId:
             self._lost()
         except asyncio.CancelledError:
