@@ -37,7 +37,14 @@ laketail is a streaming platform with Kafka's semantics whose topics are Delta L
 * **Confluent v3**: clusters, topic admin and configs, produce with headers (streaming mode too).
 * **Confluent v2 consumer instances** (`/consumers/{group}`) and **v3 consumer groups and
   lag** (`/v3/clusters/{id}/consumer-groups`), with laketail's time lag.
-* **laketail /v1**: Arrow IPC produce and fetch, offsets by timestamp, the group protocol.
+* **laketail /v1**: Arrow IPC produce and fetch, offsets by timestamp, the group protocol,
+  and what no REST proxy offered: idempotent and transactional produce (`/v1/producers`,
+  `producer_id`/`producer_epoch`/`sequence`/`transactional` on the per-partition produce
+  endpoints), transactions (`/v1/transactions/{transactional_id}/...`) and batch
+  transactions for Spark's sink (`/v1/sinks/{sink_id}/batches/{batch_id}/...`).
+* **Isolation**: every read (fetch, /v1 Arrow fetch, v2 consumer instances, end offsets)
+  defaults to read_committed: it stops at the last stable offset and never returns
+  aborted records; transaction markers are never returned as records.
 
 Every produce endpoint takes `acks` (0, 1, all). Errors are
 `{"error_code": <Confluent code>, "message": "<Kafka error name>: ..."}`.

@@ -28,6 +28,7 @@ from laketail.errors import (
     UnknownTopicOrPartition,
 )
 from laketail.records import HEADER_TYPE, Acks, IsolationLevel
+from laketail.storage.partition_log import ProducerBatch
 
 if TYPE_CHECKING:
     from laketail.broker import Broker, ProduceResult
@@ -72,6 +73,20 @@ ISOLATION_PARAM = query_param(
 )
 
 
+PRODUCER_PARAMS = (
+    query_param("producer_id", {"type": "integer", "minimum": 0},
+                "idempotent/transactional produce: the id from POST /v1/producers"),
+    query_param("producer_epoch", {"type": "integer", "minimum": 0, "maximum": 32767},
+                "the epoch from POST /v1/producers (with producer_id)"),
+    query_param("sequence", {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+                "the sequence of this batch's first record; per producer and partition it starts "
+                "at 0 and grows by the record count (with producer_id). A retried batch keeps its "
+                "sequence and is answered with its original offsets"),
+    query_param("transactional", {"type": "boolean", "default": False},
+                "the batch belongs to the producer's open transaction (with producer_id)"),
+)
+
+
 def openapi_params(*params: dict) -> dict:
     return {"parameters": list(params)}
 
@@ -105,6 +120,52 @@ def query_int(request: Request, name: str, default: int | None = None, *,
     if minimum is not None and value < minimum:
         raise InvalidRequest(f"query parameter {name} must be at least {minimum}, got {value}")
     return value
+
+
+_PRODUCER_KEYS = ("producer_id", "producer_epoch", "sequence")
+_PRODUCER_BOUNDS = {"producer_id": 2**63 - 1, "producer_epoch": 32767, "sequence": 2**31 - 1}
+
+
+def producer_of(request: Request) -> ProducerBatch | None:
+    """The producer a batch comes from (``producer_id``, ``producer_epoch``, ``sequence``,
+    ``transactional``), or ``None`` for a plain produce. The three numbers come
+    together, each a non-negative integer in its Kafka type's range."""
+    query = request.scope["query_string"]
+    if b"producer_" not in query and b"sequence" not in query and b"transactional" not in query:
+        return None  # the common case skips parsing the query string
+    params = request.query_params
+    raw_txn = params.get("transactional", "false")
+    if raw_txn.lower() not in ("true", "false"):
+        raise InvalidRequest(f"query parameter transactional must be true or false, got {raw_txn!r}")
+    transactional = raw_txn.lower() == "true"
+    given = [k for k in _PRODUCER_KEYS if params.get(k, "") != ""]
+    if not given and not transactional:
+        return None
+    if len(given) != len(_PRODUCER_KEYS):
+        missing = [k for k in _PRODUCER_KEYS if k not in given]
+        raise InvalidRequest(
+            f"an idempotent produce needs producer_id, producer_epoch and sequence; missing {missing}"
+        )
+    values = {}
+    for key in _PRODUCER_KEYS:
+        raw = params[key]
+        try:
+            value = int(raw)
+        except ValueError:
+            raise InvalidRequest(f"query parameter {key} must be an integer, got {raw!r}") from None
+        if not 0 <= value <= _PRODUCER_BOUNDS[key]:
+            raise InvalidRequest(f"query parameter {key} must be in [0, {_PRODUCER_BOUNDS[key]}], got {value}")
+        values[key] = value
+    return ProducerBatch(values["producer_id"], values["producer_epoch"], values["sequence"], transactional)
+
+
+def refuse_producer(request: Request) -> None:
+    """For produce endpoints that spread records over partitions: producer parameters
+    are not silently ignored there."""
+    if producer_of(request) is not None:
+        raise InvalidRequest(
+            "idempotent and transactional batches go to one partition: use the per-partition endpoint"
+        )
 
 
 def isolation_of(request: Request) -> IsolationLevel:
@@ -234,12 +295,19 @@ def record_error(topic: str, partitions: int, max_message_bytes: int,
 
 
 async def produce(request: Request, topic: str, records: Records | pa.RecordBatch | pa.Table,
-                  acks: Acks) -> "ProduceResult | None":
-    """Append ``records`` to ``topic``; ``None`` for acks=0 (the append continues alone)."""
+                  acks: Acks, producer: ProducerBatch | None = None) -> "ProduceResult | None":
+    """Append ``records`` to ``topic``; ``None`` for acks=0 (the append continues alone).
+
+    With ``producer`` the batch is idempotent (or transactional): a retry gets its
+    original offsets back, which acks=0 could never tell, so acks=0 is refused."""
     broker = broker_of(request)
     if not len(records):
         raise InvalidRequest("a produce request needs at least one record")
     batch = records.to_batch() if isinstance(records, Records) else records
+    if producer is not None:
+        if acks == "0":
+            raise InvalidRequest("an idempotent or transactional produce needs acks=1 or all, not 0")
+        return await broker.produce(topic, batch, acks=acks, producer=producer)
     if acks == "0":
         # Validation happens now (a bad request still gets its 4xx); the append goes on alone.
         spawn(request.app, broker.produce_nowait(topic, batch), f"acks=0 produce to {topic}")

@@ -13,6 +13,7 @@ from laketail.api.routes import (
     offsets,
     produce,
     topics,
+    transactions_v1,
     v3_groups,
     v3_records,
     v3_topics,
@@ -29,6 +30,7 @@ ROUTERS = [
     offsets.router,
     consumers.router,
     groups_v1.router,
+    transactions_v1.router,
     v3_groups.router,
 ]
 

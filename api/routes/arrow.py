@@ -6,12 +6,15 @@ are a subset of ``PRODUCE_SCHEMA`` (``key``, ``value``, ``headers``, ``timestamp
 Kafka's ms, ``partition``; ``value`` required; compatible types such as ``string`` or
 ``large_binary`` are cast). The answer summarises where the records went, per
 partition: ``{"offsets": [{partition, base_offset, last_offset, count}]}`` (``null``
-with ``acks=0``).
+with ``acks=0``). The per-partition endpoint also takes laketail's producer parameters
+(``producer_id``, ``producer_epoch``, ``sequence``, ``transactional``; see
+:func:`laketail.api.deps.producer_of`): a retried batch gets its original offsets.
 
 Fetch: ``GET /v1/topics/{t}/partitions/{p}/records?offset=...`` answers an Arrow IPC
-stream of ``RECORD_SCHEMA`` rows as stored (control records included: a client sees
-transaction markers exactly as the log holds them), with the partition's offsets in
-headers: ``X-Laketail-Next-Offset`` (where the next fetch starts),
+stream of ``RECORD_SCHEMA`` rows (data records only: transaction markers are never
+returned, so offsets may have gaps; ``isolation_level``, read_committed by default,
+stops at the last stable offset and drops aborted records), with the partition's
+offsets in headers: ``X-Laketail-Next-Offset`` (where the next fetch starts),
 ``X-Laketail-High-Watermark``, ``X-Laketail-Last-Stable-Offset``,
 ``X-Laketail-Log-Start-Offset``.
 """
@@ -27,6 +30,7 @@ from starlette.responses import Response
 from laketail.api.deps import (
     ACKS_PARAM,
     ISOLATION_PARAM,
+    PRODUCER_PARAMS,
     acks_of,
     isolation_of,
     json_response,
@@ -34,9 +38,11 @@ from laketail.api.deps import (
     path_int,
     path_param,
     produce,
+    producer_of,
     query_int,
     query_param,
     read_body,
+    refuse_producer,
 )
 from laketail.api.encoding import ARROW_STREAM
 from laketail.broker import PRODUCE_SCHEMA
@@ -135,11 +141,16 @@ _PRODUCE_OPENAPI = {
 async def _produce_arrow(request: Request, topic: str, partition: int | None) -> Response:
     started = perf_counter()
     acks = acks_of(request)
+    if partition is None:
+        refuse_producer(request)
+        producer = None
+    else:
+        producer = producer_of(request)
     state = request.app.state
     broker = state.broker
     broker.topic(topic)
     table = to_produce_table(read_ipc(await read_body(request)), partition)
-    result = await produce(request, topic, table, acks)
+    result = await produce(request, topic, table, acks, producer)
     nbytes = pc.sum(_lengths(table.column("value"))).as_py() or 0
     if "key" in table.column_names:
         nbytes += pc.sum(_lengths(table.column("key"))).as_py() or 0
@@ -159,8 +170,9 @@ async def produce_arrow(request: Request) -> Response:
 
 
 @router.post("/v1/topics/{topic}/partitions/{partition}/records",
-             summary="Produce an Arrow IPC stream to one partition",
-             openapi_extra={**_PRODUCE_OPENAPI, **openapi_params(_TOPIC, _PARTITION, ACKS_PARAM)})
+             summary="Produce an Arrow IPC stream to one partition (idempotently or in a transaction "
+             "with the producer parameters)",
+             openapi_extra={**_PRODUCE_OPENAPI, **openapi_params(_TOPIC, _PARTITION, ACKS_PARAM, *PRODUCER_PARAMS)})
 async def produce_arrow_partition(request: Request) -> Response:
     return await _produce_arrow(request, request.path_params["topic"], path_int(request, "partition"))
 

@@ -8,6 +8,11 @@ with one ``{partition, offset, error_code: null, error: null}`` per record in re
 order; with ``acks=0`` offsets are null (unknown when the answer leaves). A request
 with any bad record is refused whole (4xx) and writes nothing.
 
+``POST /topics/{t}/partitions/{p}`` also takes laketail's producer parameters
+(``producer_id``, ``producer_epoch``, ``sequence``, ``transactional``; see
+:func:`laketail.api.deps.producer_of`): the batch is then idempotent or transactional,
+and a retried batch is answered with its original offsets.
+
 This is the hot path: raw bytes, orjson, binascii, lists into Arrow, no pydantic.
 """
 
@@ -23,6 +28,7 @@ from starlette.responses import Response
 
 from laketail.api.deps import (
     ACKS_PARAM,
+    PRODUCER_PARAMS,
     Records,
     acks_of,
     openapi_params,
@@ -30,7 +36,9 @@ from laketail.api.deps import (
     path_int,
     path_param,
     produce,
+    producer_of,
     read_body,
+    refuse_producer,
 )
 from laketail.api.encoding import (
     V2_BINARY,
@@ -203,11 +211,16 @@ def decode_records_carefully(items: list[Any], embedded: str, fixed_partition: i
 async def _produce_v2(request: Request, topic: str, partition: int | None) -> Response:
     started = perf_counter()
     acks = acks_of(request)
+    if partition is None:
+        refuse_producer(request)
+        producer = None
+    else:
+        producer = producer_of(request)
     embedded = request_format(request.headers.get("content-type"))
     state = request.app.state
     state.broker.topic(topic)  # 404 before decoding anything
     records = decode_records(parse_json(await read_body(request)), embedded, partition)
-    result = await produce(request, topic, records, acks)
+    result = await produce(request, topic, records, acks, producer)
     if result is None:
         parts = records.partitions or [None] * len(records)
         offsets = [{"partition": p, "offset": None, "error_code": None, "error": None} for p in parts]
@@ -240,8 +253,8 @@ async def produce_to_topic(request: Request) -> Response:
 
 @router.post(
     "/topics/{topic}/partitions/{partition}",
-    summary="Produce records to one partition",
-    openapi_extra={**_PRODUCE_OPENAPI, **openapi_params(_TOPIC, _PARTITION, ACKS_PARAM)},
+    summary="Produce records to one partition (idempotently or in a transaction with the producer parameters)",
+    openapi_extra={**_PRODUCE_OPENAPI, **openapi_params(_TOPIC, _PARTITION, ACKS_PARAM, *PRODUCER_PARAMS)},
 )
 async def produce_to_partition(request: Request) -> Response:
     return await _produce_v2(request, request.path_params["topic"], path_int(request, "partition"))

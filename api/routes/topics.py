@@ -3,13 +3,17 @@
 Shapes are v2's: ``GET /topics`` is a list of names (internal topics left out, as
 Kafka's AdminClient lists them); a topic is ``{name, configs, partitions}``; a
 partition is ``{partition, leader, replicas: [{broker, leader, in_sync}]}``; partition
-offsets are ``{beginning_offset, end_offset}`` where the end is the high watermark.
+offsets are ``{beginning_offset, end_offset}`` where the end is what a consumer can read
+to: the last stable offset under ``isolation_level=read_committed`` (the default), the
+high watermark under ``read_uncommitted`` (they differ only while a transaction is open).
 Responses are ``application/vnd.kafka.v2+json``.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Literal
+
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from laketail.api.deps import broker_of, json_response
@@ -62,11 +66,18 @@ async def get_partition(request: Request, topic: str, partition: int) -> Respons
 
 @router.get(
     "/topics/{topic}/partitions/{partition}/offsets",
-    summary="A partition's beginning (log start) and end (high watermark) offsets",
+    summary="A partition's beginning (log start) and end (last stable offset, or high watermark "
+    "for read_uncommitted) offsets",
 )
-async def get_offsets(request: Request, topic: str, partition: int) -> Response:
+async def get_offsets(
+    request: Request,
+    topic: str,
+    partition: int,
+    isolation_level: Literal["read_committed", "read_uncommitted"] = Query("read_committed"),
+) -> Response:
     state = broker_of(request).partition_state(topic, partition)
-    return _v2({"beginning_offset": state.log_start_offset, "end_offset": state.high_watermark})
+    end = state.last_stable_offset if isolation_level == "read_committed" else state.high_watermark
+    return _v2({"beginning_offset": state.log_start_offset, "end_offset": end})
 
 
 @router.get("/brokers", tags=["v2 brokers"], summary="List broker ids")
