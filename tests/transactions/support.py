@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 from typing import Any, Callable
+from urllib.parse import quote
 
 import httpx
 import pyarrow as pa
@@ -113,8 +114,13 @@ class Session:
 
     # -- the transaction ----------------------------------------------------------------------
 
+    @property
+    def path(self) -> str:
+        """The transaction's resource, its id percent-encoded (ids may hold ``/``)."""
+        return f"/v1/transactions/{quote(self.transactional_id or '', safe='')}"
+
     def _txn(self, action: str, **extra: Any) -> httpx.Response:
-        return self.http.post(f"/v1/transactions/{self.transactional_id}/{action}", json={**self.ident, **extra})
+        return self.http.post(f"{self.path}/{action}", json={**self.ident, **extra})
 
     def begin(self) -> httpx.Response:
         return self._txn("begin")
@@ -134,7 +140,7 @@ class Session:
         return self._txn("abort")
 
     def describe(self) -> dict:
-        resp = self.http.get(f"/v1/transactions/{self.transactional_id}")
+        resp = self.http.get(self.path)
         assert resp.status_code == 200, resp.text
         return resp.json()
 
