@@ -168,6 +168,7 @@ def test_bad_requests(groups_broker: Any, make_topic: Any) -> None:
     assert error_of(avro) == (422, 42204)
     assert error_of(http.get(f"/consumers/{group}/instances/nobody/assignments")) == (404, 40403)
     consumer = V2Consumer(groups_broker.url, group, "c")
+    assert error_of(consumer.records_response(timeout_ms=0)) == (409, 40903)  # neither subscribed nor assigned
     both = consumer.post("/subscription", {"topics": ["a"], "topic_pattern": "a.*"})
     assert error_of(both) == (409, 40903)
     assert consumer.post("/subscription", {"topics": "a"}).status_code == 400

@@ -374,6 +374,8 @@ class ConsumerInstance:
         (``consumer.request.timeout.ms`` unless given) with what it has.
         """
         self.touch()
+        if not self.subscribed and not self._manual:
+            raise IllegalConsumerState("Consumer is not subscribed to any topics or assigned any partitions")
         loop = asyncio.get_running_loop()
         wait_s = (self.config.request_timeout_ms if timeout_ms is None or timeout_ms < 0 else timeout_ms) / 1000.0
         deadline = loop.time() + wait_s
