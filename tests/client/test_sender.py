@@ -1,6 +1,7 @@
 """The producer's retry rules in process, through a pluggable httpx transport: a
-retriable broker error is retried and delivered once; any other error fails every
-record of the batch without a retry."""
+retriable broker error is retried and delivered once, with the batch's producer id,
+epoch and sequence unchanged; any other error fails every record of the batch without
+a retry."""
 
 from __future__ import annotations
 
@@ -18,11 +19,15 @@ class FakeGateway:
     def __init__(self, answers: list[tuple[int, dict]]) -> None:
         self.answers = list(answers)
         self.produced: list[pa.Table] = []
+        self.params: list[dict[str, str]] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         if request.url.path == "/topics/t/partitions":
             return httpx.Response(200, json=[{"partition": 0, "leader": 0, "replicas": []}])
+        if request.url.path == "/v1/producers":
+            return httpx.Response(200, json={"producer_id": 7, "producer_epoch": 0})
         assert request.url.path == "/v1/topics/t/partitions/0/records", request.url
+        self.params.append(dict(request.url.params))
         self.produced.append(pa.ipc.open_stream(pa.py_buffer(request.content)).read_all())
         status, body = self.answers.pop(0)
         return httpx.Response(status, content=orjson.dumps(body))
@@ -50,6 +55,8 @@ def test_a_retriable_error_is_retried_and_delivered_once():
     assert reports == [(None, 10, b"v0"), (None, 11, b"v1"), (None, 12, b"v2")]
     assert len(gateway.produced) == 2
     assert gateway.produced[0].equals(gateway.produced[1])  # the same batch, sent again
+    assert gateway.params[0] == gateway.params[1] == {
+        "acks": "all", "producer_id": "7", "producer_epoch": "0", "sequence": "0", "transactional": "false"}
     assert gateway.produced[0].column("value").to_pylist() == [b"v0", b"v1", b"v2"]
 
 

@@ -16,6 +16,7 @@ ready. Kafka's rules, as its Java client and librdkafka apply them:
   batch is done), so a retried batch goes back to the head of its queue and records
   keep their order, as with Kafka's ``max.in.flight.requests.per.connection=1``.
 * :attr:`pending` counts records appended and not yet done (delivered or failed).
+* :meth:`purge` drops everything not in a request (``abort_transaction()``).
 
 Thread-safety: every method takes the accumulator's condition; the API thread(s) and
 the sender thread share it. The sender waits on it (:meth:`wait`).
@@ -51,7 +52,13 @@ class PendingRecord:
 
 @dataclass
 class ProducerBatch:
-    """Records for one partition, sent as one request."""
+    """Records for one partition, sent as one request.
+
+    An idempotent producer stamps a batch once, when it is first sent, with its
+    producer id, epoch and base sequence; every retry sends the same stamp, which is
+    how the broker recognises it. ``maybe_written`` records that an attempt ended
+    without an answer (the broker may have appended it).
+    """
 
     topic: str
     partition: int
@@ -60,6 +67,15 @@ class ProducerBatch:
     size: int = 0
     attempts: int = 0
     retry_at: float = 0.0
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    transactional: bool = False
+    maybe_written: bool = False
+
+    @property
+    def stamped(self) -> bool:
+        return self.base_sequence >= 0
 
     @property
     def first_produced(self) -> float:
@@ -192,13 +208,17 @@ class RecordAccumulator:
             self.pending -= len(batch.records)
             self._notify()
 
-    def expire(self, now: float, timeout_s: float) -> list[PendingRecord]:
-        """Remove and return queued (not in-flight) records older than ``timeout_s``."""
-        expired: list[PendingRecord] = []
+    def expire(self, now: float, timeout_s: float) -> list[ProducerBatch]:
+        """Remove and return queued (not in-flight) batches whose oldest record is older
+        than ``timeout_s``; a topic's unassigned records come back as one batch with
+        partition -1."""
+        expired: list[ProducerBatch] = []
         with self._cond:
             for topic, records in list(self._unassigned.items()):
                 keep = [r for r in records if now - r.produced_at < timeout_s]
-                expired.extend(r for r in records if now - r.produced_at >= timeout_s)
+                old = [r for r in records if now - r.produced_at >= timeout_s]
+                if old:
+                    expired.append(ProducerBatch(topic, -1, now, old))
                 if keep:
                     self._unassigned[topic] = keep
                 else:
@@ -207,9 +227,26 @@ class RecordAccumulator:
                 if key in self._muted:
                     continue
                 while queue and now - queue[0].first_produced >= timeout_s:
-                    expired.extend(queue.popleft().records)
-            self.pending -= len(expired)
+                    expired.append(queue.popleft())
+            self.pending -= sum(len(b.records) for b in expired)
         return expired
+
+    def purge(self) -> list[ProducerBatch]:
+        """Remove and return every batch not in a request right now (queued, lingering
+        or waiting to be retried) and every unassigned record (as partition -1
+        batches): what ``abort_transaction()`` drops."""
+        purged: list[ProducerBatch] = []
+        with self._cond:
+            for topic, records in self._unassigned.items():
+                purged.append(ProducerBatch(topic, -1, self.monotonic(), records))
+            self._unassigned.clear()
+            for queue in self._batches.values():  # in-flight batches are never queued
+                purged.extend(queue)
+                queue.clear()
+            self._sticky.clear()
+            self.pending -= sum(len(b.records) for b in purged)
+            self._notify()
+        return purged
 
     # -- waiting ------------------------------------------------------------------------------------
 

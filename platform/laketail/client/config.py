@@ -16,7 +16,7 @@ laketail's HTTP gateway. ``bootstrap.servers`` lists gateway URLs
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable
 
 from laketail.client.errors import KafkaException, local_error
@@ -28,8 +28,7 @@ IGNORED = frozenset({
     "compression.level", "compression.type", "connections.max.idle.ms", "debug",
     "enable.ssl.certificate.verification", "fetch.error.backoff.ms", "fetch.min.bytes",
     "fetch.queue.backoff.ms", "group.instance.id", "group.protocol", "log_level", "logger",
-    "log.connection.close", "max.in.flight", "max.in.flight.requests.per.connection",
-    "message.copy.max.bytes", "partitioner", "queue.buffering.max.kbytes",
+    "log.connection.close", "message.copy.max.bytes", "enable.gapless.guarantee", "partitioner", "queue.buffering.max.kbytes",
     "queued.max.messages.kbytes", "queued.min.messages",
     "receive.message.max.bytes", "reconnect.backoff.max.ms", "reconnect.backoff.ms",
     "retry.backoff.max.ms", "security.protocol", "socket.keepalive.enable",
@@ -131,14 +130,20 @@ class ProducerConfig(CommonConfig):
     retries: int = field(default=2_147_483_647, metadata=_key("retries", int, "message.send.max.retries"))
     delivery_timeout_ms: int = field(
         default=300_000, metadata=_key("delivery.timeout.ms", int, "message.timeout.ms"))
-    enable_idempotence: bool = field(default=False, metadata=_key("enable.idempotence", _bool))
+    enable_idempotence: bool = field(default=True, metadata=_key("enable.idempotence", _bool))
     transactional_id: str | None = field(default=None, metadata=_key("transactional.id", str))
+    transaction_timeout_ms: int = field(default=60_000, metadata=_key("transaction.timeout.ms"))
+    max_in_flight: int = field(
+        default=1_000_000, metadata=_key("max.in.flight", int, "max.in.flight.requests.per.connection"))
     on_delivery: Callable | None = field(default=None, metadata=_key("on_delivery", _callable))
     delivery_report_only_error: bool = field(
         default=False, metadata=_key("delivery.report.only.error", _bool))
     queue_buffering_max_messages: int = field(
         default=100_000, metadata=_key("queue.buffering.max.messages"))
     max_in_flight_batches: int = field(default=4, metadata=_key("laketail.sender.threads"))
+    #: The properties the application set itself (librdkafka's "modified" flags), by
+    #: Kafka name; :func:`producer_config` tells defaults from explicit choices with it.
+    explicit: frozenset[str] = field(default=frozenset(), metadata={})
 
 
 @dataclass(frozen=True)
@@ -172,6 +177,8 @@ def _table(cls: type) -> dict[str, Any]:
     out = {}
     for f in fields(cls):
         meta = f.metadata
+        if not meta:
+            continue
         for name in (meta["kafka"], *meta["aliases"]):
             out[name] = f
     return out
@@ -185,6 +192,7 @@ def parse(cls: type, conf: dict[str, Any] | None, kwargs: dict[str, Any]):
         native = key in table or key in IGNORED
         merged[key if native else key.replace("_", ".")] = value
     values: dict[str, Any] = {}
+    explicit: set[str] = set()
     for name, raw in merged.items():
         f = table.get(name)
         if f is None:
@@ -197,4 +205,68 @@ def parse(cls: type, conf: dict[str, Any] | None, kwargs: dict[str, Any]):
             raise KafkaException(
                 local_error("_INVALID_ARG", f'Invalid value "{raw}" for configuration property "{name}": {exc}')
             ) from None
+        explicit.add(f.metadata["kafka"])
+    if "explicit" in {f.name for f in fields(cls)}:
+        values["explicit"] = frozenset(explicit)
     return cls(**values)
+
+
+#: librdkafka's limit on requests in flight per broker for an idempotent producer.
+IDEMPOTENT_MAX_IN_FLIGHT = 5
+
+
+def _conflict(reason: str) -> KafkaException:
+    return KafkaException(local_error("_INVALID_ARG", f"Failed to create producer: {reason}"))
+
+
+def producer_config(conf: dict[str, Any] | None, kwargs: dict[str, Any]) -> ProducerConfig:
+    """A :class:`ProducerConfig` with the idempotence and transaction rules applied.
+
+    librdkafka's rules, with Kafka 3's default (idempotence on) where librdkafka's
+    default is off:
+
+    * ``transactional.id`` turns idempotence on; an explicit
+      ``enable.idempotence=false`` beside it is an error.
+    * With idempotence on *explicitly* (or through ``transactional.id``), an explicit
+      ``acks`` other than ``all``, ``retries`` < 1 or ``max.in.flight`` > 5 is an
+      error (``_INVALID_ARG``, librdkafka's message); unset, they become ``all``,
+      ``retries``' default and at most 5.
+    * With idempotence on only by default, such an explicit setting turns idempotence
+      off instead, as Kafka's Java producer does since 3.2 -- so ``acks=1`` keeps
+      meaning what it meant before idempotence became the default.
+    * A transactional producer's ``message.timeout.ms`` (``delivery.timeout.ms``) and
+      ``socket.timeout.ms`` may not exceed ``transaction.timeout.ms``; unset, they are
+      lowered to it.
+    """
+    config = parse(ProducerConfig, conf, kwargs)
+    explicit = config.explicit
+    changes: dict[str, Any] = {}
+    transactional = config.transactional_id is not None
+    if transactional and not config.enable_idempotence:
+        raise _conflict("`transactional.id` requires `enable.idempotence=true`")
+    conflicts = {
+        "acks": (config.acks != "all", "`acks` must be set to `all` when `enable.idempotence` is true"),
+        "retries": (config.retries < 1, "`retries` must be set >= 1 when `enable.idempotence` is true"),
+        "max.in.flight": (config.max_in_flight > IDEMPOTENT_MAX_IN_FLIGHT,
+                          f"`max.in.flight` must be set <= {IDEMPOTENT_MAX_IN_FLIGHT} "
+                          "when `enable.idempotence` is true"),
+    }
+    chosen = [(name, reason) for name, (bad, reason) in conflicts.items() if bad and name in explicit]
+    idempotent = config.enable_idempotence
+    if idempotent and chosen:
+        if transactional or "enable.idempotence" in explicit:
+            raise _conflict(chosen[0][1])
+        idempotent = False  # on by default only: the explicit setting wins
+    changes["enable_idempotence"] = idempotent
+    if idempotent:
+        changes["acks"] = "all"
+        changes["max_in_flight"] = min(config.max_in_flight, IDEMPOTENT_MAX_IN_FLIGHT)
+    if transactional:
+        limit = config.transaction_timeout_ms
+        for key, name, attr in (("delivery.timeout.ms", "message.timeout.ms", "delivery_timeout_ms"),
+                                ("socket.timeout.ms", "socket.timeout.ms", "socket_timeout_ms")):
+            if getattr(config, attr) > limit:
+                if key in explicit:
+                    raise _conflict(f"`{name}` must be set <= `transaction.timeout.ms`")
+                changes[attr] = limit
+    return replace(config, **changes)

@@ -14,7 +14,10 @@ at the group's committed offset, else at ``auto.offset.reset``; ``OFFSET_BEGINNI
 / ``OFFSET_END`` at the log start / end; an offset at itself. OFFSET_OUT_OF_RANGE
 resets by ``auto.offset.reset`` too. With ``auto.offset.reset=none`` a partition with
 nowhere to start yields a message whose error is ``_AUTO_OFFSET_RESET`` and waits for
-a ``seek()``. Control records (transaction markers) are never handed out.
+a ``seek()``. Control records (transaction markers) are never handed out, nor, with
+``isolation.level=read_committed`` (the default), aborted records or anything past
+the last stable offset; the fetch answer's ``X-Laketail-Next-Offset`` moves the fetch
+offset past what was skipped, and the position follows it once the buffer is empty.
 
 Every change of a partition (seek, assignment) bumps its *epoch*; a fetch answered for
 an older epoch is dropped, so a seek never sees records from before it.
@@ -209,6 +212,7 @@ class Fetcher:
                     if msg.error() is None:
                         state.position = msg.offset() + 1
                     out.append(msg)
+                self._skip_unreturned(state)
             if n:
                 self._next = (self._next + 1) % n
             self._schedule()
@@ -323,6 +327,7 @@ class Fetcher:
                 state.fetch_offset = next_offset
                 state.reported = None
                 state.buffer.extend(messages)
+                self._skip_unreturned(state)
                 if messages:
                     state.eof_reported_at = None
                 elif (self.config.enable_partition_eof and next_offset >= state.high
@@ -334,6 +339,15 @@ class Fetcher:
                         tp[0], tp[1], next_offset))
             self.cond.notify_all()
             self._schedule()
+
+    @staticmethod
+    def _skip_unreturned(state: PartitionState) -> None:
+        """With nothing buffered, the position is where the next fetch starts: past
+        the transaction markers and aborted records a fetch skipped, as Kafka's
+        consumer moves past them (so a committed position never points at a marker)."""
+        if not state.buffer and state.fetch_offset is not None and state.position is not None \
+                and state.position < state.fetch_offset:
+            state.position = state.fetch_offset
 
     def _failed(self, tp: TP, epoch: int, err: KafkaError) -> None:
         with self.cond:

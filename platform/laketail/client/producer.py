@@ -11,10 +11,15 @@ application's thread, as librdkafka does.
 ``len(producer)`` is the number of records not yet delivered plus delivery reports not
 yet served; ``flush()`` returns it once it reaches 0 or the timeout passes.
 
-Idempotence and transactions belong to laketail's transactions issue:
-``enable.idempotence`` is accepted but gives *no* idempotence yet (a retried batch may
-be written twice, as with Kafka's non-idempotent producer); ``transactional.id`` and
-the transaction methods raise ``_NOT_IMPLEMENTED``.
+Idempotence is on by default (``enable.idempotence``, Kafka 3's default; see
+:func:`~laketail.client.config.producer_config` for the settings that turn it off or
+conflict with it): a batch retried after a lost answer is not written twice. With
+``transactional.id``, the transactional API of confluent-kafka --
+``init_transactions()``, ``begin_transaction()``, ``send_offsets_to_transaction()``,
+``commit_transaction()``, ``abort_transaction()`` -- makes the records produced and
+the consumer offsets sent between begin and commit visible together or not at all
+(readers with ``isolation.level=read_committed``). The state and the error rules
+live in :mod:`laketail.client.transaction_manager`.
 """
 
 from __future__ import annotations
@@ -27,12 +32,14 @@ from typing import Any, Callable
 import httpx
 
 from laketail.client.accumulator import PendingRecord, RecordAccumulator
-from laketail.client.config import ProducerConfig, parse
+from laketail.client.config import ProducerConfig, producer_config
 from laketail.client.errors import KafkaError, KafkaException, local_error
 from laketail.client.gateway import Gateway
-from laketail.client.message import TIMESTAMP_CREATE_TIME, Message, normalize_headers
+from laketail.client.consumer import ConsumerGroupMetadata
+from laketail.client.message import TIMESTAMP_CREATE_TIME, Message, TopicPartition, normalize_headers
 from laketail.client.metadata import TopicCounts, cluster_metadata
 from laketail.client.sender import Sender
+from laketail.client.transaction_manager import Deadline, TransactionManager
 from laketail.records import record_size
 
 log = logging.getLogger(__name__)
@@ -68,10 +75,7 @@ class Producer:
 
     def __init__(self, config: dict[str, Any] | None = None, /, *,
                  transport: httpx.BaseTransport | None = None, **kwargs: Any) -> None:
-        self._config: ProducerConfig = parse(ProducerConfig, config, kwargs)
-        if self._config.transactional_id is not None:
-            raise KafkaException(local_error(
-                "_NOT_IMPLEMENTED", "transactional.id: transactions are not available yet in laketail"))
+        self._config: ProducerConfig = producer_config(config, kwargs)
         self._gateway = Gateway(
             self._config.bootstrap_servers, client_id=self._config.client_id,
             timeout_s=self._config.socket_timeout_ms / 1000.0, transport=transport,
@@ -84,7 +88,8 @@ class Producer:
             batch_num_messages=self._config.batch_num_messages,
         )
         self._reports: queue.SimpleQueue[Report] = queue.SimpleQueue()
-        self._sender = Sender(self._config, self._gateway, self._accumulator, self._counts, self._report)
+        self._txn = TransactionManager(self._config, self._gateway, on_fatal=self._fatal_event)
+        self._sender = Sender(self._config, self._gateway, self._accumulator, self._counts, self._report, self._txn)
         self._sender.start()
         self._closed = False
 
@@ -111,6 +116,7 @@ class Producer:
         self._check_open()
         if not isinstance(topic, str) or not topic:
             raise TypeError("topic must be a non-empty str")
+        self._txn.check_produce()
         value_b = _bytes(value, "value")
         key_b = _bytes(key, "key")
         header_list = normalize_headers(headers)
@@ -168,6 +174,12 @@ class Producer:
     def _error_event(self, err: KafkaError) -> None:
         """A client-wide error for ``error_cb``, served by ``poll()`` like a report."""
         self._reports.put((self._config.error_cb, err, None))
+
+    def _fatal_event(self, err: KafkaError) -> None:
+        """A fatal error reaches ``error_cb`` as confluent-kafka passes it: the
+        underlying error, with ``fatal()`` true."""
+        if self._config.error_cb is not None:
+            self._error_event(err)
 
     # -- delivery reports ---------------------------------------------------------------------------
 
@@ -229,12 +241,70 @@ class Producer:
     def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
         raise KafkaException(local_error("_NOT_IMPLEMENTED", "purge() is not available in laketail's client"))
 
-    def _no_transactions(self, *args: Any, **kwargs: Any) -> None:
-        """Transactions arrive with laketail's transactions issue."""
-        raise KafkaException(local_error("_NOT_IMPLEMENTED", "transactions are not available yet in laketail"))
+    # -- transactions --------------------------------------------------------------------------------
 
-    init_transactions = begin_transaction = commit_transaction = _no_transactions
-    abort_transaction = send_offsets_to_transaction = _no_transactions
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register ``transactional.id`` with the cluster: get the producer id and a new
+        epoch, which fences any older producer with the same id and aborts its open
+        transaction. Once per producer, before any other transactional call;
+        ``timeout`` in seconds (None or -1: no limit). A retriable error may be retried."""
+        self._check_open()
+        self._txn.init_transactions(timeout)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: what is produced until commit or abort belongs to it."""
+        self._check_open()
+        self._txn.begin_transaction()
+
+    def send_offsets_to_transaction(self, positions: list[TopicPartition], group_metadata: ConsumerGroupMetadata,
+                                    timeout: float | None = None) -> None:
+        """Commit the consumer's ``positions`` (the next offsets to read, as
+        ``Consumer.position()`` gives them) to its group if, and only if, the
+        transaction commits. ``group_metadata`` is ``consumer.consumer_group_metadata()``:
+        a member of an older generation is refused (an abortable error). Negative
+        offsets are left out; nothing left is a no-op."""
+        self._check_open()
+        if not isinstance(group_metadata, ConsumerGroupMetadata):
+            raise TypeError("expected group_metadata from Consumer.consumer_group_metadata()")
+        if group_metadata.group_id is None:
+            raise KafkaException(local_error("_INVALID_ARG", "the consumer group metadata has no group.id"))
+        offsets = [{"topic": tp.topic, "partition": tp.partition, "offset": tp.offset, "metadata": tp.metadata or ""}
+                   for tp in positions if tp.offset >= 0]
+        if not offsets:
+            self._txn.check_produce()  # still the state errors of an empty call
+            return
+        self._txn.send_offsets(offsets, group_metadata.group_id, group_metadata.generation_id,
+                               group_metadata.member_id, timeout)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush, then commit the transaction: its records become visible to
+        read_committed consumers and its offsets are committed. A retriable error
+        (the flush or the coordinator did not finish in time) may be retried; after
+        one that requires an abort, call ``abort_transaction()``."""
+        self._check_open()
+        deadline = Deadline(timeout)
+        self._txn.begin_commit()
+        left = self.flush(-1 if deadline.at is None else deadline.left())
+        if left:
+            raise KafkaException(local_error(
+                "_TIMED_OUT", f"Failed to flush all outstanding messages within the API timeout: "
+                f"{left} message(s) remaining", retriable=True))
+        self._txn.end(True, deadline.left() if deadline.at is not None else None)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: records still queued fail with ``_PURGE_QUEUE``, those
+        in flight are waited for, then the coordinator writes ABORT markers so that
+        read_committed consumers never see them; the sent offsets are dropped."""
+        self._check_open()
+        deadline = Deadline(timeout)
+        self._txn.begin_abort()
+        for batch in self._accumulator.purge():
+            self._sender.fail(batch, local_error("_PURGE_QUEUE", "Local: Purged in queue"), done=False, purged=True)
+        left = self.flush(-1 if deadline.at is None else deadline.left())
+        if left:
+            raise KafkaException(local_error(
+                "_TIMED_OUT", f"Timed out waiting for {left} message(s) in flight to finish", retriable=True))
+        self._txn.end(False, deadline.left() if deadline.at is not None else None)
 
     def close(self, timeout: float | None = -1) -> int:
         """Flush, then stop the sender; returns the records left undelivered."""

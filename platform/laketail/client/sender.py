@@ -5,17 +5,22 @@ Role: loop until closed --
 1. learn the partition count of topics whose records wait unassigned (a topic that
    does not exist fails its records with ``UNKNOWN_TOPIC_OR_PART``);
 2. fail records that waited longer than ``delivery.timeout.ms`` (``_MSG_TIMED_OUT``);
-3. drain ready batches and hand each to a small pool of request threads, one batch
-   per partition at a time.
+3. once the producer has its producer id (idempotence: the
+   :class:`~laketail.client.transaction_manager.TransactionManager` asks for it here),
+   drain ready batches, stamp each with its producer id, epoch and sequence, and hand
+   it to a small pool of request threads, one batch per partition at a time.
 
 A batch is one request: ``POST /v1/topics/{t}/partitions/{p}/records?acks=..`` with an
-Arrow IPC stream (columns ``key``, ``value``, ``headers``, ``timestamp`` in ms). The
-answer's ``base_offset`` gives record *i* the offset ``base_offset + i``. A retriable
-error (transport, timeout, NOT_ENOUGH_REPLICAS, ...) puts the batch back at the head
-of its partition after ``retry.backoff.ms``, while ``retries`` and
-``delivery.timeout.ms`` allow; any other error fails the batch's records. Each record
-gets exactly one delivery report, handed to ``report(record, err, offset)``; the
-producer queues it for ``poll()``.
+Arrow IPC stream (columns ``key``, ``value``, ``headers``, ``timestamp`` in ms), plus
+``producer_id``, ``producer_epoch``, ``sequence`` and ``transactional`` for a stamped
+batch. The answer's ``base_offset`` gives record *i* the offset ``base_offset + i``. A
+retriable error (transport, timeout, NOT_ENOUGH_REPLICAS, ...) puts the batch back at
+the head of its partition after ``retry.backoff.ms``, with its stamp, while
+``retries`` and ``delivery.timeout.ms`` allow (and no transaction is being aborted:
+then it fails with ``_PURGE_INFLIGHT``); any other error fails the batch's records,
+and the transaction manager hears of every failure. Each record gets exactly one
+delivery report, handed to ``report(record, err, offset)``; the producer queues it
+for ``poll()``.
 
 Thread-safety: the sender thread and the request threads touch shared state only
 through the accumulator and ``report``.
@@ -37,6 +42,7 @@ from laketail.client.errors import KafkaError, KafkaException, local_error
 from laketail.client.gateway import ARROW_STREAM, Gateway
 from laketail.client.message import OFFSET_INVALID
 from laketail.client.metadata import TopicCounts
+from laketail.client.transaction_manager import TransactionManager
 from laketail.records import HEADER_TYPE
 
 log = logging.getLogger(__name__)
@@ -81,8 +87,10 @@ class Sender:
         accumulator: RecordAccumulator,
         counts: TopicCounts,
         report: Report,
+        txn: TransactionManager,
     ) -> None:
         self.config = config
+        self.txn = txn
         self.gateway = gateway
         self.accumulator = accumulator
         self.counts = counts
@@ -112,10 +120,17 @@ class Sender:
             try:
                 now = time.monotonic()
                 self._resolve_topics(now)
-                for record in self.accumulator.expire(now, self.delivery_timeout_s):
-                    self.report(record, local_error("_MSG_TIMED_OUT"), OFFSET_INVALID)
-                batches, next_at = self.accumulator.drain(now)
+                for expired in self.accumulator.expire(now, self.delivery_timeout_s):
+                    self.fail(expired, local_error("_MSG_TIMED_OUT"), done=False)
+                if self.txn.ready(now):
+                    batches, next_at = self.accumulator.drain(now)
+                else:  # no producer id yet: nothing may be stamped
+                    batches, next_at = [], self.txn.retry_at()
                 for batch in batches:
+                    refused = self.txn.stamp(batch)
+                    if refused is not None:
+                        self.fail(batch, refused)
+                        continue
                     try:
                         self._pool.submit(self._send, batch)
                     except RuntimeError:  # the interpreter is exiting under an unclosed producer
@@ -142,8 +157,9 @@ class Sender:
             if count is None:
                 err = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART,  # type: ignore[attr-defined]
                                  f"Broker: Unknown topic or partition: topic '{topic}' does not exist")
-                for record in self.accumulator.take_unassigned(topic):
-                    self.report(record, err, OFFSET_INVALID)
+                records = self.accumulator.take_unassigned(topic)
+                if records:
+                    self.fail(ProducerBatch(topic, -1, now, records), err, done=False)
             else:
                 self.accumulator.assign(topic, count)
 
@@ -155,7 +171,7 @@ class Sender:
             resp = self.gateway.request(
                 "POST",
                 f"/v1/topics/{batch.topic}/partitions/{batch.partition}/records",
-                params={"acks": self.config.acks},
+                params={"acks": self.config.acks, **self.txn.params(batch)},
                 content=encode_batch(batch.records),
                 headers={"Content-Type": ARROW_STREAM},
                 timeout_s=self.config.socket_timeout_ms / 1000.0,
@@ -180,12 +196,22 @@ class Sender:
         now = time.monotonic()
         retry_at = now + self.backoff_s
         in_time = retry_at - batch.first_produced < self.delivery_timeout_s
+        may_retry = self.txn.attempt_failed(batch, err)
         if err.retriable() and batch.attempts <= self.config.retries and in_time and not self.accumulator.closed:
-            log.debug("retrying %s-%d after %s", batch.topic, batch.partition, err)
-            self.accumulator.requeue(batch, retry_at)
-            return
+            if may_retry:
+                log.debug("retrying %s-%d after %s", batch.topic, batch.partition, err)
+                self.accumulator.requeue(batch, retry_at)
+                return
+            err = local_error("_PURGE_INFLIGHT", f"Local: Purged in flight (the transaction is aborting): {err.str()}")
         if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:  # type: ignore[attr-defined]
             self.counts.forget(batch.topic)
-        self.accumulator.done(batch)
+        self.fail(batch, err)
+
+    def fail(self, batch: ProducerBatch, err: KafkaError, *, done: bool = True, purged: bool = False) -> None:
+        """Fail a batch for good: the transaction manager hears of it, each record gets
+        its report. ``done`` unmutes its partition (a batch that was drained)."""
+        err = self.txn.batch_failed(batch, err, purged=purged)
+        if done:
+            self.accumulator.done(batch)
         for record in batch.records:
             self.report(record, err, OFFSET_INVALID)
