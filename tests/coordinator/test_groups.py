@@ -172,3 +172,24 @@ def test_lag_follows_commits_and_grades_status(tmp_path):
     run(scenario())
     assert [lag_status(n) for n in (0, 99, 100, 999, 1000, 9999, 10000)] == [
         "OK", "OK", "caution", "caution", "warning", "warning", "critical"]
+
+
+def test_a_second_join_supersedes_the_pending_one(tmp_path):
+    clock = ManualClock()
+
+    async def scenario():
+        broker = await _broker(tmp_path, clock, delay_ms=1_000)
+        await broker.create_topic("t", 1)
+        first = asyncio.create_task(broker.groups.join("g", "", topics=["t"], session_timeout_ms=1000))
+        await asyncio.sleep(0.01)
+        (member_id,) = broker.groups.group("g").members
+        second = asyncio.create_task(broker.groups.join("g", member_id, topics=["t"], session_timeout_ms=1000))
+        await asyncio.sleep(0.01)
+        with pytest.raises(RebalanceInProgress):
+            await first
+        clock.advance(1_001)
+        broker.groups.tick()
+        assert (await second).member_id == member_id
+        await broker.close()
+
+    run(scenario())

@@ -183,7 +183,10 @@ class GroupCoordinator:
             )
             group.members[member_id] = member
         if member.join_waiter is not None and not member.join_waiter.done():
-            member.join_waiter.cancel()
+            # A newer join from the same member supersedes the pending one.
+            member.join_waiter.set_exception(
+                RebalanceInProgress(f"member '{member.member_id}' joined again; this join is superseded")
+            )
         member.join_waiter = asyncio.get_running_loop().create_future()
         waiter = member.join_waiter
         self._prepare_rebalance(group, now)
