@@ -375,3 +375,72 @@ def test_abort_drops_queued_records_and_the_next_transaction_commits(servers, cl
     producer.produce(topic, b"kept", partition=1)
     producer.commit_transaction(DEADLINE_S)
     assert [m.value() for m in read_all(servers, clients, topic, 2, "read_uncommitted")] == [b"kept"]
+
+
+def rewind_to_committed(consumer: Consumer) -> None:
+    """After an abort: continue every assigned partition from the group's committed
+    offset (the offsets sent to the aborted transaction were dropped with it)."""
+    for tp in consumer.committed(consumer.assignment(), timeout=DEADLINE_S):
+        consumer.seek(tp)  # OFFSET_INVALID where nothing is committed: auto.offset.reset
+
+
+@integration
+def test_consume_transform_produce_leaves_each_input_exactly_once(group_broker, clients, make_topic, txn_id):
+    """confluent-kafka's exactly-once loop (its eos-transactions example, in spirit):
+    consume a batch, produce its transformation, send the consumer's positions to the
+    transaction, commit -- and once, abort instead and rewind to the committed offsets."""
+    url = group_broker.url
+    source = make_topic(partitions=3, broker=group_broker)
+    sink = make_topic(partitions=3, broker=group_broker)
+    inputs = [f"in-{i}".encode() for i in range(90)]
+    feeder = Producer({"bootstrap.servers": url})
+    for i, value in enumerate(inputs):
+        feeder.produce(source, value, key=f"k{i % 13}")
+    assert feeder.flush(DEADLINE_S) == 0
+    feeder.close()
+
+    group = f"eos-{uuid.uuid4().hex[:10]}"
+    consumer = clients(Consumer({
+        "bootstrap.servers": url, "group.id": group, "auto.offset.reset": "earliest",
+        "enable.auto.commit": False, "isolation.level": "read_committed",
+        "session.timeout.ms": 6000, "heartbeat.interval.ms": 200,
+    }))
+    producer = clients(Producer({"bootstrap.servers": url, "transactional.id": txn_id}))
+    consumer.subscribe([source])
+    producer.init_transactions(DEADLINE_S)
+
+    transactions = committed = 0
+    aborted: list[bytes] = []
+    deadline = time.monotonic() + DEADLINE_S
+    while committed < len(inputs):
+        assert time.monotonic() < deadline, f"committed {committed} of {len(inputs)} inputs"
+        batch = consumer.consume(num_messages=16, timeout=0.5)
+        for msg in batch:
+            if msg.error() is not None:
+                raise KafkaException(msg.error())
+        if not batch:
+            continue
+        producer.begin_transaction()
+        for msg in batch:
+            producer.produce(sink, msg.value().replace(b"in-", b"out-"), key=msg.key())
+        producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                             consumer.consumer_group_metadata())
+        transactions += 1
+        if transactions == 3:
+            assert producer.flush(DEADLINE_S) == 0  # written, then aborted
+            producer.abort_transaction(DEADLINE_S)
+            aborted.extend(msg.value() for msg in batch)
+            rewind_to_committed(consumer)
+            continue
+        producer.commit_transaction(DEADLINE_S)
+        committed += len(batch)
+
+    expected = Counter(value.replace(b"in-", b"out-") for value in inputs)
+    assert aborted, "one transaction was aborted"
+    visible = read_all(url, clients, sink, 3, "read_committed")
+    assert Counter(m.value() for m in visible) == expected
+    everything = read_all(url, clients, sink, 3, "read_uncommitted")
+    assert len(everything) == len(inputs) + len(aborted)
+    group_offsets = consumer.committed([TopicPartition(source, p) for p in range(3)], timeout=DEADLINE_S)
+    ends = {p: group_broker.rest.offsets(source, p)[1] for p in range(3)}
+    assert {tp.partition: tp.offset for tp in group_offsets} == ends
