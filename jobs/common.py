@@ -1,0 +1,68 @@
+"""What every job shares: its command-line options, its SparkSession, its report lines.
+
+Jobs take the data root (``--data``) and/or gateways (``--servers``, Spark's
+``laketail.servers``), topics to work on (``--topic``, repeatable; default every user
+topic), and ``--now-ms`` to plan as of another time (replays and tests; default the
+wall clock). Each finished step prints one JSON line on stdout starting with
+:data:`REPORT_PREFIX`; ``laketail jobs run`` shows them as they come.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from laketail.clock import SystemClock
+
+REPORT_PREFIX = "laketail-job "
+
+#: Settings a job's SparkSession needs whatever spark-defaults.conf says: Arrow's
+#: timestamps in UTC (records' timestamps are UTC microseconds), and Parquet
+#: timestamps as microseconds, never INT96.
+SESSION_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+
+def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--data", metavar="ROOT", default=os.environ.get("LAKETAIL_DATA"),
+                        help="the laketail data root (topic tables, _system) [$LAKETAIL_DATA]")
+    parser.add_argument("--servers", "--laketail.servers", dest="servers", metavar="URLS",
+                        default=os.environ.get("LAKETAIL_SERVERS"),
+                        help="gateway URLs, comma-separated [$LAKETAIL_SERVERS]")
+    parser.add_argument("--topic", action="append", dest="topics", metavar="TOPIC",
+                        help="a topic to work on (repeatable; default: every user topic)")
+    parser.add_argument("--now-ms", type=int, default=None,
+                        help="plan as of this time, in ms since the epoch [default: now]")
+    return parser
+
+
+def now_ms(args: argparse.Namespace) -> int:
+    return args.now_ms if args.now_ms is not None else SystemClock().now_ms()
+
+
+def report(doc: dict[str, Any]) -> None:
+    """One progress line for ``laketail jobs run`` (and anyone reading stdout)."""
+    print(REPORT_PREFIX + json.dumps(doc, sort_keys=True), flush=True)
+
+
+def fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    return 1
+
+
+def spark_session(app_name: str):
+    """The job's SparkSession (spark-submit's master and spark-defaults.conf apply;
+    run as a plain script, a local one)."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in SESSION_CONF.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
