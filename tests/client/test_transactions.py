@@ -444,3 +444,125 @@ def test_consume_transform_produce_leaves_each_input_exactly_once(group_broker, 
     group_offsets = consumer.committed([TopicPartition(source, p) for p in range(3)], timeout=DEADLINE_S)
     ends = {p: group_broker.rest.offsets(source, p)[1] for p in range(3)}
     assert {tp.partition: tp.offset for tp in group_offsets} == ends
+
+
+class Faults(httpx.BaseTransport):
+    """A real HTTP transport with switchable faults: ``refuse(request)`` true means the
+    connection fails before the request leaves (nothing reaches the broker);
+    ``lose(request)`` true means the broker handles it and its answer is lost."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.refuse: Callable[[httpx.Request], bool] = lambda request: False
+        self.lose: Callable[[httpx.Request], bool] = lambda request: False
+        self.lost = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self.refuse(request):
+            raise httpx.ConnectError("connection refused (injected)", request=request)
+        response = self.inner.handle_request(request)
+        if self.lose(request):
+            response.read()
+            response.close()
+            self.lost += 1
+            raise httpx.ReadError("connection reset after the broker answered (injected)", request=request)
+        return response
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def describe(servers: str, transactional_id: str) -> dict:
+    resp = httpx.get(f"{servers}/v1/transactions/{transactional_id}", timeout=DEADLINE_S)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+@integration
+def test_a_commit_the_coordinator_did_not_hear_is_retriable(servers, clients, make_topic, txn_id):
+    topic = make_topic()
+    faults = Faults()
+    producer = clients(Producer({"bootstrap.servers": servers, "transactional.id": txn_id}, transport=faults))
+    producer.init_transactions(DEADLINE_S)
+    producer.begin_transaction()
+    producer.produce(topic, b"v")
+    faults.refuse = lambda request: request.url.path.endswith("/commit")
+    with pytest.raises(KafkaException) as raised:
+        producer.commit_transaction(0.5)
+    err = raised.value.args[0]
+    assert err.retriable() and not err.fatal() and not err.txn_requires_abort()
+    faults.refuse = lambda request: False
+    producer.commit_transaction(DEADLINE_S)  # the same call again
+    assert [m.value() for m in read_all(servers, clients, topic, 1, "read_committed")] == [b"v"]
+
+
+@integration
+def test_offsets_of_a_member_the_group_does_not_know_require_an_abort(servers, clients, make_topic, txn_id):
+    from laketail.client import ConsumerGroupMetadata
+
+    topic = make_topic()
+    producer = clients(Producer({"bootstrap.servers": servers, "transactional.id": txn_id}))
+    producer.init_transactions(DEADLINE_S)
+    producer.begin_transaction()
+    producer.produce(topic, b"doomed")
+    stale = ConsumerGroupMetadata(f"group-{uuid.uuid4().hex[:8]}", 3, "ghost-member")
+    with pytest.raises(KafkaException) as raised:
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, 1)], stale)
+    err = raised.value.args[0]
+    assert err.txn_requires_abort() and not err.fatal() and not err.retriable()
+    assert err.name() in ("ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "GROUP_ID_NOT_FOUND"), err
+    with pytest.raises(KafkaException) as commit:
+        producer.commit_transaction(DEADLINE_S)
+    assert commit.value.args[0].txn_requires_abort()
+    producer.abort_transaction(DEADLINE_S)
+    producer.begin_transaction()
+    producer.produce(topic, b"kept")
+    producer.commit_transaction(DEADLINE_S)
+    assert [m.value() for m in read_all(servers, clients, topic, 1, "read_committed")] == [b"kept"]
+
+
+@integration
+@pytest.mark.parametrize("fault", ["answer lost", "request refused"])
+def test_an_abort_with_a_batch_of_unknown_fate_bumps_the_epoch(servers, clients, make_topic, txn_id, fault):
+    """A transactional batch's attempt ends without an answer and the transaction is
+    aborted while the batch waits for its retry: the client cannot know whether the
+    broker counted its sequence (it did when the answer was lost, it did not when the
+    connection was refused), so it starts a new epoch (sequences from 0) before the
+    next transaction, which then commits either way."""
+    topic = make_topic()
+    faults = Faults()
+    producer = clients(Producer({"bootstrap.servers": servers, "transactional.id": txn_id,
+                                 "retry.backoff.ms": 30_000}, transport=faults))
+    producer.init_transactions(DEADLINE_S)
+    epoch = describe(servers, txn_id)["producer_epoch"]
+    attempts: list[str] = []
+
+    def produce_request(request: httpx.Request) -> bool:
+        if request.url.path.endswith("/records"):
+            attempts.append(request.url.params["sequence"])
+            return True
+        return False
+
+    if fault == "answer lost":
+        faults.lose = produce_request
+    else:
+        faults.refuse = produce_request
+    reports = []
+    producer.begin_transaction()
+    producer.produce(topic, b"unknown-fate", on_delivery=lambda err, msg: reports.append(err))
+    deadline = time.monotonic() + DEADLINE_S
+    while not attempts:
+        assert time.monotonic() < deadline, "the produce request never went out"
+        producer.poll(0.05)
+    faults.lose = faults.refuse = lambda request: False
+    producer.abort_transaction(DEADLINE_S)
+    producer.poll(0)
+    assert attempts == ["0"] and [e.code() for e in reports] == [KafkaError._PURGE_QUEUE]
+    assert describe(servers, txn_id)["producer_epoch"] == epoch + 1
+
+    producer.begin_transaction()
+    producer.produce(topic, b"next")
+    producer.commit_transaction(DEADLINE_S)
+    assert [m.value() for m in read_all(servers, clients, topic, 1, "read_committed")] == [b"next"]
+    written = [b"unknown-fate", b"next"] if fault == "answer lost" else [b"next"]
+    assert [m.value() for m in read_all(servers, clients, topic, 1, "read_uncommitted")] == written

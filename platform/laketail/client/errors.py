@@ -81,7 +81,8 @@ BROKER_CODES: dict[str, int] = {
     "INCONSISTENT_VOTER_SET": 94, "INVALID_UPDATE_VERSION": 95, "FEATURE_UPDATE_FAILED": 96,
     "PRINCIPAL_DESERIALIZATION_FAILURE": 97, "UNKNOWN_TOPIC_ID": 100,
     "FENCED_MEMBER_EPOCH": 110, "UNRELEASED_INSTANCE_ID": 111, "UNSUPPORTED_ASSIGNOR": 112,
-    "STALE_MEMBER_EPOCH": 113, "UNKNOWN_SUBSCRIPTION_ID": 117, "TELEMETRY_TOO_LARGE": 118,
+    "TRANSACTIONAL_ID_NOT_FOUND": 105, "STALE_MEMBER_EPOCH": 113, "UNKNOWN_SUBSCRIPTION_ID": 117,
+    "TELEMETRY_TOO_LARGE": 118,
     "REBOOTSTRAP_REQUIRED": 129,
 }
 
@@ -101,6 +102,10 @@ _DESCRIPTIONS: dict[int, str] = {
     -147: "Local: Maximum application poll interval (max.poll.interval.ms) exceeded",
     -140: "Local: No offset to automatically reset to",
     -172: "Local: Erroneous state",
+    -152: "Local: Purged in queue",
+    -151: "Local: Purged in flight",
+    -150: "Local: Fatal error",
+    -145: "Local: Functionality not configured",
 }
 
 

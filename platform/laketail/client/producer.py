@@ -271,7 +271,7 @@ class Producer:
         offsets = [{"topic": tp.topic, "partition": tp.partition, "offset": tp.offset, "metadata": tp.metadata or ""}
                    for tp in positions if tp.offset >= 0]
         if not offsets:
-            self._txn.check_produce()  # still the state errors of an empty call
+            self._txn.require_transaction("send_offsets_to_transaction")
             return
         self._txn.send_offsets(offsets, group_metadata.group_id, group_metadata.generation_id,
                                group_metadata.member_id, timeout)

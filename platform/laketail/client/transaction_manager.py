@@ -261,6 +261,10 @@ class TransactionManager:
             "_STATE", f"Transactional producer is not in a transaction (state {state.value}): "
             "call begin_transaction() first"))
 
+    def require_transaction(self, api: str) -> None:
+        """Raise unless a transaction is open (for calls that then have nothing to send)."""
+        self._require(TxnState.IN_TRANSACTION, api=api)
+
     def _require(self, *states: TxnState, api: str) -> TxnState:
         if not self.transactional:
             raise KafkaException(KafkaError(
