@@ -10,9 +10,10 @@ groups with rebalance callbacks, commits, seeks), ``AdminClient`` (topics, confi
 groups; in :mod:`laketail.client.admin` with its request and result types, as in
 ``confluent_kafka.admin``), ``Message``, ``TopicPartition``, ``KafkaError``,
 ``KafkaException`` and the offset and timestamp constants. ``bootstrap.servers``
-lists laketail gateway URLs. Layout: ``producer`` / ``accumulator`` / ``sender``;
-``consumer`` / ``coordinator`` / ``fetcher``; ``admin``; ``gateway`` (HTTP and the
-one error translation); ``config``; ``message``; ``errors``; ``metadata``.
+lists laketail gateway URLs. Layout: ``producer`` / ``accumulator`` / ``sender`` /
+``transaction_manager`` (idempotence and transactions); ``consumer`` / ``coordinator``
+/ ``fetcher``; ``admin``; ``gateway`` (HTTP and the one error translation);
+``config``; ``message``; ``errors``; ``metadata``.
 """
 
 from laketail.client.admin import AdminClient

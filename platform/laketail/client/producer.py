@@ -69,7 +69,8 @@ class Producer:
 
     ``Producer(conf, transport=None, **kwargs)``: ``conf`` holds librdkafka property
     names (``bootstrap.servers``, ``acks``, ``linger.ms``, ``batch.size``,
-    ``retries``, ``delivery.timeout.ms``, ``client.id``, ...); ``transport`` is an
+    ``retries``, ``delivery.timeout.ms``, ``client.id``, ``enable.idempotence``,
+    ``transactional.id``, ``transaction.timeout.ms``, ...); ``transport`` is an
     optional httpx transport for tests.
     """
 
