@@ -298,6 +298,7 @@ class BrokerProcess:
             "--host", "127.0.0.1",
             "--port", str(self.port),
             "--broker-id", str(self.broker_id),
+            "--no-maintenance",  # no spark-submit in the background of unrelated tests
         ]
 
     @property

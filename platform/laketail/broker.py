@@ -43,6 +43,7 @@ from laketail.errors import (
     UnknownTopicOrPartition,
 )
 from laketail.maintenance.compaction import execute_key_compaction, plan_key_compaction
+from laketail.maintenance.scheduler import MaintenanceScheduler
 from laketail.partitioner import StickyPartitioner, partition_for_key
 from laketail.records import (
     CREATE_TIME,
@@ -198,6 +199,9 @@ class Broker:
         self._background.append(asyncio.create_task(self._group_housekeeping(), name="laketail-groups"))
         self._background.append(asyncio.create_task(self._internal_cleaner(), name="laketail-cleaner"))
         self._background.append(asyncio.create_task(self._transaction_timeouts(), name="laketail-txn-timeouts"))
+        if self.settings.maintenance_enabled:  # retention and compaction of user topics (spark-submit)
+            maintenance = MaintenanceScheduler(self.settings).run()
+            self._background.append(asyncio.create_task(maintenance, name="laketail-maintenance"))
 
     async def close(self) -> None:
         for task in self._background:

@@ -211,6 +211,8 @@ class BrokerSettings:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     producer_id_expiration_ms: int = 86_400_000
     consumer_instance_timeout_ms: int = 300_000
+    maintenance_enabled: bool = True
+    maintenance_interval_ms: int = 300_000
     topic_defaults: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -257,6 +259,10 @@ _BROKER_KEYS = {
         "transaction_abort_timed_out_transaction_cleanup_interval_ms",
     "producer.id.expiration.ms": "producer_id_expiration_ms",
     "consumer.instance.timeout.ms": "consumer_instance_timeout_ms",
+    # laketail: the broker runs the retention and compaction jobs of user topics (spark-submit,
+    # local mode) every interval; false leaves them to `laketail jobs run` or another scheduler.
+    "laketail.maintenance.enable": "maintenance_enabled",
+    "laketail.maintenance.interval.ms": "maintenance_interval_ms",
 }
 
 

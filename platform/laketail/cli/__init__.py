@@ -7,10 +7,11 @@ One module per command group; this one only assembles them::
     laketail produce    records from stdin, one per line (produce.py)
     laketail consume    records to stdout, one per line (consume.py)
     laketail groups     consumer groups and their lag (groups.py)
+    laketail jobs       run the Spark jobs with spark-submit (jobs.py)
 
 Every command that talks to a broker takes ``--server URL`` (default
 ``$LAKETAIL_SERVER`` or http://127.0.0.1:8082). Errors print ``error: <message>`` on
-stderr and exit 1; usage errors exit 2. Groups still to come (``sql``, ``jobs``)
+stderr and exit 1; usage errors exit 2. Groups still to come (``sql``)
 register here the same way.
 """
 
@@ -23,6 +24,7 @@ import click
 from laketail import __version__
 from laketail.cli.consume import consume
 from laketail.cli.groups import groups
+from laketail.cli.jobs import jobs
 from laketail.cli.produce import produce
 from laketail.cli.serve import serve
 from laketail.cli.topics import topics
@@ -36,7 +38,7 @@ def cli() -> None:
     """laketail: Kafka's semantics, topics stored as Delta Lake tables."""
 
 
-for _command in (serve, topics, produce, consume, groups):
+for _command in (serve, topics, produce, consume, groups, jobs):
     cli.add_command(_command)
 
 

@@ -38,6 +38,11 @@ DEFAULT_CONFIG = Path("conf") / "laketail.toml"
     show_default=True,
 )
 @click.option("--access-log/--no-access-log", default=False, show_default=True, help="Log every request.")
+@click.option(
+    "--no-maintenance",
+    is_flag=True,
+    help="Do not run retention and compaction of user topics (laketail.maintenance.enable=false).",
+)
 def serve(
     data: str | None,
     host: str | None,
@@ -48,6 +53,7 @@ def serve(
     config_path: Path | None,
     log_level: str,
     access_log: bool,
+    no_maintenance: bool,
 ) -> None:
     """Run a laketail broker until Ctrl-C."""
     from laketail.config import load_settings
@@ -66,6 +72,7 @@ def serve(
             broker_id=broker_id,
             log_dir=log_dir,
             advertised_url=advertised_url,
+            maintenance_enabled=False if no_maintenance else None,
         )
     except LaketailError as exc:
         raise CommandError(exc.message) from exc
