@@ -23,7 +23,7 @@ from starlette.responses import Response
 from laketail import __version__
 from laketail.api import errors
 from laketail.api.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
-from laketail.api.routes import ROUTERS
+from laketail.api.routes import ROUTERS, spark_v1
 from laketail.broker import Broker
 from laketail.config import BrokerSettings
 from laketail.coordinator.instances import ConsumerInstances
@@ -87,6 +87,7 @@ def create_app(settings: BrokerSettings, broker: Broker | None = None) -> FastAP
     errors.install(app, settings.socket_request_max_bytes)
     for router in ROUTERS:
         app.include_router(router)
+    app.include_router(spark_v1.router)  # table locations for Spark's driver
 
     @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")
     async def metrics(request: Request) -> Response:

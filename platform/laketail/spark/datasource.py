@@ -1,0 +1,179 @@
+"""The ``laketail`` Python data source: Spark's Kafka source and sink, over laketail.
+
+``spark.read`` / ``spark.readStream`` ``.format("laketail")`` read topics with the
+Kafka source's columns and options (:mod:`laketail.spark.options`); ``df.write`` /
+``df.writeStream`` ``.format("laketail")`` write them exactly once
+(:mod:`laketail.spark.sink`).
+
+Where work happens: planning (topics, offsets, file lists) runs on the driver
+(:mod:`laketail.spark.planning`); each offset range is one task that reads the
+table's files directly and the untiered tail through a gateway
+(:mod:`laketail.spark.scan`). A streaming offset is ``{"topic": {"partition":
+offset}}`` -- positions in the partitions, so compaction (which rewrites files, never
+offsets) replays nothing.
+
+Micro-batches: each batch ends at the latest offset a consumer may read (the LSO under
+read_committed, else the HW), bounded by ``maxOffsetsPerTrigger``; partitions that
+appear later (new topics matching ``subscribePattern``, added partitions) start at
+their earliest offset. With ``groupId``, the source commits each finished batch's end
+offsets to that consumer group (``commit``), so lag tools see the query; a batch
+query commits each partition's end once its last task has read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+from laketail.spark.columns import source_ddl
+from laketail.spark.options import SinkOptions, SourceOptions, TopicPartition
+from laketail.spark.planning import OffsetRange, Planner, TopicState, offsets_json, offsets_of, rate_limit
+from laketail.spark.scan import RangeReader, ScanSettings
+from laketail.spark.sink import BatchWriter, StreamWriter
+
+
+def _settings(options: SourceOptions) -> ScanSettings:
+    return ScanSettings(
+        options.servers, options.isolation, options.include_headers, options.fail_on_data_loss, options.group_id
+    )
+
+
+class LaketailDataSource(DataSource):
+    """Registered as ``laketail`` by :func:`laketail.spark.register`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "laketail"
+
+    def schema(self) -> str:
+        raw = str(self.options.get("includeHeaders", "false")).strip().lower()
+        return source_ddl(raw == "true")
+
+    def reader(self, schema: StructType) -> "BatchReader":
+        return BatchReader(SourceOptions.parse(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> "StreamReader":
+        return StreamReader(SourceOptions.parse(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
+        return BatchWriter(SinkOptions.parse(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
+        return StreamWriter(SinkOptions.parse(self.options))
+
+
+class BatchReader(DataSourceReader):
+    """``spark.read.format("laketail")``: ``[startingOffsets, endingOffsets)``, fixed
+    when the query is planned."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.settings = _settings(options)
+
+    def partitions(self) -> list[InputPartition]:
+        planner = Planner(self.options)
+        try:
+            state = planner.state()
+            starts = planner.resolve(self.options.starting, state, ending=False)
+            ends = planner.resolve(self.options.ending, state, ending=True)
+            commit = self.options.group_id is not None
+            ranges = planner.ranges(starts, ends, state, commit=commit)
+            if commit:  # partitions with nothing to read are done already
+                read = {(r.topic, r.partition) for r in ranges}
+                idle = {tp: end for tp, end in ends.items() if tp not in read and end >= starts[tp]}
+                planner.gateway.commit_offsets(self.options.group_id, idle)
+        finally:
+            planner.close()
+        return list(ranges)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, OffsetRange)
+        return RangeReader(self.settings, partition).batches()
+
+
+class StreamReader(DataSourceStreamReader):
+    """``spark.readStream.format("laketail")``: micro-batches over the partitions' offsets."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.settings = _settings(options)
+        self._planner: Planner | None = None
+        self._state: dict[str, TopicState] | None = None
+
+    def __getstate__(self) -> dict:
+        # Executors get the reader for read(): no sockets, no cached snapshots.
+        state = dict(self.__dict__)
+        state["_planner"] = None
+        state["_state"] = None
+        return state
+
+    @property
+    def planner(self) -> Planner:
+        if self._planner is None:
+            self._planner = Planner(self.options)
+        return self._planner
+
+    def _fresh_state(self) -> dict[str, TopicState]:
+        self._state = self.planner.state()
+        return self._state
+
+    def initialOffset(self) -> dict:
+        state = self._fresh_state()
+        starts = self.planner.resolve(self.options.starting, state, ending=False)
+        return offsets_json(starts)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        state = self._fresh_state()
+        starts = self._with_new_partitions(offsets_of(start), state)
+        ends = self.planner.end_offsets(state)
+        ends = {tp: max(end, starts[tp]) for tp, end in ends.items()}
+        if isinstance(limit, ReadMaxRows):
+            ends = rate_limit(starts, ends, limit.max_rows)
+        return offsets_json(ends)
+
+    def _with_new_partitions(
+        self, starts: dict[TopicPartition, int], state: dict[str, TopicState]
+    ) -> dict[TopicPartition, int]:
+        """``starts`` plus every subscribed partition it lacks, at its earliest offset."""
+        out = dict(starts)
+        for topic, topic_state in state.items():
+            for p in topic_state.partitions:
+                if (topic, p) not in out:
+                    out[(topic, p)] = self.planner.log_start(state, (topic, p))
+        return out
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        ends = offsets_of(end)
+        state = self._state
+        if state is None or any(t not in state for t, _ in ends):
+            state = self._fresh_state()
+        ends = {tp: o for tp, o in ends.items() if tp[0] in state and tp[1] in state[tp[0]].table.partitions}
+        starts = self._with_new_partitions(offsets_of(start), state)
+        return list(self.planner.ranges(starts, ends, state))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, OffsetRange)
+        return RangeReader(self.settings, partition).batches()
+
+    def commit(self, end: dict) -> None:
+        if self.options.group_id:
+            self.planner.gateway.commit_offsets(self.options.group_id, offsets_of(end))
+
+    def stop(self) -> None:
+        if self._planner is not None:
+            self._planner.close()
+            self._planner = None

@@ -1,0 +1,241 @@
+"""Spark's side of the HTTP gateway: the few requests the source and the sink send.
+
+Role: one blocking client used by Spark's driver (metadata, offsets, group commits,
+batch commits) and by executors (the untiered tail of a read, transactional produce).
+It tries ``laketail.servers`` in order and remembers the one that answered.
+
+Errors are translated here, once: an error body ``{"error_code", "message"}`` becomes
+the broker's own :class:`~laketail.errors.LaketailError` subclass
+(:func:`laketail.errors.from_body`); when no server answers, :class:`GatewayUnavailable`.
+Requests are retried on transport failures only; a produce retried that way is
+deduplicated by the broker (producer id, epoch and sequence).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import orjson
+import pyarrow as pa
+
+from laketail.errors import LaketailError, from_body
+from laketail.records import IsolationLevel
+
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+#: Bound on one request (a long fetch or an acks=all produce), not a speed claim.
+REQUEST_TIMEOUT_S = 120.0
+#: Passes over every server before a request gives up.
+ATTEMPTS = 3
+
+
+class GatewayUnavailable(LaketailError):
+    """No server of ``laketail.servers`` answered."""
+
+    kafka_code = 13
+    kafka_name = "NETWORK_EXCEPTION"
+    http_status = 503
+    rest_code = 50303
+    retriable = True
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    """One partition's offsets as the leader reports them (ARCHITECTURE.md 3.3)."""
+
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    tiered_offset: int
+
+    def end(self, isolation: IsolationLevel) -> int:
+        """The end a consumer reads to: the LSO for read_committed, else the HW."""
+        return self.last_stable_offset if isolation == "read_committed" else self.high_watermark
+
+
+@dataclass(frozen=True)
+class TopicTable:
+    """``GET /v1/topics/{t}/table``: where the topic's Delta table is, and its offsets."""
+
+    topic: str
+    uri: str
+    version: int
+    partitions: dict[int, PartitionOffsets]
+
+
+@dataclass(frozen=True)
+class FetchedRecords:
+    """One ``/v1`` Arrow fetch: data records (``RECORD_SCHEMA``) and where to go on."""
+
+    records: pa.Table
+    next_offset: int
+    log_start_offset: int
+
+
+def parse_servers(raw: str | None) -> tuple[str, ...]:
+    """``"http://a:8082,b:8082"`` as URLs (``http://`` added where no scheme is given)."""
+    servers = []
+    for part in (raw or "").split(","):
+        part = part.strip().rstrip("/")
+        if part:
+            servers.append(part if "://" in part else f"http://{part}")
+    return tuple(servers)
+
+
+def seg(value: str | int) -> str:
+    """One path segment, percent-encoded (topic, group and sink ids)."""
+    return quote(str(value), safe="")
+
+
+class SparkGateway:
+    """Blocking requests to a laketail cluster; not shared between processes."""
+
+    def __init__(self, servers: tuple[str, ...], timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        if not servers:
+            raise LaketailError("laketail.servers names no gateway")
+        self.servers = servers
+        self._preferred = 0
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "SparkGateway":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- transport -------------------------------------------------------------------------
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """The 2xx response of the first server that answers."""
+        last: Exception | None = None
+        n = len(self.servers)
+        for attempt in range(ATTEMPTS * n):
+            index = (self._preferred + attempt) % n
+            try:
+                response = self._http.request(method, self.servers[index] + path, **kwargs)
+            except httpx.TransportError as exc:
+                last = exc
+                if attempt % n == n - 1:
+                    time.sleep(0.2 * (attempt // n + 1))
+                continue
+            self._preferred = index
+            if response.is_success:
+                return response
+            try:
+                body = response.json()
+            except ValueError:
+                body = {"message": response.text[:300]}
+            raise from_body(response.status_code, body if isinstance(body, dict) else {})
+        raise GatewayUnavailable(f"no gateway of {', '.join(self.servers)} answers {method} {path}: {last!r}")
+
+    def get_json(self, path: str, **params: Any) -> Any:
+        return self.request("GET", path, params=params or None).json()
+
+    def post_json(self, path: str, body: Any = None, **params: Any) -> Any:
+        content = orjson.dumps(body if body is not None else {})
+        response = self.request(
+            "POST", path, content=content, params=params or None,
+            headers={"Content-Type": "application/json"},
+        )
+        return response.json() if response.content else None
+
+    # -- metadata and offsets ----------------------------------------------------------------
+
+    def topics(self) -> list[str]:
+        """User topics (internal ones left out, as Kafka's AdminClient lists them)."""
+        return sorted(self.get_json("/topics"))
+
+    def table(self, topic: str) -> TopicTable:
+        doc = self.get_json(f"/v1/topics/{seg(topic)}/table")
+        parts = {
+            p["partition"]: PartitionOffsets(
+                p["partition"], p["log_start_offset"], p["high_watermark"],
+                p["last_stable_offset"], p["tiered_offset"],
+            )
+            for p in doc["partitions"]
+        }
+        return TopicTable(doc["topic"], doc["uri"], doc["version"], parts)
+
+    def partition_count(self, topic: str) -> int:
+        return len(self.get_json(f"/topics/{seg(topic)}/partitions"))
+
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int:
+        """Kafka's ListOffsets by time: the earliest offset whose timestamp is at or
+        after ``timestamp_ms``; -1 when no record is that recent."""
+        doc = self.get_json(
+            f"/v1/topics/{seg(topic)}/partitions/{partition}/offsets", timestamp=str(timestamp_ms)
+        )
+        return int(doc["offset"])
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def fetch(
+        self, topic: str, partition: int, offset: int, isolation: IsolationLevel, max_records: int
+    ) -> FetchedRecords:
+        response = self.request(
+            "GET", f"/v1/topics/{seg(topic)}/partitions/{partition}/records",
+            params={"offset": offset, "max_records": max_records, "isolation_level": isolation},
+        )
+        records = pa.ipc.open_stream(pa.py_buffer(response.content)).read_all()
+        return FetchedRecords(
+            records,
+            int(response.headers["X-Laketail-Next-Offset"]),
+            int(response.headers["X-Laketail-Log-Start-Offset"]),
+        )
+
+    # -- consumer groups -----------------------------------------------------------------------
+
+    def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
+        """Commit ``offsets`` (each the next offset to read) outside any generation."""
+        if not offsets:
+            return
+        self.post_json(f"/v1/groups/{seg(group_id)}/commit", {
+            "generation_id": -1,
+            "member_id": "",
+            "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(offsets.items())],
+        })
+
+    # -- the exactly-once sink -------------------------------------------------------------------
+
+    def enlist(self, sink_id: str, batch_id: int, timeout_ms: int) -> tuple[str, int, int]:
+        """A fresh transactional session for one writer attempt of a batch."""
+        doc = self.post_json(
+            f"/v1/sinks/{seg(sink_id)}/batches/{batch_id}/enlist", {"transaction_timeout_ms": timeout_ms}
+        )
+        return doc["transactional_id"], doc["producer_id"], doc["producer_epoch"]
+
+    def produce_transactional(
+        self, topic: str, partition: int, table: pa.Table, producer_id: int, epoch: int, sequence: int
+    ) -> None:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        self.request(
+            "POST", f"/v1/topics/{seg(topic)}/partitions/{partition}/records",
+            content=sink.getvalue().to_pybytes(),
+            headers={"Content-Type": ARROW_STREAM},
+            params={
+                "acks": "all", "producer_id": producer_id, "producer_epoch": epoch,
+                "sequence": sequence, "transactional": "true",
+            },
+        )
+
+    def commit_batch(self, sink_id: str, batch_id: int, transactional_ids: list[str]) -> bool:
+        """True when committed now; False when the batch id was committed before."""
+        doc = self.post_json(
+            f"/v1/sinks/{seg(sink_id)}/batches/{batch_id}/commit", {"transactional_ids": transactional_ids}
+        )
+        return bool(doc["committed"])
+
+    def abort_batch(self, sink_id: str, batch_id: int) -> None:
+        self.post_json(f"/v1/sinks/{seg(sink_id)}/batches/{batch_id}/abort")
+
+    def committed_batch(self, sink_id: str) -> int:
+        return int(self.get_json(f"/v1/sinks/{seg(sink_id)}")["committed_batch"])

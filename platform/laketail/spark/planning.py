@@ -1,0 +1,243 @@
+"""Planning a scan on Spark's driver: which partitions, which offsets, which files.
+
+Role: turn the source's options into per-partition offset ranges ``[start, end)`` and
+those into :class:`OffsetRange` input partitions, one Spark task each. The driver asks
+a gateway for the topics, their partitions and offsets (``GET /v1/topics/{t}/table``)
+and reads each table's Delta log itself (:mod:`laketail.spark.snapshot`), so every
+range carries the files its task opens -- pruned by their offset statistics -- and
+the ``tiered_offset`` above which the task reads through the gateway instead.
+
+Offsets follow ARCHITECTURE.md 2: ``end`` is the last stable offset under
+read_committed and the high watermark under read_uncommitted; a committed offset is
+the next offset to read. A streaming offset is ``{"topic": {"partition": offset}}``.
+
+Pure parts (rate limiting, splitting, data-loss checks) are plain functions; the
+:class:`Planner` holds the gateway and the snapshot cache.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import InputPartition
+
+from laketail.errors import OffsetOutOfRange, UnknownTopicOrPartition
+from laketail.spark.gateway import SparkGateway, TopicTable
+from laketail.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, TopicPartition
+from laketail.spark.snapshot import SnapshotCache, TableFile, TableSnapshot
+
+#: At most this many later files with control rows ride along for read_committed
+#: lookups past a range's end; a task needing more reads through the gateway.
+MAX_MARKER_FILES = 64
+
+
+@dataclass(frozen=True)
+class OffsetRange(InputPartition):
+    """One Spark task's work: offsets ``[start, end)`` of one topic partition.
+
+    Rows below ``tiered_offset`` come from ``files``; ``marker_files`` are the
+    partition's next files holding control rows (read_committed looks there for the
+    end of a transaction that outlives the range). ``commit_offset`` is set on the last
+    range of a partition of a batch query with ``groupId``.
+    """
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    tiered_offset: int
+    files: tuple[TableFile, ...] = ()
+    marker_files: tuple[TableFile, ...] = ()
+    commit_offset: int | None = None
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class TopicState:
+    """What the driver knows about one topic at planning time."""
+
+    table: TopicTable
+    snapshot: TableSnapshot
+    partitions: tuple[int, ...]
+
+
+# -- pure parts ---------------------------------------------------------------------------------
+
+
+def rate_limit(starts: dict[TopicPartition, int], ends: dict[TopicPartition, int], limit: int) -> dict[TopicPartition, int]:
+    """Ends moved back so that at most about ``limit`` offsets are read in total, each
+    partition getting its share of what is available (as Spark's Kafka source does)."""
+    sizes = {tp: max(0, ends[tp] - starts.get(tp, ends[tp])) for tp in ends}
+    total = sum(sizes.values())
+    if total <= limit:
+        return dict(ends)
+    out = {}
+    for tp, end in ends.items():
+        begin = starts.get(tp, end)
+        share = limit * (sizes[tp] / total)
+        step = math.ceil(share) if share < 1 else math.floor(share)
+        out[tp] = min(end, begin + step)
+    return out
+
+
+def split_points(start: int, end: int, pieces: int) -> list[tuple[int, int]]:
+    """``[start, end)`` cut into ``pieces`` nearly equal, non-empty ranges."""
+    pieces = max(1, min(pieces, end - start))
+    step, extra = divmod(end - start, pieces)
+    out, pos = [], start
+    for i in range(pieces):
+        nxt = pos + step + (1 if i < extra else 0)
+        out.append((pos, nxt))
+        pos = nxt
+    return out
+
+
+def data_loss(lost: dict[TopicPartition, tuple[int, int]]) -> OffsetOutOfRange:
+    """The failOnDataLoss error: every partition and offset range no longer there."""
+    ranges = ", ".join(f"{t}-{p} offsets [{a}, {b})" for (t, p), (a, b) in sorted(lost.items()))
+    return OffsetOutOfRange(
+        f"data lost: {ranges} were deleted (retention) before they were read. Set failOnDataLoss=false "
+        "to continue from the log start offset instead"
+    )
+
+
+def offsets_json(offsets: dict[TopicPartition, int]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(partition)] = int(offset)
+    return out
+
+
+def offsets_of(doc: dict) -> dict[TopicPartition, int]:
+    return {(t, int(p)): int(o) for t, parts in (doc or {}).items() for p, o in parts.items()}
+
+
+# -- the planner ----------------------------------------------------------------------------------
+
+
+class Planner:
+    """Driver-side view of the subscribed topics (one per source; not thread-safe)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.gateway = SparkGateway(options.servers)
+        self.snapshots = SnapshotCache()
+
+    def close(self) -> None:
+        self.gateway.close()
+
+    def topics(self) -> list[str]:
+        sub = self.options.subscription
+        if sub.assignment is not None:
+            return sorted(sub.assignment)
+        if sub.pattern is not None:
+            return [t for t in self.gateway.topics() if sub.matches(t)]
+        return list(sub.topics)
+
+    def state(self) -> dict[str, TopicState]:
+        """Each subscribed topic's offsets and table snapshot, now."""
+        out = {}
+        assignment = self.options.subscription.assignment
+        for topic in self.topics():
+            table = self.gateway.table(topic)
+            if assignment is not None:
+                missing = [p for p in assignment[topic] if p not in table.partitions]
+                if missing:
+                    raise UnknownTopicOrPartition.partition(topic, missing[0])
+                partitions = tuple(assignment[topic])
+            else:
+                partitions = tuple(sorted(table.partitions))
+            snapshot = self.snapshots.latest(table.uri, max(table.partitions) + 1 if table.partitions else 0)
+            out[topic] = TopicState(table, snapshot, partitions)
+        return out
+
+    def end_offsets(self, state: dict[str, TopicState]) -> dict[TopicPartition, int]:
+        """The latest offsets a reader may read to (LSO or HW by isolation level)."""
+        iso = self.options.isolation
+        return {(t, p): s.table.partitions[p].end(iso) for t, s in state.items() for p in s.partitions}
+
+    def log_start(self, state: dict[str, TopicState], tp: TopicPartition) -> int:
+        s = state[tp[0]]
+        return max(s.table.partitions[tp[1]].log_start_offset, s.snapshot.log_start_offset(tp[1]))
+
+    def resolve(self, spec: OffsetSpec, state: dict[str, TopicState], *, ending: bool) -> dict[TopicPartition, int]:
+        """``spec`` as an offset for every subscribed partition."""
+        latest = self.end_offsets(state)
+        out = {}
+        for tp in latest:
+            kind, value = spec.for_partition(tp)
+            if kind == "timestamp":
+                found = self.gateway.offset_for_timestamp(tp[0], tp[1], value)
+                if found < 0:
+                    if not ending and self.options.timestamp_strategy == "error":
+                        raise OffsetOutOfRange(
+                            f"no record of {tp[0]}-{tp[1]} has a timestamp at or after {value} ms "
+                            "(startingOffsetsByTimestampStrategy=latest starts at the end instead)"
+                        )
+                    found = latest[tp]
+                out[tp] = min(found, latest[tp])
+            elif value == EARLIEST:
+                out[tp] = self.log_start(state, tp)
+            elif value == LATEST:
+                out[tp] = latest[tp]
+            else:
+                out[tp] = value
+        return out
+
+    def check_loss(
+        self, starts: dict[TopicPartition, int], state: dict[str, TopicState]
+    ) -> dict[TopicPartition, int]:
+        """Starts below the log start offset: an error (failOnDataLoss) or moved up."""
+        lost = {}
+        out = dict(starts)
+        for tp, start in starts.items():
+            if tp[0] not in state or tp[1] not in state[tp[0]].table.partitions:
+                continue
+            first = self.log_start(state, tp)
+            if start < first:
+                lost[tp] = (start, first)
+                out[tp] = first
+        if lost and self.options.fail_on_data_loss:
+            raise data_loss(lost)
+        return out
+
+    def ranges(
+        self,
+        starts: dict[TopicPartition, int],
+        ends: dict[TopicPartition, int],
+        state: dict[str, TopicState],
+        *,
+        commit: bool = False,
+    ) -> list[OffsetRange]:
+        """Input partitions for reading ``[starts, ends)`` (``commit``: batch + groupId)."""
+        starts = self.check_loss(starts, state)
+        wanted = [(tp, starts[tp], ends[tp]) for tp in sorted(ends) if tp in starts and ends[tp] > starts[tp]]
+        total = sum(end - start for _, start, end in wanted)
+        min_parts = self.options.min_partitions or 0
+        out: list[OffsetRange] = []
+        for tp, start, end in wanted:
+            pieces = 1
+            if min_parts > len(wanted) and total:
+                pieces = max(1, round(min_parts * (end - start) / total))
+            cuts = split_points(start, end, pieces)
+            for i, (lo, hi) in enumerate(cuts):
+                last = i == len(cuts) - 1
+                out.append(self.offset_range(tp, lo, hi, state[tp[0]].snapshot, end if commit and last else None))
+        return out
+
+    def offset_range(
+        self, tp: TopicPartition, start: int, end: int, snapshot: TableSnapshot, commit_offset: int | None
+    ) -> OffsetRange:
+        topic, partition = tp
+        tiered = snapshot.tiered_offset(partition)
+        table_end = min(end, tiered)
+        files = tuple(snapshot.overlapping(partition, start, table_end)) if start < table_end else ()
+        markers: tuple[TableFile, ...] = ()
+        if self.options.isolation == "read_committed" and files and table_end < tiered:
+            later = [f for f in snapshot.overlapping(partition, table_end, tiered) if f.has_control and f not in files]
+            markers = tuple(later[:MAX_MARKER_FILES])
+        return OffsetRange(topic, partition, start, end, tiered, files, markers, commit_offset)

@@ -1,0 +1,116 @@
+"""A topic table's state at one Delta version, as Spark's driver plans from it.
+
+Role: read the Delta log (delta-rs) once per table version and index its data files
+per partition by their ``offset`` statistics, with two facts a planner needs per
+file: the offsets it covers and whether it holds control rows (its ``control`` null
+count is below its record count; a file without statistics is assumed to). The
+snapshot also carries each partition's ``tiered_offset`` and ``log_start_offset`` from
+the Delta transaction actions the tierer and retention write
+(``laketail.tier.<p>``, ``laketail.logstart.<p>``), so files and offsets agree: they
+come from the same version.
+
+Files are immutable, and compaction replaces files in the commit that removes the old
+ones, so within one snapshot a partition's files never overlap.
+
+Thread-safety: :class:`SnapshotCache` is used by one planning thread at a time.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from laketail.storage.table_reader import log_start_app_id, tier_app_id
+
+
+@dataclass(frozen=True, order=True)
+class TableFile:
+    """One data file of a partition (picklable: it travels to executors)."""
+
+    first_offset: int
+    last_offset: int
+    path: str  # absolute: the table URI joined with the add action's path
+    num_records: int = 0
+    has_control: bool = True
+    transactional: bool | None = None  # holds transactional rows (None: statistics do not say)
+
+
+@dataclass(frozen=True)
+class TableSnapshot:
+    uri: str
+    version: int
+    files: dict[int, tuple[TableFile, ...]]
+    tiered: dict[int, int]
+    log_start: dict[int, int]
+
+    def partition_files(self, partition: int) -> tuple[TableFile, ...]:
+        return self.files.get(partition, ())
+
+    def overlapping(self, partition: int, start: int, end: int) -> list[TableFile]:
+        """Files of ``partition`` holding offsets in ``[start, end)``, in offset order."""
+        files = self.files.get(partition, ())
+        i = bisect.bisect_left([f.last_offset for f in files], start)
+        out = []
+        for data_file in files[i:]:
+            if data_file.first_offset >= end:
+                break
+            out.append(data_file)
+        return out
+
+    def tiered_offset(self, partition: int) -> int:
+        return self.tiered.get(partition, 0)
+
+    def log_start_offset(self, partition: int) -> int:
+        return self.log_start.get(partition, 0)
+
+
+def read_snapshot(table: DeltaTable, uri: str, partitions: int) -> TableSnapshot:
+    """Index ``table`` (already at the wanted version) for ``partitions`` partitions."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    names = set(actions.column_names)
+    by_partition: dict[int, list[TableFile]] = {}
+    rows = actions.select([n for n in (
+        "path", "partition.partition", "min.offset", "max.offset", "num_records", "null_count.control",
+        "max.transactional",
+    ) if n in names]).to_pylist()
+    for row in rows:
+        first, last = row.get("min.offset"), row.get("max.offset")
+        partition = row.get("partition.partition")
+        if first is None or last is None or partition is None:
+            continue  # laketail writes statistics for every file; others are not its files
+        records = int(row.get("num_records") or 0)
+        nulls = row.get("null_count.control")
+        has_control = nulls is None or not records or int(nulls) < records
+        transactional = row.get("max.transactional")
+        by_partition.setdefault(int(partition), []).append(TableFile(
+            int(first), int(last), f"{uri}/{unquote(row['path'])}", records, has_control,
+            True if has_control else (None if transactional is None else bool(transactional)),
+        ))
+    files = {p: tuple(sorted(lst)) for p, lst in by_partition.items()}
+    tiered = {p: table.transaction_version(tier_app_id(p)) or 0 for p in range(partitions)}
+    log_start = {p: table.transaction_version(log_start_app_id(p)) or 0 for p in range(partitions)}
+    return TableSnapshot(uri, table.version(), files, tiered, log_start)
+
+
+class SnapshotCache:
+    """The latest snapshot of each table, re-indexed only when its version moved."""
+
+    def __init__(self) -> None:
+        self._tables: dict[str, DeltaTable] = {}
+        self._snapshots: dict[str, TableSnapshot] = {}
+
+    def latest(self, uri: str, partitions: int) -> TableSnapshot:
+        table = self._tables.get(uri)
+        if table is None:
+            table = self._tables[uri] = DeltaTable(uri)
+        else:
+            table.update_incremental()
+        known = self._snapshots.get(uri)
+        if known is not None and known.version == table.version() and len(known.tiered) >= partitions:
+            return known
+        snapshot = self._snapshots[uri] = read_snapshot(table, uri, partitions)
+        return snapshot

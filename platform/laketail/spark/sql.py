@@ -1,0 +1,165 @@
+"""SQL over topics: a temporary view per topic on its Delta table, read by Spark's own
+Parquet reader.
+
+``register_topics(spark, servers)`` creates, for every topic,
+
+* ``<topic>_all`` -- every row of the table, control rows included, in the record
+  schema (ARCHITECTURE.md 3.2): the file list comes from the Delta log, the schema is
+  explicit and ``partition`` comes from the files' paths, so Spark prunes on it;
+* ``<topic>`` -- committed data only: no control rows, no records of aborted
+  transactions, nothing at or after a transaction whose end is not in the table yet
+  (nor past the partition's last stable offset when an open transaction starts in
+  the table). Aborted records are removed by a broadcast anti-join against the
+  aborted ranges ``(partition, producer_id, after < offset < before)``, computed on
+  the driver from the transactional rows only (:mod:`laketail.spark.isolation`);
+  a table without transactions costs one ``control IS NULL`` filter.
+
+Views are snapshots of the table version current when they are registered: register
+again to see newer data. Records not tiered yet (the last ``table.flush.interval.ms``)
+are not in them; ``format("laketail")`` reads those too. Names with characters SQL
+needs quoted (``-``, ``.``) are used as given: write ``SELECT * FROM `my-topic```.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from laketail.records import RECORD_SCHEMA
+from laketail.spark.columns import TABLE_COLUMNS
+from laketail.spark.gateway import SparkGateway, TopicTable, parse_servers
+from laketail.spark.isolation import TXN_COLUMNS, TransactionRanges, transaction_ranges
+from laketail.spark.scan import open_parquet, read_rows
+from laketail.spark.snapshot import SnapshotCache, TableFile, TableSnapshot
+
+_ABORTED_COLUMNS = "a_partition int, a_producer_id long, a_after long, a_before long"
+_CACHE_FILES = 100_000
+
+
+class _TxnRowCache:
+    """Per file: its transactional rows (or ``None`` when it has none). Files never
+    change, so entries never go stale; the least recently used go first."""
+
+    def __init__(self, size: int = _CACHE_FILES) -> None:
+        self._rows: OrderedDict[str, pa.Table | None] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def rows(self, data_file: TableFile) -> pa.Table | None:
+        with self._lock:
+            if data_file.path in self._rows:
+                self._rows.move_to_end(data_file.path)
+                return self._rows[data_file.path]
+        rows = _transactional_rows(data_file)
+        with self._lock:
+            self._rows[data_file.path] = rows
+            while len(self._rows) > self._size:
+                self._rows.popitem(last=False)
+        return rows
+
+
+def _has_transactions(data_file: TableFile) -> bool:
+    if data_file.transactional is not None:
+        return data_file.transactional
+    meta = open_parquet(data_file.path).metadata
+    schema = meta.schema
+    col = next(i for i in range(len(schema)) if schema.column(i).path == "transactional")
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(col).statistics
+        if stats is None or not stats.has_min_max or stats.max:
+            return True
+    return False
+
+
+def _transactional_rows(data_file: TableFile) -> pa.Table | None:
+    if not _has_transactions(data_file):
+        return None
+    pieces = []
+    for rows in read_rows(data_file, data_file.first_offset, data_file.last_offset + 1, TXN_COLUMNS):
+        keep = pc.or_(rows.column("transactional"), pc.is_valid(rows.column("control")))
+        pieces.append(rows.filter(keep))
+    table = pa.concat_tables(pieces) if pieces else None
+    return table if table is not None and table.num_rows else None
+
+
+_TXN_ROWS = _TxnRowCache()
+
+
+def partition_ranges(snapshot: TableSnapshot) -> dict[int, TransactionRanges]:
+    """Aborted ranges and stable offset of every partition that has transactions."""
+    out = {}
+    for partition, files in snapshot.files.items():
+        pieces = [rows for rows in (_TXN_ROWS.rows(f) for f in files) if rows is not None]
+        if pieces:
+            out[partition] = transaction_ranges(pa.concat_tables(pieces))
+    return out
+
+
+def table_frame(spark: SparkSession, snapshot: TableSnapshot) -> DataFrame:
+    """Every row of the table at ``snapshot``, through Spark's Parquet reader."""
+    paths = [f.path for p in sorted(snapshot.files) for f in snapshot.files[p]]
+    if not paths:
+        return spark.createDataFrame([], TABLE_COLUMNS)
+    frame = spark.read.schema(TABLE_COLUMNS).option("basePath", snapshot.uri).parquet(*paths)
+    return frame.select(*RECORD_SCHEMA.names)
+
+
+def committed_frame(
+    spark: SparkSession, every_row: DataFrame, snapshot: TableSnapshot, table: TopicTable | None = None
+) -> DataFrame:
+    """``every_row`` without control rows and what read_committed must not see."""
+    frame = every_row.where(F.col("control").isNull())
+    ranges = partition_ranges(snapshot)
+    bounds: dict[int, int] = {p: r.stable_offset for p, r in ranges.items() if r.stable_offset is not None}
+    if table is not None:
+        for p, offsets in table.partitions.items():
+            if offsets.last_stable_offset < snapshot.tiered_offset(p):
+                bounds[p] = min(bounds.get(p, offsets.last_stable_offset), offsets.last_stable_offset)
+    if bounds:
+        beyond = [(F.col("partition") == p) & (F.col("offset") >= b) for p, b in sorted(bounds.items())]
+        frame = frame.where(~functools.reduce(Column.__or__, beyond))
+    aborted = [(p, pid, after, before) for p, r in sorted(ranges.items()) for pid, after, before in r.aborted]
+    if aborted:
+        cut = F.broadcast(spark.createDataFrame(aborted, _ABORTED_COLUMNS))
+        condition = (
+            (frame["partition"] == cut["a_partition"])
+            & (frame["producer_id"] == cut["a_producer_id"])
+            & (frame["offset"] > cut["a_after"])
+            & (frame["offset"] < cut["a_before"])
+            & frame["transactional"]
+        )
+        frame = frame.join(cut, condition, "left_anti")
+    return frame
+
+
+def view_name(name: str) -> str:
+    """A temporary view name as Spark's parser needs it (quoted when not a plain word)."""
+    return name if name.replace("_", "a").isalnum() and not name[0].isdigit() else f"`{name}`"
+
+
+def register_topics(
+    spark: SparkSession,
+    servers: str | Sequence[str],
+    topics: Iterable[str] | None = None,
+) -> dict[str, str]:
+    """Create the ``<topic>`` and ``<topic>_all`` views of every topic (or of
+    ``topics``); return each topic's committed view name."""
+    urls = parse_servers(servers if isinstance(servers, str) else ",".join(servers))
+    cache = SnapshotCache()
+    names = {}
+    with SparkGateway(urls) as gateway:
+        for topic in list(topics) if topics is not None else gateway.topics():
+            table = gateway.table(topic)
+            snapshot = cache.latest(table.uri, max(table.partitions, default=-1) + 1)
+            every_row = table_frame(spark, snapshot)
+            every_row.createOrReplaceTempView(view_name(f"{topic}_all"))
+            committed_frame(spark, every_row, snapshot, table).createOrReplaceTempView(view_name(topic))
+            names[topic] = topic
+    return names
