@@ -152,7 +152,7 @@ def plot(ctx: Context, points: list[dict], controls: list[dict], buckets: list[d
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(8, 5))
     xs = [pt["commits"] for pt in points]
     ax.plot(xs, [pt["p50_ms"] for pt in points], "o-", color="tab:blue", label="laketail p50")
     ax.plot(xs, [pt["p99_ms"] for pt in points], "s--", color="tab:blue", label="laketail p99")
@@ -168,5 +168,5 @@ def plot(ctx: Context, points: list[dict], controls: list[dict], buckets: list[d
     ax.set_yscale("log")
     ax.set_title("Produce latency as the topic's Delta table grows (1 record, acks=1)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=3, fontsize=8)
     save_plot(ctx, fig, "flatness")
