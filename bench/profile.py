@@ -3,8 +3,9 @@
 Role: say what bounds a figure. :func:`record` samples a process with ``py-spy record
 --format raw`` (collapsed stacks, one ``frame;frame;... count`` line each) for as long
 as the load runs, and :func:`top_frames` condenses those stacks into the functions that
-hold most samples, by self time (the leaf) and inclusive time (anywhere on the stack;
-also restricted to laketail's own frames, which says which of its functions cost most).
+hold most samples, by self time (the leaf line) and inclusive time per function
+(anywhere on the stack; also restricted to laketail's own frames, which says which of
+its functions cost most).
 Idle threads are left out (py-spy's default), so percentages are of busy samples.
 """
 
@@ -36,6 +37,11 @@ def _short(frame: str) -> str:
     return f"{func} ({'/'.join(parts)}{line})"
 
 
+def _function(frame: str) -> str:
+    """A frame without its line number: inclusive time is per function."""
+    return re.sub(r":\d+\)$", ")", frame)
+
+
 def top_frames(collapsed: Path, n: int = 15) -> dict:
     own: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
@@ -52,9 +58,9 @@ def top_frames(collapsed: Path, n: int = 15) -> dict:
         frames = [_short(f) for f in raw_frames]
         total += count
         own[frames[-1]] += count
-        for frame in set(frames):
+        for frame in {_function(f) for f in frames}:
             inclusive[frame] += count
-        for frame in {_short(f) for f in raw_frames if _is_ours(f)}:
+        for frame in {_function(_short(f)) for f in raw_frames if _is_ours(f)}:
             ours[frame] += count
     if total == 0:
         return {"samples": 0, "self": [], "inclusive": []}
