@@ -24,6 +24,12 @@ id of one sink; :meth:`commit_batch` commits exactly the sessions it is given, t
 and remembers the batch id; committing a batch id already committed is a no-op that
 aborts the sessions enlisted since (a replayed batch writes nothing twice).
 
+Fault injection (tests only): ``LAKETAIL_FAULT_PAUSE_AFTER_PREPARE_MS``, read once when
+the coordinator is built, makes every commit or abort wait that long right after its
+PrepareCommit/PrepareAbort is in ``__transaction_state`` and before any marker is
+written, so a test can kill the broker at exactly that point. Unset (the default), it
+costs nothing.
+
 State lives in the internal compacted topic ``__transaction_state`` (key: the
 transactional id, or ``__sink:<id>`` / ``__producer_id_block``), JSON values, cached in
 memory and rebuilt from the log at start. Thread-safety: event loop thread only.
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
@@ -40,14 +47,21 @@ from typing import TYPE_CHECKING, Literal
 import orjson
 import pyarrow as pa
 
-from laketail.coordinator.offsets import CommittedOffset, TopicPartition, partition_for_group
+from laketail.coordinator.offsets import (
+    MAX_METADATA_BYTES,
+    CommittedOffset,
+    TopicPartition,
+    partition_for_group,
+)
 from laketail.errors import (
     ConcurrentTransactions,
     InvalidProducerIdMapping,
     InvalidRequest,
     InvalidTxnState,
+    OffsetMetadataTooLarge,
     ProducerFenced,
     TransactionalIdNotFound,
+    UnknownTopicOrPartition,
 )
 from laketail.records import build_frame_batch
 from laketail.storage.partition_log import ProducerBatch
@@ -61,6 +75,8 @@ TXN_TOPIC = "__transaction_state"
 PID_BLOCK_KEY = "__producer_id_block"
 PID_BLOCK_SIZE = 1000
 SINK_PREFIX = "__sink:"
+#: See the module docstring: a test-only pause between PREPARE and the markers.
+FAULT_PAUSE_AFTER_PREPARE_ENV = "LAKETAIL_FAULT_PAUSE_AFTER_PREPARE_MS"
 
 TxnState = Literal["Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort"]
 
@@ -149,6 +165,7 @@ class TransactionCoordinator:
         self._pid_block_end = 0
         self._lock = asyncio.Lock()
         self._topic_ready = False
+        self._pause_after_prepare_s = int(os.environ.get(FAULT_PAUSE_AFTER_PREPARE_ENV) or 0) / 1000
 
     # -- the log -----------------------------------------------------------------------------
 
@@ -317,6 +334,13 @@ class TransactionCoordinator:
             meta = self._check(transactional_id, producer_id, producer_epoch)
             if generation_id >= 0 or member_id:
                 self.broker.groups.check_member(group_id, generation_id, member_id)
+            # Checked now, not at commit: after PREPARE the commit cannot fail any more.
+            for (topic, partition), committed in offsets.items():
+                self.broker.partition_state(topic, partition)  # UNKNOWN_TOPIC_OR_PARTITION
+                if len(committed.metadata.encode()) > MAX_METADATA_BYTES:
+                    raise OffsetMetadataTooLarge(
+                        f"metadata for {topic}-{partition} is over {MAX_METADATA_BYTES} bytes"
+                    )
             self._begin(meta)
             meta.offsets.setdefault(group_id, {}).update(offsets)
             await self._write(transactional_id, meta.to_json())
@@ -334,6 +358,10 @@ class TransactionCoordinator:
     async def _prepare_and_complete(self, meta: TxnMetadata, commit: bool) -> None:
         meta.state = "PrepareCommit" if commit else "PrepareAbort"
         await self._write(meta.transactional_id, meta.to_json())
+        if self._pause_after_prepare_s > 0:
+            log.warning("fault injection: %s is %s; pausing %.1fs before its markers",
+                        meta.transactional_id, meta.state, self._pause_after_prepare_s)
+            await asyncio.sleep(self._pause_after_prepare_s)
         await self._complete(meta, commit)
 
     async def _complete(self, meta: TxnMetadata, commit: bool) -> None:
@@ -344,11 +372,24 @@ class TransactionCoordinator:
         ))
         if commit:
             for group_id, offsets in meta.offsets.items():
-                await self.broker.offsets.commit(group_id, offsets)
+                # A topic deleted since add_offsets must not leave the transaction
+                # prepared forever (recover() would fail every start): skip it.
+                live = {tp: c for tp, c in offsets.items() if self._partition_exists(*tp)}
+                for topic, partition in offsets.keys() - live.keys():
+                    log.warning("%s: %s-%d is gone; its offset for group %s is dropped",
+                                meta.transactional_id, topic, partition, group_id)
+                await self.broker.offsets.commit(group_id, live)
         meta.state = "CompleteCommit" if commit else "CompleteAbort"
         meta.partitions = set()
         meta.offsets = {}
         await self._write(meta.transactional_id, meta.to_json())
+
+    def _partition_exists(self, topic: str, partition: int) -> bool:
+        try:
+            self.broker.partition_state(topic, partition)
+        except UnknownTopicOrPartition:
+            return False
+        return True
 
     async def write_marker(self, topic: str, partition: int, producer_id: int, epoch: int, kind: str) -> None:
         try:
