@@ -10,11 +10,13 @@ or this process with pyarrow). Every decision comes from the pure planners:
 * :func:`run_retention` -- :func:`plan_retention` for ``cleanup.policy`` with
   ``delete``, committed with the log start transactions, then vacuum.
 
-``now_ms`` is passed in, never read here.
+``now_ms`` (what the plans are made for) is passed in, never read here; actions are
+stamped with the wall clock (:mod:`.table_commit`), which vacuum's window is measured on.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -35,6 +37,8 @@ from laketail.maintenance.topics import MaintainedTopic
 Rewriter = Callable[[str, str, Sequence[RewriteTask], int], list[RewriteOutput]]
 
 DEFAULT_VACUUM_AFTER_MS = 3_600_000
+#: Staging folders older than this (wall clock) belong to runs that died.
+STAGING_KEEP_S = 3600.0
 
 
 @dataclass
@@ -97,12 +101,12 @@ def run_compaction(
 ) -> CompactionResult:
     snapshot = TableSnapshot.load(root, topic.name, topic.partitions)
     result = CompactionResult(topic.name, files_before=sum(len(f) for f in snapshot.files.values()))
-    clean_staging(snapshot.uri, older_than_s=vacuum_after_ms / 1000, now_s=now_ms / 1000)
+    clean_staging(snapshot.uri, older_than_s=max(vacuum_after_ms / 1000, STAGING_KEEP_S), now_s=time.time())
     result.tasks = plan_compaction(snapshot, topic, now_ms, target_file_bytes, min_files)
     if result.tasks and not dry_run:
         staging = snapshot.staging_uri()
         result.outputs = rewriter(snapshot.uri, staging, result.tasks, now_ms)
-        result.version = commit_rewrite(snapshot, staging, result.tasks, result.outputs, now_ms)
+        result.version = commit_rewrite(snapshot, staging, result.tasks, result.outputs)
     if not dry_run:
         result.vacuumed = len(vacuum(snapshot.table, vacuum_after_ms))
     return result
@@ -153,7 +157,7 @@ def run_retention(
     result.files_removed = sum(len(p.removed) for p in plans)
     result.bytes_removed = sum(p.size_bytes for p in plans)
     if plans and not dry_run:
-        result.version = commit_retention(snapshot, plans, now_ms)
+        result.version = commit_retention(snapshot, plans)
     if not dry_run:
         result.vacuumed = len(vacuum(snapshot.table, vacuum_after_ms))
     return result

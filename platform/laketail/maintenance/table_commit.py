@@ -34,6 +34,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
+from laketail.clock import SystemClock
 from laketail.errors import KafkaStorageError
 from laketail.maintenance.retention import RetentionPlan
 from laketail.maintenance.rewrite import RewriteOutput, RewriteTask
@@ -103,10 +104,10 @@ def commit_rewrite(
     staging_uri: str,
     tasks: Sequence[RewriteTask],
     outputs: Sequence[RewriteOutput],
-    now_ms: int,
 ) -> int:
     """Move ``outputs`` into the table and commit them replacing every task's inputs.
     Returns the new table version. The staging folder is removed either way."""
+    now_ms = _wall_clock_ms()
     by_task = {task.task_id: task for task in tasks}
     moved: list[str] = []
     try:
@@ -138,8 +139,9 @@ def commit_rewrite(
         shutil.rmtree(staging_uri, ignore_errors=True)
 
 
-def commit_retention(snapshot: TableSnapshot, plans: Sequence[RetentionPlan], now_ms: int) -> int:
+def commit_retention(snapshot: TableSnapshot, plans: Sequence[RetentionPlan]) -> int:
     """Remove the planned files and move each partition's log start, in one commit."""
+    now_ms = _wall_clock_ms()
     actions = [
         RemoveAction(f.path, True, now_ms, f.size_bytes or None, {"partition": str(plan.partition)})
         for plan in plans
@@ -147,6 +149,12 @@ def commit_retention(snapshot: TableSnapshot, plans: Sequence[RetentionPlan], no
     ]
     txns = [Transaction(log_start_app_id(plan.partition), plan.log_start_offset, last_updated=now_ms) for plan in plans]
     return _commit(snapshot, actions, "retention", txns)
+
+
+def _wall_clock_ms() -> int:
+    """Removal and modification times of actions: the wall clock, whatever time a plan
+    was made for (``--now-ms``), because vacuum measures its window on the wall clock."""
+    return SystemClock().now_ms()
 
 
 def vacuum(table: DeltaTable, after_ms: int) -> list[str]:
