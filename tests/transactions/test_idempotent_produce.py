@@ -24,6 +24,7 @@ from .support import (
     read_records,
     read_values,
     unique,
+    v2_offsets,
 )
 
 pytestmark = pytest.mark.integration
@@ -85,6 +86,30 @@ def test_a_batch_retried_after_a_lost_answer_lands_once_with_its_original_offset
     assert [r["offset"] for r in records] == list(range(18))
     assert read_values(http, topic, 1, "read_uncommitted") == expected
     assert read_values(http, topic, 0, "read_uncommitted") == []
+
+
+@pytest.mark.fault
+def test_a_batch_retried_after_the_broker_crashed_gets_its_original_offsets(broker_factory, make_topic):
+    """The broker appended the batch, its answer was lost, then it was killed -9: the
+    restarted broker rebuilds producer state from the log and still knows the batch."""
+    from .conftest import TXN_ENV
+
+    broker = broker_factory(env=TXN_ENV)
+    topic = make_topic(broker=broker)
+    with DroppingProxy(broker.port) as proxy, httpx.Client(base_url=proxy.url, timeout=60, headers=CLOSE) as http:
+        session = Session(http)
+        assert v2_offsets(session.produce(topic, 0, [b"a0", b"a1"])) == [0, 1]
+        proxy.drop_next(b"sequence=2&")
+        with pytest.raises(httpx.TransportError):
+            session.produce_at(topic, 0, [b"b0", b"b1", b"b2"], 2)
+        lost = [o["offset"] for o in answer_json(proxy.dropped[0])["offsets"]]
+        assert lost == [2, 3, 4]
+        broker.kill9()
+        broker.restart()
+        retry, _ = send_until_answered(lambda: session.produce_at(topic, 0, [b"b0", b"b1", b"b2"], 2))
+        assert v2_offsets(retry) == lost
+        assert v2_offsets(session.produce_at(topic, 0, [b"c0"], 5)) == [5]
+    assert read_values(broker.rest.http, topic, 0, "read_uncommitted") == [b"a0", b"a1", b"b0", b"b1", b"b2", b"c0"]
 
 
 def test_an_older_batch_retried_after_newer_ones_gets_its_offsets_back(txn_broker, make_topic):
