@@ -7,12 +7,12 @@ One module per command group; this one only assembles them::
     laketail produce    records from stdin, one per line (produce.py)
     laketail consume    records to stdout, one per line (consume.py)
     laketail groups     consumer groups and their lag (groups.py)
+    laketail sql        SQL over topics on a local SparkSession (sql.py)
     laketail jobs       run the Spark jobs with spark-submit (jobs.py)
 
 Every command that talks to a broker takes ``--server URL`` (default
 ``$LAKETAIL_SERVER`` or http://127.0.0.1:8082). Errors print ``error: <message>`` on
-stderr and exit 1; usage errors exit 2. Groups still to come (``sql``)
-register here the same way.
+stderr and exit 1; usage errors exit 2.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from laketail.cli.groups import groups
 from laketail.cli.jobs import jobs
 from laketail.cli.produce import produce
 from laketail.cli.serve import serve
+from laketail.cli.sql import sql
 from laketail.cli.topics import topics
 
 __all__ = ["cli", "main"]
@@ -38,7 +39,7 @@ def cli() -> None:
     """laketail: Kafka's semantics, topics stored as Delta Lake tables."""
 
 
-for _command in (serve, topics, produce, consume, groups, jobs):
+for _command in (serve, topics, produce, consume, groups, jobs, sql):
     cli.add_command(_command)
 
 

@@ -16,8 +16,11 @@ Micro-batches: each batch ends at the latest offset a consumer may read (the LSO
 read_committed, else the HW), bounded by ``maxOffsetsPerTrigger``; partitions that
 appear later (new topics matching ``subscribePattern``, added partitions) start at
 their earliest offset. With ``groupId``, the source commits each finished batch's end
-offsets to that consumer group (``commit``), so lag tools see the query; a batch
-query commits each partition's end once its last task has read it.
+offsets to that consumer group, so lag tools see the query: when Spark commits the
+batch to the source, or earlier, when Spark asks for the next batch's end (Spark
+commits sources only once a next batch with new data is planned; the latter keeps the
+group current while the topic is idle). A batch query commits each partition's end
+once its last task has read it (partitions with nothing to read at planning).
 """
 
 from __future__ import annotations
@@ -108,6 +111,7 @@ class StreamReader(DataSourceStreamReader):
         self.settings = _settings(options)
         self._planner: Planner | None = None
         self._state: dict[str, TopicState] | None = None
+        self._committed: dict | None = None
 
     def __getstate__(self) -> dict:
         # Executors get the reader for read(): no sockets, no cached snapshots.
@@ -137,6 +141,10 @@ class StreamReader(DataSourceStreamReader):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        # ``start`` is where the last finished batch ended: Spark runs one batch at a
+        # time and commits sources only when it plans the next batch with new data,
+        # so committing here keeps the group current while the topic is idle.
+        self._commit_group(start)
         state = self._fresh_state()
         starts = self._with_new_partitions(offsets_of(start), state)
         ends = self.planner.end_offsets(state)
@@ -170,8 +178,13 @@ class StreamReader(DataSourceStreamReader):
         return RangeReader(self.settings, partition).batches()
 
     def commit(self, end: dict) -> None:
-        if self.options.group_id:
-            self.planner.gateway.commit_offsets(self.options.group_id, offsets_of(end))
+        self._commit_group(end)
+
+    def _commit_group(self, offsets: dict) -> None:
+        if not self.options.group_id or offsets == self._committed:
+            return
+        self.planner.gateway.commit_offsets(self.options.group_id, offsets_of(offsets))
+        self._committed = offsets
 
     def stop(self) -> None:
         if self._planner is not None:

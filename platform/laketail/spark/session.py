@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -24,13 +26,34 @@ DEFAULTS = {
 }
 
 
+#: Spark's JVM logging for interactive use: errors only, on stderr.
+_LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+"""
+
+
+def quiet_logging() -> str:
+    """A log4j2 file that keeps Spark's JVM quiet (written once per machine)."""
+    path = Path(tempfile.gettempdir()) / "laketail-spark-log4j2.properties"
+    if not path.exists() or path.read_text() != _LOG4J2:
+        path.write_text(_LOG4J2)
+    return str(path)
+
+
 def local_session(
     app_name: str = "laketail", master: str = "local[*]", conf: Mapping[str, str] | None = None
 ) -> SparkSession:
     """Get or create a session on ``master`` with laketail's defaults under ``conf``."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name).master(master)
-    for key, value in {**DEFAULTS, **(conf or {})}.items():
+    quiet = {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{quiet_logging()}"}
+    for key, value in {**DEFAULTS, **quiet, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
