@@ -58,11 +58,15 @@ def fail(message: str) -> int:
 
 
 def spark_session(app_name: str):
-    """The job's SparkSession (spark-submit's master and spark-defaults.conf apply;
-    run as a plain script, a local one)."""
+    """The job's SparkSession and whether the job owns it (and so stops it at the end):
+    spark-submit's master and spark-defaults.conf apply; run as a plain script, a local
+    one; called where a session is already active (a test, a notebook), that one."""
     from pyspark.sql import SparkSession
 
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active, False
     builder = SparkSession.builder.appName(app_name)
     for key, value in SESSION_CONF.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    return builder.getOrCreate(), True

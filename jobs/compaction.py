@@ -87,12 +87,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.data:
         return fail("--data (or $LAKETAIL_DATA) is required: the jobs read and commit the tables directly")
-    spark = None
+    spark, owned = None, False
 
     def get_spark():
-        nonlocal spark
+        nonlocal spark, owned
         if spark is None:
-            spark = spark_session("laketail-compaction")
+            spark, owned = spark_session("laketail-compaction")
         return spark
 
     rewriter = choose_rewriter(args.engine, args.local_max_bytes, get_spark)
@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # one line for the operator; Spark's own trace is in its log
         status = fail(f"{type(exc).__name__}: {exc}")
     finally:
-        if spark is not None:
+        if owned:
             spark.stop()
     return status
 

@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.servers:
         return fail("--servers (or $LAKETAIL_SERVERS) is required")
-    spark = spark_session("laketail-eos-pipeline")
+    spark, owned = spark_session("laketail-eos-pipeline")
     try:
         from laketail.spark import register
 
@@ -96,7 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         return fail(f"{type(exc).__name__}: {exc}")
     finally:
-        spark.stop()
+        if owned:
+            spark.stop()
     return 0
 
 
