@@ -15,9 +15,15 @@ read_committed back until it commits.
 
 from __future__ import annotations
 
+import os
+import random
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Callable
 
 import httpx
@@ -566,3 +572,67 @@ def test_an_abort_with_a_batch_of_unknown_fate_bumps_the_epoch(servers, clients,
     assert [m.value() for m in read_all(servers, clients, topic, 1, "read_committed")] == [b"next"]
     written = [b"unknown-fate", b"next"] if fault == "answer lost" else [b"next"]
     assert [m.value() for m in read_all(servers, clients, topic, 1, "read_uncommitted")] == written
+
+
+WORKER = Path(__file__).with_name("eos_client_worker.py")
+KILLS = 5
+
+
+@integration
+def test_the_loop_killed_at_random_moments_leaves_each_input_exactly_once(group_broker, clients, make_topic,
+                                                                          txn_id, tmp_path):
+    """The same loop in a process (``eos_client_worker.py``) killed with SIGKILL at
+    random moments, restarted each time: its successor's ``init_transactions()`` fences
+    it and aborts what it left open, the group hands the partitions over, and the
+    output holds each input once. The seed is in every failure message."""
+    seed = int(os.environ.get("LAKETAIL_TEST_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    url = group_broker.url
+    source = make_topic(partitions=2, broker=group_broker)
+    sink = make_topic(partitions=2, broker=group_broker)
+    inputs = [f"p{p}-{i}".encode() for p in range(2) for i in range(150)]
+    feeder = clients(Producer({"bootstrap.servers": url}))
+    for value in inputs:
+        feeder.produce(source, value, partition=int(value[1:2]))
+    assert feeder.flush(DEADLINE_S) == 0
+    group = f"eos-{uuid.uuid4().hex[:10]}"
+    argv = [sys.executable, str(WORKER), url, source, sink, group, txn_id, "--batch", "7"]
+
+    def committed() -> dict[int, int]:
+        resp = group_broker.rest.http.post(f"/v1/groups/{group}/committed", json={
+            "partitions": [{"topic": source, "partition": p} for p in range(2)]})
+        assert resp.status_code == 200, resp.text
+        return {o["partition"]: o["offset"] for o in resp.json()["offsets"]}
+
+    def start(n: int) -> subprocess.Popen:
+        with open(tmp_path / f"worker-{n}.log", "wb") as out:
+            return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+    def log(n: int) -> str:
+        return (tmp_path / f"worker-{n}.log").read_text()[-3000:]
+
+    for n in range(KILLS + 1):
+        worker = start(n)
+        before = committed()
+        deadline = time.monotonic() + 2 * DEADLINE_S
+        # Each incarnation makes progress (a commit, or the end) before it may be killed.
+        while worker.poll() is None and committed() == before:
+            assert time.monotonic() < deadline, f"seed {seed}: worker {n} made no progress:\n{log(n)}"
+            time.sleep(0.02)
+        if n < KILLS and worker.poll() is None:
+            time.sleep(rng.uniform(0.0, 0.3))  # before, inside or after a transaction
+            worker.send_signal(signal.SIGKILL)
+            worker.wait()
+            continue
+        try:
+            code = worker.wait(timeout=2 * DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+            raise AssertionError(f"seed {seed}: the last worker did not finish:\n{log(n)}")
+        assert code == 0, f"seed {seed}: worker {n} failed:\n{log(n)}"
+        break
+
+    assert committed() == {0: 150, 1: 150}
+    out = Counter(m.value() for m in read_all(url, clients, sink, 2, "read_committed"))
+    assert out == Counter(b"out:" + value for value in inputs), f"seed {seed}"
