@@ -15,7 +15,9 @@ import pytest
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     session_mod = pytest.importorskip("laketail.spark.session")
-    session = session_mod.local_session("laketail-tests", master="local[2]")
+    session = session_mod.local_session(
+        "laketail-tests", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}
+    )
     try:
         yield session
     finally:
