@@ -47,9 +47,12 @@ def cell(value: Any) -> str:
 @server_option
 def sql(query: str, topics: tuple[str, ...], master: str, max_rows: int, server: str) -> None:
     """Run the SQL QUERY over topics and print the result."""
+    from pyspark.sql import SparkSession
+
     from laketail.errors import LaketailError
     from laketail.spark import local_session, register_topics
 
+    borrowed = SparkSession.getActiveSession() is not None  # a caller's session: leave it running
     spark = local_session("laketail sql", master)
     try:
         try:
@@ -70,4 +73,5 @@ def sql(query: str, topics: tuple[str, ...], master: str, max_rows: int, server:
         more = " (more not shown)" if len(rows) > max_rows else ""
         click.echo(f"{shown} row{'s' if shown != 1 else ''}{more}", err=True)
     finally:
-        spark.stop()
+        if not borrowed:
+            spark.stop()

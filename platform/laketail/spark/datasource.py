@@ -99,7 +99,8 @@ class BatchReader(DataSourceReader):
         return list(ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)
+        if not isinstance(partition, OffsetRange):
+            return iter(())  # Spark reads one placeholder partition when planning found none
         return RangeReader(self.settings, partition).batches()
 
 
@@ -174,7 +175,8 @@ class StreamReader(DataSourceStreamReader):
         return list(self.planner.ranges(starts, ends, state))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)
+        if not isinstance(partition, OffsetRange):
+            return iter(())  # Spark reads one placeholder partition when planning found none
         return RangeReader(self.settings, partition).batches()
 
     def commit(self, end: dict) -> None:
