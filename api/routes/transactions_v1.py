@@ -56,6 +56,10 @@ class InitProducerRequest(BaseModel):
     transaction_timeout_ms: int = Field(
         60_000, description="transactions open longer are aborted (transaction.timeout.ms)"
     )
+    producer_id: int | None = Field(
+        None, description="with producer_epoch: the session asking for a bump after an abort (KIP-360)"
+    )
+    producer_epoch: int | None = Field(None, description="the epoch that session holds")
 
 
 class ProducerSession(BaseModel):
@@ -104,8 +108,11 @@ class CommitBatchRequest(BaseModel):
 )
 async def init_producer(request: Request, body: InitProducerRequest | None = None) -> Response:
     body = body or InitProducerRequest()
+    expected = None
+    if body.producer_id is not None and body.producer_epoch is not None:
+        expected = (body.producer_id, body.producer_epoch)
     producer_id, epoch = await broker_of(request).transactions.init_producer_id(
-        body.transactional_id or None, body.transaction_timeout_ms
+        body.transactional_id or None, body.transaction_timeout_ms, expected
     )
     return json_response({"producer_id": producer_id, "producer_epoch": epoch})
 

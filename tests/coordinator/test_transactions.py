@@ -194,3 +194,20 @@ def test_idempotent_retry_through_the_broker(tmp_path):
         await broker.close()
 
     asyncio.run(scenario())
+
+
+def test_a_bump_after_abort_never_fences_the_session_that_took_over(tmp_path):
+    clock = ManualClock()
+
+    async def scenario():
+        broker = await _start(tmp_path, clock)
+        txns = broker.transactions
+        pid, epoch = await txns.init_producer_id("app")
+        assert await txns.init_producer_id("app", expected=(pid, epoch)) == (pid, epoch + 1)
+        newer = await txns.init_producer_id("app")  # another session takes over
+        with pytest.raises(ProducerFenced):
+            await txns.init_producer_id("app", expected=(pid, epoch + 1))  # the old one's late bump
+        assert txns.describe("app").producer_epoch == newer[1]
+        await broker.close()
+
+    asyncio.run(scenario())

@@ -159,8 +159,13 @@ class TransactionManager:
     def retry_at(self) -> float:
         return self._pid_retry_at
 
-    def _init_producer_id(self, transactional_id: str | None, timeout_s: float | None) -> tuple[int, int]:
+    def _init_producer_id(
+        self, transactional_id: str | None, timeout_s: float | None, bump: bool = False
+    ) -> tuple[int, int]:
         body = {"transactional_id": transactional_id, "transaction_timeout_ms": self.timeout_ms}
+        if bump and self.producer_id >= 0:
+            # Bump only our own session: the coordinator fences us if another took over.
+            body["producer_id"], body["producer_epoch"] = self.producer_id, self.producer_epoch
         answer = self.gateway.post_json("/v1/producers", body, timeout_s=timeout_s)
         return int(answer["producer_id"]), int(answer["producer_epoch"])
 
@@ -339,7 +344,7 @@ class TransactionManager:
                     "the coordinator aborted the transaction"))
                 raise KafkaException(self._error)
         if not commit and self._stale:
-            pid, epoch = self._call(lambda t: self._init_producer_id(self.transactional_id, t), deadline)
+            pid, epoch = self._call(lambda t: self._init_producer_id(self.transactional_id, t, bump=True), deadline)
             with self._lock:
                 self._set_identity(pid, epoch)
         with self._lock:

@@ -244,9 +244,26 @@ class TransactionCoordinator:
         self._next_pid += 1
         return pid
 
-    async def init_producer_id(self, transactional_id: str | None = None, timeout_ms: int = 60_000) -> tuple[int, int]:
-        """(producer id, epoch) for a new producer session."""
+    async def init_producer_id(
+        self,
+        transactional_id: str | None = None,
+        timeout_ms: int = 60_000,
+        expected: tuple[int, int] | None = None,
+    ) -> tuple[int, int]:
+        """(producer id, epoch) for a new producer session.
+
+        ``expected`` is the (producer id, epoch) a live producer holds when it asks for a
+        bump after an abort (Kafka's KIP-360): the bump happens only if that session is
+        still the current one, else PRODUCER_FENCED, so a late caller never fences the
+        session that replaced it."""
         async with self._lock:
+            if expected is not None and transactional_id:
+                meta = self._txns.get(transactional_id)
+                if meta is not None and (meta.producer_id, meta.producer_epoch) != tuple(expected):
+                    raise ProducerFenced(
+                        f"'{transactional_id}' is at producer {meta.producer_id} epoch {meta.producer_epoch}, "
+                        f"not {expected[0]} epoch {expected[1]}"
+                    )
             if not transactional_id:
                 return await self._new_producer_id(), 0
             if not 1 <= timeout_ms <= self.max_timeout_ms:
