@@ -52,26 +52,48 @@ def list_jobs() -> None:
 
 @jobs.command(
     "run",
-    context_settings={"ignore_unknown_options": True, "help_option_names": ["--help-run"]},
+    context_settings={"ignore_unknown_options": True, "help_option_names": []},
 )
-@click.argument("name", type=click.Choice(JOBS))
+@click.argument("name", metavar=f"[{'|'.join(JOBS)}]", required=False)
 @click.option("--master", default=DEFAULT_MASTER, show_default=True, help="Spark master URL.")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="A Spark setting (repeatable).")
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED)
-def run(name: str, master: str, confs: tuple[str, ...], job_args: tuple[str, ...]) -> None:
-    """Run job NAME with spark-submit; other options go to the job."""
+@click.pass_context
+def run(ctx: click.Context, name: str | None, master: str, confs: tuple[str, ...], job_args: tuple[str, ...]) -> None:
+    """Run job NAME with spark-submit; other options go to the job.
+
+    -h / --help after NAME shows the job's own options too."""
+    if name in ("-h", "--help"):
+        name = None
+    elif name is not None and name not in JOBS:
+        raise click.UsageError(f"unknown job '{name}' (jobs: {', '.join(JOBS)})", ctx)
+    if name is None or {"-h", "--help"} & set(job_args):
+        click.echo(ctx.get_help().replace("Options:", "Options:\n  -h, --help        Show this message (and the job's options).", 1))
+        if name is not None:
+            click.echo(f"\nOptions of {name}:")
+            _print_job_help(name)
+        return
     argv = spark_submit_argv(name, job_args, master=master, conf=parse_pairs(confs, "--conf"))
     code = run_with_progress(name, master, argv, Console(stderr=True))
     if code != 0:
         raise CommandError(f"job {name} failed (exit code {code})")
 
 
+def _print_job_help(name: str) -> None:
+    import importlib
+
+    module = importlib.import_module(f"laketail.jobs.{name}")
+    try:
+        module.main(["--help"])
+    except SystemExit:
+        pass
+
+
 def run_with_progress(name: str, master: str, argv: list[str], console: Console) -> int:
     """Run spark-submit, echoing the job's report lines under a spinner; its exit code."""
-    with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True, env=job_env()
-        )
+    with tempfile.TemporaryFile("w+") as log, subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True, env=job_env()
+    ) as proc:
         started = time.monotonic()
         reports = 0
         with console.status(f"[bold]{name}[/] on {master}", spinner="dots") as status:
