@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.fault]
 
 WORKER = Path(__file__).with_name("eos_worker.py")
 PARTITIONS = 2
-RECORDS_PER_PARTITION = 400
+RECORDS_PER_PARTITION = 300
 KILLS = 6
 
 
@@ -66,15 +66,24 @@ def test_a_worker_killed_at_random_moments_leaves_each_input_exactly_once(txn_br
     last = committed_offsets(rest.http, group, source)
     for n in range(KILLS):
         worker = run(n)
-        # Let it make some progress first, so that every kill leaves work behind it.
-        def progressed() -> bool:
-            assert worker.poll() is None or worker.returncode == 0, f"seed {seed}: worker {n} failed:\n{logs(n)}"
-            return worker.poll() == 0 or committed_offsets(rest.http, group, source) != last
 
-        wait_until(progressed, f"worker {n} to commit a transaction (seed {seed})", timeout_s=120)
+        def committed_beyond(previous: dict[int, int]) -> dict[int, int] | None:
+            failed = worker.poll() not in (None, 0)
+            assert not failed, f"seed {seed}: worker {n} failed:\n{logs(n)}"
+            now = committed_offsets(rest.http, group, source)
+            return now if now != previous or worker.poll() == 0 else None
+
+        # Two commits of this incarnation (so every kill leaves work behind it) tell how
+        # long a transaction takes here; the kill then comes at a random moment within
+        # about one more transaction: before, inside or after it, on any machine.
+        first = wait_until(lambda: committed_beyond(last), f"worker {n}'s first commit (seed {seed})",
+                           timeout_s=120, every_s=0.01)
+        started = time.monotonic()
+        wait_until(lambda: committed_beyond(first), f"worker {n}'s second commit (seed {seed})",
+                   timeout_s=120, every_s=0.01)
         if worker.poll() is not None:
             break  # it finished before this kill came
-        time.sleep(rng.uniform(0.0, 0.25))  # a random moment: before, inside or after a transaction
+        time.sleep(rng.uniform(0.0, 1.5 * (time.monotonic() - started)))
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         kills += 1
