@@ -18,7 +18,7 @@ from laketail.broker import Broker
 from laketail.clock import ManualClock
 from laketail.config import load_settings
 from laketail.coordinator.offsets import CommittedOffset
-from laketail.errors import OffsetMetadataTooLarge, UnknownTopicOrPartition
+from laketail.errors import InvalidTxnState, OffsetMetadataTooLarge, UnknownTopicOrPartition
 from laketail.storage.partition_log import ProducerBatch
 
 
@@ -78,5 +78,35 @@ def test_a_topic_deleted_before_the_commit_does_not_leave_the_transaction_prepar
         result = await again.fetch("out", 0, 0, isolation="read_committed")
         assert result.records.column("value").to_pylist() == [b"x"]
         await again.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_whose_session_timed_out_does_not_commit(tmp_path):
+    """A writer attempt aborted by transaction.timeout.ms lost its records: committing
+    the batch with it must fail (the driver retries the batch) instead of answering
+    committed=true without them."""
+    clock = ManualClock()
+
+    async def scenario():
+        broker = await _start(tmp_path, clock)
+        await broker.create_topic("out", 1)
+        txns = broker.transactions
+        slow, pid1, e1 = await txns.enlist("sink", 0, timeout_ms=1_000)
+        idle, _, _ = await txns.enlist("sink", 0, timeout_ms=1_000)  # a task with no rows
+        await _send(broker, b"lost", pid1, e1, 0)
+        clock.advance(1_500)
+        assert await txns.expire() == 1
+        with pytest.raises(InvalidTxnState):
+            await txns.commit_batch("sink", 0, [slow, idle])
+        assert txns.sink("sink").committed_batch == -1
+        # The retried batch commits, with a session that has no rows too.
+        again, pid2, e2 = await txns.enlist("sink", 0)
+        empty, _, _ = await txns.enlist("sink", 0)
+        await _send(broker, b"kept", pid2, e2, 0)
+        assert await txns.commit_batch("sink", 0, [again, empty]) is True
+        result = await broker.fetch("out", 0, 0, isolation="read_committed")
+        assert result.records.column("value").to_pylist() == [b"kept"]
+        await broker.close()
 
     asyncio.run(scenario())

@@ -473,6 +473,17 @@ class TransactionCoordinator:
             unknown = [t for t in transactional_ids if t not in sink.enlisted.get(batch_id, [])]
             if unknown:
                 raise InvalidTxnState(f"sessions {unknown} were not enlisted in batch {batch_id} of '{sink_id}'")
+            # A session aborted meanwhile (transaction.timeout.ms) lost its records:
+            # the batch must not be reported committed without them.
+            lost = [
+                t for t in transactional_ids
+                if (meta := self._txns.get(t)) is None or meta.state in ("PrepareAbort", "CompleteAbort")
+            ]
+            if lost:
+                raise InvalidTxnState(
+                    f"sessions {lost} of batch {batch_id} of '{sink_id}' were aborted "
+                    "(transaction.timeout.ms?); abort the batch and write it again"
+                )
             sink.committing = (batch_id, list(transactional_ids))
             await self._write(SINK_PREFIX + sink_id, sink.to_json())  # the batch's point of no return
             await self._finish_batch(sink, batch_id, transactional_ids)
