@@ -34,7 +34,12 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from laketail.spark.columns import source_ddl
@@ -104,8 +109,11 @@ class BatchReader(DataSourceReader):
         return RangeReader(self.settings, partition).batches()
 
 
-class StreamReader(DataSourceStreamReader):
-    """``spark.readStream.format("laketail")``: micro-batches over the partitions' offsets."""
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("laketail")``: micro-batches over the partitions' offsets.
+
+    Under ``trigger(availableNow=True)`` the end offsets at the query's start are the
+    target: batches (each bounded by ``maxOffsetsPerTrigger``) run up to it, never past."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
@@ -113,6 +121,7 @@ class StreamReader(DataSourceStreamReader):
         self._planner: Planner | None = None
         self._state: dict[str, TopicState] | None = None
         self._committed: dict | None = None
+        self._target: dict[TopicPartition, int] | None = None
 
     def __getstate__(self) -> dict:
         # Executors get the reader for read(): no sockets, no cached snapshots.
@@ -149,10 +158,15 @@ class StreamReader(DataSourceStreamReader):
         state = self._fresh_state()
         starts = self._with_new_partitions(offsets_of(start), state)
         ends = self.planner.end_offsets(state)
+        if self._target is not None:
+            ends = {tp: min(end, self._target.get(tp, starts[tp])) for tp, end in ends.items()}
         ends = {tp: max(end, starts[tp]) for tp, end in ends.items()}
         if isinstance(limit, ReadMaxRows):
             ends = rate_limit(starts, ends, limit.max_rows)
         return offsets_json(ends)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self.planner.end_offsets(self._fresh_state())
 
     def _with_new_partitions(
         self, starts: dict[TopicPartition, int], state: dict[str, TopicState]
