@@ -83,6 +83,14 @@ class Session:
         self.epoch: int = resp.json()["producer_epoch"]
         self.sequences: dict[tuple[str, int], int] = {}
 
+    @classmethod
+    def adopt(cls, http: httpx.Client, transactional_id: str, producer_id: int, epoch: int) -> "Session":
+        """A session someone else initialised (a sink's enlist hands one out)."""
+        session = cls.__new__(cls)
+        session.http, session.transactional_id = http, transactional_id
+        session.producer_id, session.epoch, session.sequences = producer_id, epoch, {}
+        return session
+
     @property
     def ident(self) -> dict[str, int]:
         return {"producer_id": self.producer_id, "producer_epoch": self.epoch}

@@ -299,10 +299,7 @@ def test_batch_transactions_commit_one_attempt_and_a_replay_is_a_no_op(txn_broke
         resp = http.post(f"/v1/sinks/{sink}/batches/{batch}/enlist", json=body)
         assert resp.status_code == 200, resp.text
         doc = resp.json()
-        session = object.__new__(Session)  # the sink hands out the session itself
-        session.http, session.transactional_id = http, doc["transactional_id"]
-        session.producer_id, session.epoch, session.sequences = doc["producer_id"], doc["producer_epoch"], {}
-        return session
+        return Session.adopt(http, doc["transactional_id"], doc["producer_id"], doc["producer_epoch"])
 
     first, second = enlist(0), enlist(0, {"transaction_timeout_ms": 30_000})
     assert first.transactional_id != second.transactional_id
