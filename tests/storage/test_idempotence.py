@@ -91,3 +91,23 @@ def test_open_transaction_holds_the_last_stable_offset(tmp_path):
         await again.close()
 
     asyncio.run(scenario())
+
+
+def test_a_failed_write_leaves_producer_state_as_it_was(tmp_path):
+    import os
+
+    from laketail.errors import KafkaStorageError
+
+    clock = ManualClock()
+
+    async def scenario():
+        plog = PartitionLog.open(tmp_path, "t", 0, TopicConfig(), clock)
+        await _append(plog, [b"a"], seq=0)
+        before = [(b.first_seq, b.base_offset) for b in plog.producer_state.producers[7].batches]
+        os.close(plog.segments[-1]._fd)  # the disk goes away under the writer
+        with pytest.raises(KafkaStorageError):
+            await _append(plog, [b"b"], seq=1)
+        after = [(b.first_seq, b.base_offset) for b in plog.producer_state.producers[7].batches]
+        assert after == before and plog.log_end_offset == 1
+
+    asyncio.run(scenario())

@@ -295,9 +295,11 @@ class PartitionLog:
         with self._lock:
             now = self.clock.now_ms()
             state = self.producer_state
-            saved = None
-            if any(item.producer is not None for item in group):
-                saved = copy.deepcopy((state.producers, state.markers))
+            # Undo record for a failed write: the entries of this group's producers as they
+            # were, and the markers this group adds.
+            pids = {item.producer.producer_id for item in group if item.producer is not None}
+            saved = {pid: copy.deepcopy(state.producers.get(pid)) for pid in pids}
+            added_markers: list[tuple[int, int]] = []
             results: list[int | Exception] = []
             frames = []
             offset = self.log_end_offset
@@ -315,6 +317,8 @@ class PartitionLog:
                         continue
                     state.apply(meta.producer_id, meta.producer_epoch, meta.base_sequence, item.count,
                                 offset, item.max_timestamp // 1000, meta.transactional, meta.control)
+                    if meta.control is not None:
+                        added_markers.append((meta.producer_id, offset))
                 head = frame.encode_header(
                     item.payload,
                     base_offset=offset,
@@ -337,9 +341,17 @@ class PartitionLog:
             try:
                 segment.append(frames, now)
             except OSError:
-                segment.truncate_to(size_before)
-                if saved is not None:
-                    state.producers, state.markers = saved
+                for pid, entry in saved.items():
+                    if entry is None:
+                        state.producers.pop(pid, None)
+                    else:
+                        state.producers[pid] = entry
+                for pid, marker_offset in added_markers:
+                    state.forget_marker(pid, marker_offset)
+                try:
+                    segment.truncate_to(size_before)
+                except OSError:
+                    log.exception("could not cut %s back after a failed write", segment.path)
                 raise
             self._unflushed += offset - self.log_end_offset
             if (

@@ -132,6 +132,13 @@ class ProducerStateManager:
         if transactional and entry.txn_first_offset is None:
             entry.txn_first_offset = base_offset
 
+    def forget_marker(self, pid: int, offset: int) -> None:
+        """Undo :meth:`apply` of a marker whose write failed."""
+        found = self.markers.get(pid)
+        if found and offset in found[0]:
+            i = found[0].index(offset)
+            del found[0][i], found[1][i]
+
     # -- reads ------------------------------------------------------------------------------------
 
     def first_unstable_offset(self) -> int | None:
