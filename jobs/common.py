@@ -43,7 +43,7 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def now_ms(args: argparse.Namespace) -> int:
+def plan_time_ms(args: argparse.Namespace) -> int:
     return args.now_ms if args.now_ms is not None else SystemClock().now_ms()
 
 

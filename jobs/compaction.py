@@ -22,14 +22,15 @@ topic's inputs total at most ``--local-max-bytes``.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Sequence
 
+from laketail.jobs.common import base_parser, fail, plan_time_ms, report, spark_session
 from laketail.maintenance.file_compaction import DEFAULT_TARGET_FILE_BYTES
 from laketail.maintenance.rewrite import RewriteOutput, RewriteTask, read_inputs, rewrite_locally, write_output
 from laketail.maintenance.runs import DEFAULT_VACUUM_AFTER_MS, Rewriter, run_compaction
 from laketail.maintenance.table_commit import MaintenanceConflict
-from laketail.jobs.common import base_parser, fail, now_ms, report, spark_session
 from laketail.maintenance.topics import maintained_topics
 
 
@@ -60,8 +61,6 @@ def choose_rewriter(engine: str, local_max_bytes: int, get_spark) -> Rewriter:
         return spark_rewriter(get_spark)
 
     def auto(table_uri: str, staging_uri: str, tasks: Sequence[RewriteTask], now_ms: int) -> list[RewriteOutput]:
-        import os
-
         total = sum(os.path.getsize(f"{table_uri}/{p}") for t in tasks for p in t.inputs)
         chosen = rewrite_locally if total <= local_max_bytes else spark_rewriter(get_spark)
         return chosen(table_uri, staging_uri, tasks, now_ms)
@@ -101,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for topic in maintained_topics(args.data, args.servers, args.topics):
             try:
                 result = run_compaction(
-                    args.data, topic, now_ms(args),
+                    args.data, topic, plan_time_ms(args),
                     target_file_bytes=args.target_file_bytes, min_files=args.min_files, rewriter=rewriter,
                     vacuum_after_ms=args.vacuum_after_ms, dry_run=args.dry_run,
                 )

@@ -22,7 +22,7 @@ from typing import Sequence
 
 from deltalake import write_deltalake
 
-from laketail.jobs.common import base_parser, fail, now_ms, report
+from laketail.jobs.common import base_parser, fail, plan_time_ms, report
 from laketail.maintenance.lag import lag_rows, lag_table, lag_table_uri
 from laketail.maintenance.topics import Gateway
 
@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         while True:
             started = time.monotonic()
-            rows = measure(gateway, args.groups, now_ms(args))
+            rows = measure(gateway, args.groups, plan_time_ms(args))
             append(table_uri, rows)
             rounds += 1
             report({"job": "lag", "round": rounds, "rows": len(rows), "table": table_uri,

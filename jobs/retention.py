@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-from laketail.jobs.common import base_parser, fail, now_ms, report
+from laketail.jobs.common import base_parser, fail, plan_time_ms, report
 from laketail.maintenance.runs import DEFAULT_VACUUM_AFTER_MS, run_retention
 from laketail.maintenance.table_commit import MaintenanceConflict
 from laketail.maintenance.topics import maintained_topics
@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for topic in maintained_topics(args.data, args.servers, args.topics):
             try:
                 result = run_retention(
-                    args.data, topic, now_ms(args), vacuum_after_ms=args.vacuum_after_ms, dry_run=args.dry_run
+                    args.data, topic, plan_time_ms(args), vacuum_after_ms=args.vacuum_after_ms, dry_run=args.dry_run
                 )
             except MaintenanceConflict as exc:
                 report({"job": "retention", "topic": topic.name, "conflict": exc.message})
