@@ -276,7 +276,8 @@ def load_settings(
     The file has a ``[broker]`` table with Kafka's broker keys and a
     ``[topic-defaults]`` table with topic keys. ``LAKETAIL_DATA``, ``LAKETAIL_BROKER_ID``,
     ``LAKETAIL_LOG_DIRS``, ``LAKETAIL_HOST``, ``LAKETAIL_PORT`` follow the key names
-    upper-cased with dots as underscores. Flags whose value is ``None`` are ignored.
+    upper-cased with dots as underscores (a leading ``laketail.`` dropped:
+    ``LAKETAIL_MAINTENANCE_ENABLE``). Flags whose value is ``None`` are ignored.
     """
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
@@ -291,7 +292,7 @@ def load_settings(
         topic_defaults = dict(doc.get("topic-defaults", {}))
         validate_topic_overrides(topic_defaults)
     for key, attr in _BROKER_KEYS.items():
-        var = "LAKETAIL_" + key.upper().replace(".", "_")
+        var = "LAKETAIL_" + key.removeprefix("laketail.").upper().replace(".", "_")
         if var in env:
             values[attr] = env[var]
     for attr, raw in flags.items():

@@ -34,8 +34,8 @@ def test_the_broker_starts_the_scheduler_unless_told_not_to(tmp_path):
 
 
 def test_settings_keys_and_environment():
-    settings = load_settings(None, env={"LAKETAIL_LAKETAIL_MAINTENANCE_ENABLE": "false",
-                                        "LAKETAIL_LAKETAIL_MAINTENANCE_INTERVAL_MS": "1000"})
+    settings = load_settings(None, env={"LAKETAIL_MAINTENANCE_ENABLE": "false",
+                                        "LAKETAIL_MAINTENANCE_INTERVAL_MS": "1000"})
     assert (settings.maintenance_enabled, settings.maintenance_interval_ms) == (False, 1000)
     defaults = load_settings(None, env={})
     assert (defaults.maintenance_enabled, defaults.maintenance_interval_ms) == (True, 300_000)

@@ -164,9 +164,11 @@ class PartitionLog:
         plog = cls(directory, topic, partition, config, clock, segments)
         plog._rebuild_producer_state()
         plog.tiered_offset = tiered_offset
+        # The table's log start (moved by retention) wins even while hot segments still
+        # hold what retention deleted; without one, the hot log's first offset.
         plog.log_start_offset = min(
             log_start_offset if log_start_offset is not None else segments[0].base_offset,
-            segments[0].base_offset,
+            plog.log_end_offset,
         )
         return plog
 
