@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 from typing import Literal
 
+import numpy as np
 import pyarrow as pa
 
 Acks = Literal["0", "1", "all"]
@@ -130,6 +131,6 @@ def to_record_batch(
     n = frame_batch.num_rows
     by_name = {name: frame_batch.column(i) for i, name in enumerate(frame_batch.schema.names)}
     by_name["partition"] = pa.repeat(pa.scalar(partition, pa.int32()), n)
-    by_name["offset"] = pa.array(range(base_offset, base_offset + n), pa.int64())
+    by_name["offset"] = pa.array(np.arange(base_offset, base_offset + n, dtype=np.int64))
     by_name["leader_epoch"] = pa.repeat(pa.scalar(leader_epoch, pa.int32()), n)
     return pa.RecordBatch.from_arrays([by_name[f.name] for f in RECORD_SCHEMA], schema=RECORD_SCHEMA)

@@ -22,7 +22,7 @@ from deltalake.transaction import AddAction
 from laketail.records import RECORD_SCHEMA
 from laketail.storage.table_reader import DataFile
 
-ROW_GROUP_ROWS = 32_768
+ROW_GROUP_ROWS = 8_192
 FILE_SCHEMA = pa.schema([f for f in RECORD_SCHEMA if f.name != "partition"])
 
 

@@ -448,8 +448,10 @@ class PartitionLog:
                     rows = min(rows, max(fit, 1 if taken == 0 else 0))
                 if rows <= 0:
                     break
-                record = to_record_batch(fbatch, partition, header.base_offset, header.leader_epoch)
-                batches.append(record.slice(lo, rows))
+                # Widen only the rows returned (offsets are dense inside a frame).
+                batches.append(to_record_batch(
+                    fbatch.slice(lo, rows), partition, header.base_offset + lo, header.leader_epoch
+                ))
                 taken += rows
                 nbytes += header.length * rows // max(header.record_count, 1)
                 if taken >= max_records or nbytes >= max_bytes:
