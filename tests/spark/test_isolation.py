@@ -68,6 +68,9 @@ def test_ranges_for_the_sql_views() -> None:
     ranges = transaction_ranges(rows(LOG))
     assert ranges.aborted == [(7, -1, 4)]
     assert ranges.stable_offset == 9
+    assert ranges.aborted_producers == frozenset()  # 7 committed later too
+    single_use = transaction_ranges(rows([(0, 5, True, None), (1, 5, True, "ABORT"), (2, 6, True, "COMMIT")]))
+    assert single_use.aborted == [(5, -1, 1)] and single_use.aborted_producers == {5}
 
 
 def test_huge_offsets_fall_back_to_one_producer_at_a_time() -> None:

@@ -10,12 +10,14 @@ from click.testing import CliRunner
 
 from laketail.cli import cli
 from laketail.spark import register_topics
+from laketail.spark import sql as sql_module
 from tests.spark.support import Txn, produce, read, wait_tiered
 
 
 @pytest.fixture
 def mixed_topic(broker: Any, make_topic: Any) -> str:
-    """Partition 0: plain records, an aborted and a committed transaction; partition 1:
+    """Partition 0: plain records, an aborted and a committed transaction, and a
+    producer that aborts then commits (same producer id, next epoch); partition 1:
     plain records and, last, a transaction still open. All tiered."""
     topic = make_topic(partitions=2)
     produce(broker.url, topic, 0, [b"p0-a", b"p0-b"])
@@ -25,6 +27,12 @@ def mixed_topic(broker: Any, make_topic: Any) -> str:
     committed = Txn(broker.url, f"{topic}-c")
     committed.produce(topic, 0, [b"kept"])
     committed.end(commit=True)
+    retried = Txn(broker.url, f"{topic}-r")
+    retried.produce(topic, 0, [b"gone-3"])
+    retried.end(commit=False)
+    retried = Txn(broker.url, f"{topic}-r")
+    retried.produce(topic, 0, [b"kept-2"])
+    retried.end(commit=True)
     produce(broker.url, topic, 1, [b"p1-a"])
     Txn(broker.url, f"{topic}-o").produce(topic, 1, [b"open"])
     produce(broker.url, topic, 1, [b"p1-after-open"])
@@ -32,17 +40,24 @@ def mixed_topic(broker: Any, make_topic: Any) -> str:
     return topic
 
 
-def test_views_show_committed_data_and_every_row(spark: Any, broker: Any, mixed_topic: str) -> None:
+COMMITTED = [(0, b"p0-a"), (0, b"p0-b"), (0, b"kept"), (0, b"kept-2"), (1, b"p1-a")]
+
+
+@pytest.mark.parametrize("ranges_as_filter", [64, 0], ids=["filter", "anti-join"])
+def test_views_show_committed_data_and_every_row(
+    spark: Any, broker: Any, mixed_topic: str, ranges_as_filter: int, monkeypatch: Any
+) -> None:
+    monkeypatch.setattr(sql_module, "_RANGES_AS_FILTER", ranges_as_filter)
     topic = mixed_topic
     assert register_topics(spark, broker.url, [topic]) == {topic: topic}
     committed = spark.sql(f"SELECT partition, offset, value FROM `{topic}` ORDER BY partition, offset").collect()
-    assert [(r.partition, bytes(r.value)) for r in committed] == [(0, b"p0-a"), (0, b"p0-b"), (0, b"kept"), (1, b"p1-a")]
+    assert [(r.partition, bytes(r.value)) for r in committed] == COMMITTED
     assert [(r.partition, r.offset) for r in committed] == [
         (p, o) for p, o, _, _ in read(spark, broker.url, topic)
     ]  # the same rows the read_committed source returns
     every = spark.sql(f"SELECT partition, offset, value, control FROM `{topic}_all` ORDER BY partition, offset").collect()
-    assert [r.control for r in every if r.control] == ["ABORT", "COMMIT"]
-    assert len(every) == 2 + 3 + 2 + 3  # data and markers of partition 0, partition 1
+    assert [r.control for r in every if r.control] == ["ABORT", "COMMIT", "ABORT", "COMMIT"]
+    assert len(every) == 2 + 3 + 2 + 2 + 2 + 3  # data and markers of partition 0, partition 1
     pruned = spark.sql(f"SELECT count(*) AS n FROM `{topic}_all` WHERE partition = 1")
     assert pruned.collect()[0].n == 3
     assert "PartitionFilters: [isnotnull(partition" in pruned._jdf.queryExecution().executedPlan().toString()
@@ -66,8 +81,8 @@ def test_laketail_sql_prints_a_table(spark: Any, broker: Any, mixed_topic: str) 
     assert result.exit_code == 0, result.output
     lines = [line.split() for line in result.stdout.strip().splitlines()]
     assert lines[0] == ["partition", "offset", "value"]
-    assert [line[2] for line in lines[1:]] == ["p0-a", "p0-b", "kept", "p1-a"]
-    assert "4 rows" in result.stderr
+    assert [line[2] for line in lines[1:]] == [v.decode() for _, v in COMMITTED]
+    assert "5 rows" in result.stderr
     bad = CliRunner().invoke(cli, ["sql", "SELECT nope FROM nowhere", "--server", broker.url, "--topic", mixed_topic])
     assert bad.exit_code == 1 and "error:" in bad.stderr
 

@@ -131,19 +131,25 @@ class TransactionRanges:
 
     ``aborted``: ``(producer_id, after, before)`` -- that producer's transactional
     records with ``after < offset < before`` were aborted (``after`` is its previous
-    marker, or -1). ``stable_offset``: records at or above it may belong to a
-    transaction whose end is not in the table yet (``None``: none do).
+    marker, or -1). ``aborted_producers``: producer ids whose every transaction here
+    was aborted (their records go by id, no offsets needed; Spark's sink uses a
+    producer id for one transaction only). ``stable_offset``: records at or above it
+    may belong to a transaction whose end is not in the table yet (``None``: none do).
     """
 
     aborted: list[tuple[int, int, int]]
     stable_offset: int | None
+    aborted_producers: frozenset[int] = frozenset()
 
 
 def transaction_ranges(rows: pa.Table) -> TransactionRanges:
     """From a partition's transactional rows (data and control, ``TXN_COLUMNS``)."""
     markers = Markers.of(rows)
     aborted: list[tuple[int, int, int]] = []
+    only_aborts: set[int] = set()
     if len(markers):
+        committing = set(markers.producer_ids[~markers.aborts].tolist())
+        only_aborts = set(markers.producer_ids[markers.aborts].tolist()) - committing
         order = np.lexsort((markers.offsets, markers.producer_ids))
         offsets, pids, aborts = markers.offsets[order], markers.producer_ids[order], markers.aborts[order]
         previous = np.concatenate([[-1], offsets[:-1]])
@@ -156,7 +162,7 @@ def transaction_ranges(rows: pa.Table) -> TransactionRanges:
     if data.num_rows:
         offsets = data.column("offset").to_numpy().astype(np.int64, copy=False)
         outcome = outcomes(offsets, data.column("producer_id").to_numpy().astype(np.int64, copy=False), markers)
-        open_offsets = offsets[outcome == UNDECIDED]
-        if len(open_offsets):
-            stable = int(open_offsets.min())
-    return TransactionRanges(aborted, stable)
+        undecided = outcome == UNDECIDED
+        if undecided.any():
+            stable = int(offsets[undecided].min())
+    return TransactionRanges(aborted, stable, frozenset(only_aborts))

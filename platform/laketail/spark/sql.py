@@ -9,10 +9,12 @@ Parquet reader.
 * ``<topic>`` -- committed data only: no control rows, no records of aborted
   transactions, nothing at or after a transaction whose end is not in the table yet
   (nor past the partition's last stable offset when an open transaction starts in
-  the table). Aborted records are removed by a broadcast anti-join against the
-  aborted ranges ``(partition, producer_id, after < offset < before)``, computed on
-  the driver from the transactional rows only (:mod:`laketail.spark.isolation`);
-  a table without transactions costs one ``control IS NULL`` filter.
+  the table). Files with no control rows, no transactional rows and nothing past
+  such a bound are scanned as they are; only the others are filtered: aborted records
+  go by their ranges ``(partition, producer_id, after < offset < before)``, computed
+  on the driver from the transactional rows only (:mod:`laketail.spark.isolation`),
+  as a filter expression or, when there are many, a broadcast anti-join. A table
+  without transactions costs what a plain Parquet scan of its files costs.
 
 Views are snapshots of the table version current when they are registered: register
 again to see newer data. Records not tiered yet (the last ``table.flush.interval.ms``)
@@ -102,41 +104,84 @@ def partition_ranges(snapshot: TableSnapshot) -> dict[int, TransactionRanges]:
     return out
 
 
-def table_frame(spark: SparkSession, snapshot: TableSnapshot) -> DataFrame:
-    """Every row of the table at ``snapshot``, through Spark's Parquet reader."""
-    paths = [f.path for p in sorted(snapshot.files) for f in snapshot.files[p]]
+def scan(spark: SparkSession, uri: str, paths: list[str]) -> DataFrame:
+    """These files of the table at ``uri``, through Spark's Parquet reader, in the
+    record schema (``partition`` from the paths, so Spark prunes on it)."""
     if not paths:
         return spark.createDataFrame([], TABLE_COLUMNS)
-    frame = spark.read.schema(TABLE_COLUMNS).option("basePath", snapshot.uri).parquet(*paths)
+    frame = spark.read.schema(TABLE_COLUMNS).option("basePath", uri).parquet(*paths)
     return frame.select(*RECORD_SCHEMA.names)
 
 
-def committed_frame(
-    spark: SparkSession, every_row: DataFrame, snapshot: TableSnapshot, table: TopicTable | None = None
-) -> DataFrame:
-    """``every_row`` without control rows and what read_committed must not see."""
-    frame = every_row.where(F.col("control").isNull())
+def table_frame(spark: SparkSession, snapshot: TableSnapshot) -> DataFrame:
+    """Every row of the table at ``snapshot``."""
+    return scan(spark, snapshot.uri, [f.path for p in sorted(snapshot.files) for f in snapshot.files[p]])
+
+
+def committed_frame(spark: SparkSession, snapshot: TableSnapshot, table: TopicTable | None = None) -> DataFrame:
+    """The table's committed data: what read_committed may see.
+
+    Files without control rows, transactional rows or offsets past a partition's
+    bound are scanned as they are; only the others are filtered, so a topic without
+    transactions costs what a plain Parquet scan costs."""
     ranges = partition_ranges(snapshot)
     bounds: dict[int, int] = {p: r.stable_offset for p, r in ranges.items() if r.stable_offset is not None}
     if table is not None:
         for p, offsets in table.partitions.items():
             if offsets.last_stable_offset < snapshot.tiered_offset(p):
                 bounds[p] = min(bounds.get(p, offsets.last_stable_offset), offsets.last_stable_offset)
+    clean: list[str] = []
+    mixed: list[str] = []
+    for partition in sorted(snapshot.files):
+        bound = bounds.get(partition)
+        for data_file in snapshot.files[partition]:
+            plain = _TXN_ROWS.rows(data_file) is None and (bound is None or data_file.last_offset < bound)
+            (clean if plain else mixed).append(data_file.path)
+    if not mixed:
+        return scan(spark, snapshot.uri, clean)
+    filtered = _without_uncommitted(spark, scan(spark, snapshot.uri, mixed), ranges, bounds)
+    return filtered if not clean else scan(spark, snapshot.uri, clean).unionAll(filtered)
+
+
+#: Up to this many aborted ranges become a filter expression; more, a broadcast anti-join.
+_RANGES_AS_FILTER = 64
+
+
+def _without_uncommitted(
+    spark: SparkSession, frame: DataFrame, ranges: dict[int, TransactionRanges], bounds: dict[int, int]
+) -> DataFrame:
+    frame = frame.where(F.col("control").isNull())
     if bounds:
         beyond = [(F.col("partition") == p) & (F.col("offset") >= b) for p, b in sorted(bounds.items())]
         frame = frame.where(~functools.reduce(Column.__or__, beyond))
-    aborted = [(p, pid, after, before) for p, r in sorted(ranges.items()) for pid, after, before in r.aborted]
-    if aborted:
-        cut = F.broadcast(spark.createDataFrame(aborted, _ABORTED_COLUMNS))
-        condition = (
-            (frame["partition"] == cut["a_partition"])
-            & (frame["producer_id"] == cut["a_producer_id"])
-            & (frame["offset"] > cut["a_after"])
-            & (frame["offset"] < cut["a_before"])
-            & frame["transactional"]
-        )
-        frame = frame.join(cut, condition, "left_anti")
-    return frame
+    by_id = {p: sorted(r.aborted_producers) for p, r in sorted(ranges.items()) if r.aborted_producers}
+    aborted = [
+        (p, pid, after, before)
+        for p, r in sorted(ranges.items())
+        for pid, after, before in r.aborted
+        if pid not in r.aborted_producers
+    ]
+    if by_id:  # producers that never committed here: their transactional records go by id
+        hits = [(F.col("partition") == p) & F.col("producer_id").isin(pids) for p, pids in by_id.items()]
+        frame = frame.where(~(F.col("transactional") & functools.reduce(Column.__or__, hits)))
+    if not aborted:
+        return frame
+    if len(aborted) <= _RANGES_AS_FILTER:
+        hits = [
+            (F.col("partition") == p) & (F.col("producer_id") == pid)
+            & (F.col("offset") > after) & (F.col("offset") < before)
+            for p, pid, after, before in aborted
+        ]
+        return frame.where(~(F.col("transactional") & functools.reduce(Column.__or__, hits)))
+    cut = F.broadcast(spark.createDataFrame(aborted, _ABORTED_COLUMNS))
+    condition = (
+        (frame["partition"] == cut["a_partition"])
+        & (frame["producer_id"] == cut["a_producer_id"])
+        & (frame["offset"] > cut["a_after"])
+        & (frame["offset"] < cut["a_before"])
+        & frame["transactional"]
+    )
+    return frame.join(cut, condition, "left_anti")
 
 
 def view_name(name: str) -> str:
@@ -158,8 +203,7 @@ def register_topics(
         for topic in list(topics) if topics is not None else gateway.topics():
             table = gateway.table(topic)
             snapshot = cache.latest(table.uri, max(table.partitions, default=-1) + 1)
-            every_row = table_frame(spark, snapshot)
-            every_row.createOrReplaceTempView(view_name(f"{topic}_all"))
-            committed_frame(spark, every_row, snapshot, table).createOrReplaceTempView(view_name(topic))
+            table_frame(spark, snapshot).createOrReplaceTempView(view_name(f"{topic}_all"))
+            committed_frame(spark, snapshot, table).createOrReplaceTempView(view_name(topic))
             names[topic] = topic
     return names
