@@ -395,7 +395,6 @@ class Broker:
             info = await asyncio.to_thread(self.catalog.create_topic, name, partitions, rf, overrides)
             await asyncio.to_thread(self.tables.create_table, name)
             await self._open_topic(info)
-        self.tierer.schedule(name)
         return info
 
     async def delete_topic(self, name: str) -> None:

@@ -105,8 +105,11 @@ class Tierer:
             now = self.clock.monotonic()
             topics = self.broker.list_topics()
             for topic in topics:
-                if topic not in self._due:
-                    self._due[topic] = now
+                if topic not in self._due:  # new (or just opened): one interval from now
+                    try:
+                        self._due[topic] = now + self.broker.topic_config(topic).table_flush_interval_ms / 1000.0
+                    except Exception:
+                        continue
             next_due = now + 1.0
             for topic in topics:
                 due = self._due.get(topic, now)
