@@ -171,3 +171,24 @@ def test_group_id_commits_each_partition_end(spark: Any, broker: Any, two_partit
     lags = {(d["topic_name"], d["partition_id"]): d for d in resp.json()["data"]}
     assert lags[(topic, 0)]["current_offset"] == 20 and lags[(topic, 0)]["lag"] == 10
     assert lags[(topic, 1)]["current_offset"] == 12 and lags[(topic, 1)]["lag"] == 0
+
+
+def test_a_transaction_whose_end_is_not_tiered_is_decided_by_the_gateway(
+    spark: Any, broker: Any, make_topic: Any
+) -> None:
+    topic = make_topic(partitions=2)
+    kept, dropped = Txn(broker.url, f"{topic}-k"), Txn(broker.url, f"{topic}-d")
+    kept.produce(topic, 0, [b"kept-1", b"kept-2"])
+    dropped.produce(topic, 1, [b"gone-1"])
+    produce(broker.url, topic, 0, [b"plain-0"])
+    produce(broker.url, topic, 1, [b"plain-1"])
+    wait_tiered(broker.url, topic)
+    resp = httpx.post(f"{broker.url}{broker.rest.v3(f'/topics/{topic}/configs:alter')}", timeout=60,
+                      json={"data": [{"name": "table.flush.interval.ms", "value": "3600000"}]})
+    assert resp.status_code in (200, 204), resp.text
+    kept.end(commit=True)
+    dropped.end(commit=False)
+    info = table_info(broker.url, topic)
+    assert [p["tiered_offset"] for p in info["partitions"]] == [3, 2]  # records in files, markers not
+    got = read(spark, broker.url, topic)
+    assert [(p, v) for p, _, _, v in got] == [(0, b"kept-1"), (0, b"kept-2"), (0, b"plain-0"), (1, b"plain-1")]
