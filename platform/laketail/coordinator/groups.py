@@ -273,13 +273,18 @@ class GroupCoordinator:
             raise UnknownMemberId(f"member '{member_id}' is not in group '{group_id}'")
         return group, member
 
-    def sync(self, group_id: str, generation_id: int, member_id: str) -> list[TopicPartition]:
+    def _alive(self, group_id: str, generation_id: int, member_id: str) -> tuple[Group, Member]:
+        """A sign of life from a member of the current generation (sync, heartbeat)."""
         group, member = self._member(group_id, member_id)
         member.last_heartbeat = self.clock.monotonic()
         if group.state == "PreparingRebalance":
             raise RebalanceInProgress(f"group '{group_id}' is rebalancing; rejoin")
         if generation_id != group.generation_id:
             raise IllegalGeneration(f"generation {generation_id} is not the group's {group.generation_id}")
+        return group, member
+
+    def sync(self, group_id: str, generation_id: int, member_id: str) -> list[TopicPartition]:
+        group, member = self._alive(group_id, generation_id, member_id)
         member.synced_generation = generation_id
         if group.follow_up and all(m.synced_generation == group.generation_id for m in group.members.values()):
             group.follow_up = False
@@ -287,12 +292,7 @@ class GroupCoordinator:
         return list(member.assignment)
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str) -> None:
-        group, member = self._member(group_id, member_id)
-        member.last_heartbeat = self.clock.monotonic()
-        if group.state == "PreparingRebalance":
-            raise RebalanceInProgress(f"group '{group_id}' is rebalancing; rejoin")
-        if generation_id != group.generation_id:
-            raise IllegalGeneration(f"generation {generation_id} is not the group's {group.generation_id}")
+        self._alive(group_id, generation_id, member_id)
 
     def leave(self, group_id: str, member_id: str) -> None:
         group, member = self._member(group_id, member_id)
