@@ -31,7 +31,7 @@ from laketail.records import HEADER_TYPE, Acks, IsolationLevel
 from laketail.storage.partition_log import ProducerBatch
 
 if TYPE_CHECKING:
-    from laketail.broker import Broker, ProduceResult
+    from laketail.broker import Broker, FetchResult, ProduceResult
     from laketail.api.metrics import GatewayMetrics
 
 log = logging.getLogger(__name__)
@@ -173,6 +173,20 @@ def isolation_of(request: Request) -> IsolationLevel:
     if raw not in ("read_committed", "read_uncommitted"):
         raise InvalidRequest(f"isolation_level must be read_committed or read_uncommitted, got {raw!r}")
     return raw  # type: ignore[return-value]
+
+
+async def fetch_by_offset(request: Request, topic: str) -> "FetchResult":
+    """The fetch both by-offset endpoints make, from the path and query parameters
+    (``offset`` required; ``max_records``, ``max_bytes``, ``timeout``, ``isolation_level``)."""
+    return await broker_of(request).fetch(
+        topic,
+        path_int(request, "partition"),
+        query_int(request, "offset", required=True),  # type: ignore[arg-type]
+        max_records=query_int(request, "max_records", minimum=1),
+        max_bytes=query_int(request, "max_bytes", minimum=1),
+        timeout_ms=query_int(request, "timeout", 0, minimum=0),  # type: ignore[arg-type]
+        isolation=isolation_of(request),
+    )
 
 
 def broker_of(request: Request) -> "Broker":

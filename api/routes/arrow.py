@@ -32,14 +32,13 @@ from laketail.api.deps import (
     ISOLATION_PARAM,
     PRODUCER_PARAMS,
     acks_of,
-    isolation_of,
+    fetch_by_offset,
     json_response,
     openapi_params,
     path_int,
     path_param,
     produce,
     producer_of,
-    query_int,
     query_param,
     read_body,
     refuse_producer,
@@ -195,15 +194,7 @@ async def fetch_arrow(request: Request) -> Response:
     started = perf_counter()
     topic = request.path_params["topic"]
     state = request.app.state
-    result = await state.broker.fetch(
-        topic,
-        path_int(request, "partition"),
-        query_int(request, "offset", required=True),  # type: ignore[arg-type]
-        max_records=query_int(request, "max_records", minimum=1),
-        max_bytes=query_int(request, "max_bytes", minimum=1),
-        timeout_ms=query_int(request, "timeout", 0, minimum=0),  # type: ignore[arg-type]
-        isolation=isolation_of(request),
-    )
+    result = await fetch_by_offset(request, topic)
     table = result.records
     if table.schema != RECORD_SCHEMA:
         table = table.select(RECORD_SCHEMA.names).cast(RECORD_SCHEMA)

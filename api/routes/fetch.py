@@ -23,11 +23,9 @@ from starlette.responses import Response
 
 from laketail.api.deps import (
     ISOLATION_PARAM,
-    isolation_of,
+    fetch_by_offset,
     openapi_params,
-    path_int,
     path_param,
-    query_int,
     query_param,
 )
 from laketail.api.encoding import MEDIA_TYPES, EmbeddedFormat, b64encode, encode_json, response_format
@@ -129,15 +127,7 @@ async def fetch_records(request: Request) -> Response:
     topic = request.path_params["topic"]
     embedded = response_format(request.headers.get("accept"))
     state = request.app.state
-    result = await state.broker.fetch(
-        topic,
-        path_int(request, "partition"),
-        query_int(request, "offset", required=True),  # type: ignore[arg-type]
-        max_records=query_int(request, "max_records", minimum=1),
-        max_bytes=query_int(request, "max_bytes", minimum=1),
-        timeout_ms=query_int(request, "timeout", 0, minimum=0),  # type: ignore[arg-type]
-        isolation=isolation_of(request),
-    )
+    result = await fetch_by_offset(request, topic)
     rows, nbytes = encode_records(topic, data_rows(result.records), embedded)
     state.metrics.observe_fetch("v2", topic, len(rows), nbytes, perf_counter() - started)
     return Response(orjson.dumps(rows), media_type=MEDIA_TYPES[embedded])
