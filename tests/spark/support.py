@@ -96,12 +96,11 @@ def table_info(url: str, topic: str) -> dict:
 
 def wait_tiered(url: str, topic: str) -> dict:
     """Until every partition's table holds all records below its high watermark."""
-    return wait_until(
-        lambda: (lambda doc: doc if all(p["tiered_offset"] == p["high_watermark"] for p in doc["partitions"]) else None)(
-            table_info(url, topic)
-        ),
-        f"{topic} to be tiered",
-    )
+    def tiered() -> dict | None:
+        doc = table_info(url, topic)
+        return doc if all(p["tiered_offset"] == p["high_watermark"] for p in doc["partitions"]) else None
+
+    return wait_until(tiered, f"{topic} to be tiered")
 
 
 def read(spark: Any, url: str, topic: str, **options: str) -> list[tuple]:

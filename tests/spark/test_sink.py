@@ -65,11 +65,13 @@ def test_a_failed_write_shows_nothing(spark: Any, broker: Any, topic: str) -> No
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "5")
     try:
         with pytest.raises(Exception, match="boom"):
-            frame.write.format("laketail").option("laketail.servers", broker.url).option("topic", topic).mode("append").save()
+            (frame.write.format("laketail").option("laketail.servers", broker.url).option("topic", topic)
+             .mode("append").save())
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     produce(broker.url, topic, 0, [b"after"])  # readable once the failed write's session ended
-    wait_until(lambda: [v for *_, v in written(spark, broker.url, topic)] == [b"after"], "the aborted write to stay invisible")
+    wait_until(lambda: [v for *_, v in written(spark, broker.url, topic)] == [b"after"],
+               "the aborted write to stay invisible")
 
 
 def _stream(spark: Any, url: str, source: str, sink: str, checkpoint: Path) -> None:
@@ -110,3 +112,13 @@ def test_a_stream_writes_exactly_once_and_a_replayed_batch_is_a_no_op(
     assert httpx.get(f"{broker.url}/v1/sinks/{sink_id}", timeout=60).json()["committed_batch"] == last
     offsets = json.loads((checkpoint / "commits" / str(last)).read_text().splitlines()[-1])
     assert offsets is not None
+
+
+def test_rows_without_a_value_or_a_topic_are_refused(spark: Any, broker: Any, topic: str) -> None:
+    def writer(ddl: str, row: tuple) -> Any:
+        return spark.createDataFrame([row], ddl).write.format("laketail").option("laketail.servers", broker.url)
+
+    with pytest.raises(Exception, match="needs a 'value' column"):
+        writer("key binary", (b"k",)).option("topic", topic).mode("append").save()
+    with pytest.raises(Exception, match="needs a 'topic' column or the 'topic' option"):
+        writer("value binary", (b"v",)).mode("append").save()

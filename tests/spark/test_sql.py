@@ -55,7 +55,9 @@ def test_views_show_committed_data_and_every_row(
     assert [(r.partition, r.offset) for r in committed] == [
         (p, o) for p, o, _, _ in read(spark, broker.url, topic)
     ]  # the same rows the read_committed source returns
-    every = spark.sql(f"SELECT partition, offset, value, control FROM `{topic}_all` ORDER BY partition, offset").collect()
+    every = spark.sql(
+        f"SELECT partition, offset, value, control FROM `{topic}_all` ORDER BY partition, offset"
+    ).collect()
     assert [r.control for r in every if r.control] == ["ABORT", "COMMIT", "ABORT", "COMMIT"]
     assert len(every) == 2 + 3 + 2 + 2 + 2 + 3  # data and markers of partition 0, partition 1
     pruned = spark.sql(f"SELECT count(*) AS n FROM `{topic}_all` WHERE partition = 1")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from laketail.errors import InvalidRecord
 from laketail.records import HEADER_TYPE, TIMESTAMP_TYPE
 
 SOURCE_COLUMNS = (
@@ -85,7 +86,7 @@ def sink_table(batch: pa.RecordBatch, topic_override: str | None) -> pa.Table:
     table = pa.Table.from_batches([batch])
     names = table.column_names
     if "value" not in names:
-        raise ValueError("the laketail sink needs a 'value' column (binary or string)")
+        raise InvalidRecord("the laketail sink needs a 'value' column (binary or string)")
     columns = {name: table.column(name) for name in names}
     for name in ("key", "value"):
         if name in columns:
@@ -95,9 +96,9 @@ def sink_table(batch: pa.RecordBatch, topic_override: str | None) -> pa.Table:
     if topic_override is not None:
         columns["topic"] = pa.chunked_array([pa.repeat(pa.scalar(topic_override, pa.string()), table.num_rows)])
     elif "topic" not in columns:
-        raise ValueError("the laketail sink needs a 'topic' column or the 'topic' option")
+        raise InvalidRecord("the laketail sink needs a 'topic' column or the 'topic' option")
     elif pc.any(pc.is_null(columns["topic"])).as_py():
-        raise ValueError("the laketail sink got a row whose 'topic' is null")
+        raise InvalidRecord("the laketail sink got a row whose 'topic' is null")
     if "partition" in columns:
         columns["partition"] = columns["partition"].cast(pa.int32())
     if "timestamp" in columns and pa.types.is_timestamp(columns["timestamp"].type):

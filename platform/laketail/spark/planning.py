@@ -68,7 +68,9 @@ class TopicState:
 # -- pure parts ---------------------------------------------------------------------------------
 
 
-def rate_limit(starts: dict[TopicPartition, int], ends: dict[TopicPartition, int], limit: int) -> dict[TopicPartition, int]:
+def rate_limit(
+    starts: dict[TopicPartition, int], ends: dict[TopicPartition, int], limit: int
+) -> dict[TopicPartition, int]:
     """Ends moved back so that at most about ``limit`` offsets are read in total, each
     partition getting its share of what is available (as Spark's Kafka source does)."""
     sizes = {tp: max(0, ends[tp] - starts.get(tp, ends[tp])) for tp in ends}

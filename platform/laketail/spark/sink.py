@@ -40,7 +40,6 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from laketail.errors import LaketailError
 from laketail.partitioner import partition_for_key
 from laketail.spark.columns import sink_table
 from laketail.spark.gateway import SparkGateway
@@ -90,8 +89,6 @@ class TaskWrite:
             for batch in batches:
                 if batch.num_rows:
                     self._write(sink_table(batch, self.options.topic))
-        except ValueError as exc:
-            raise LaketailError(str(exc)) from None
         finally:
             self.gateway.close()
         tid = self.session.transactional_id if self.session else None
