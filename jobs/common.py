@@ -69,4 +69,9 @@ def spark_session(app_name: str):
     builder = SparkSession.builder.appName(app_name)
     for key, value in SESSION_CONF.items():
         builder = builder.config(key, value)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ and "PYSPARK_PYTHON" not in os.environ:
+        # Run as a plain script: Python workers (data source ones too) use this
+        # interpreter, and so find laketail; the JVM started below inherits it.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        builder = builder.config("spark.pyspark.python", sys.executable)
     return builder.getOrCreate(), True
