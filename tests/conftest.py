@@ -442,6 +442,25 @@ class BrokerProcess:
         return self.data_dir / "topics" / topic
 
 
+#: Broker settings that make group rebalances quick (no initial rebalance delay, session
+#: timeouts from 500 ms): for module brokers of group tests.
+QUICK_GROUPS = {
+    "LAKETAIL_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+    "LAKETAIL_GROUP_MIN_SESSION_TIMEOUT_MS": "500",
+}
+
+
+def running_broker(tmp_path_factory: pytest.TempPathFactory, name: str,
+                   env: dict[str, str]) -> Iterator[BrokerProcess]:
+    """A broker started with ``env`` for a module-scoped fixture to yield, stopped after."""
+    proc = BrokerProcess(tmp_path_factory.mktemp(name) / "data", env=env)
+    try:
+        proc.start()
+        yield proc
+    finally:
+        proc.stop()
+
+
 def _unique_topic_name(request: pytest.FixtureRequest) -> str:
     stem = re.sub(r"[^a-zA-Z0-9-]+", "-", request.node.name).strip("-")[:60]
     return f"{stem}-{uuid.uuid4().hex[:10]}"

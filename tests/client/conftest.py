@@ -14,12 +14,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from conftest import BrokerProcess
+from conftest import QUICK_GROUPS, BrokerProcess, running_broker
 
-GROUP_ENV = {
-    "LAKETAIL_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
-    "LAKETAIL_GROUP_MIN_SESSION_TIMEOUT_MS": "500",
-}
+GROUP_ENV = QUICK_GROUPS
 
 
 @pytest.fixture
@@ -29,12 +26,7 @@ def servers(broker: BrokerProcess) -> str:
 
 @pytest.fixture(scope="module")
 def group_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("group-broker") / "data", env=GROUP_ENV)
-    try:
-        proc.start()
-        yield proc
-    finally:
-        proc.stop()
+    yield from running_broker(tmp_path_factory, "group-broker", GROUP_ENV)
 
 
 @pytest.fixture

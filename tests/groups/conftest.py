@@ -16,19 +16,10 @@ from typing import Iterator
 
 import pytest
 
-from conftest import BrokerProcess
+from conftest import QUICK_GROUPS, BrokerProcess, running_broker
 
-QUICK_GROUPS = {
-    "LAKETAIL_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
-    "LAKETAIL_GROUP_MIN_SESSION_TIMEOUT_MS": "500",
-}
 
 
 @pytest.fixture(scope="module")
 def groups_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("groups-broker") / "data", env=QUICK_GROUPS)
-    try:
-        proc.start()
-        yield proc
-    finally:
-        proc.stop()
+    yield from running_broker(tmp_path_factory, "groups-broker", QUICK_GROUPS)

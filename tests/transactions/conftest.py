@@ -13,7 +13,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import BrokerProcess
+from conftest import BrokerProcess, running_broker
 
 TXN_ENV = {
     "LAKETAIL_TRANSACTION_STATE_LOG_NUM_PARTITIONS": "4",
@@ -24,9 +24,4 @@ TXN_ENV = {
 
 @pytest.fixture(scope="module")
 def txn_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("txn-broker") / "data", env=TXN_ENV)
-    try:
-        proc.start()
-        yield proc
-    finally:
-        proc.stop()
+    yield from running_broker(tmp_path_factory, "txn-broker", TXN_ENV)
