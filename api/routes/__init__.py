@@ -10,6 +10,7 @@ from laketail.api.routes import (
     consumers,
     fetch,
     groups_v1,
+    internal,
     offsets,
     produce,
     topics,
@@ -32,6 +33,7 @@ ROUTERS = [
     groups_v1.router,
     transactions_v1.router,
     v3_groups.router,
+    internal.router,
 ]
 
 __all__ = ["ROUTERS"]

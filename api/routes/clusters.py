@@ -11,6 +11,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from laketail.errors import BrokerNotAvailable
 from laketail.api.deps import broker_of, check_cluster, json_response
 
 router = APIRouter(tags=["v3 clusters"])
@@ -36,7 +37,7 @@ def cluster_doc(request: Request) -> dict:
     broker = broker_of(request)
     cid = broker.cluster_id
     url = cluster_url(request, cid)
-    controller = broker.brokers()[0].broker_id
+    controller = broker.controller_id if broker.controller_id >= 0 else broker.broker_id
     return {
         "kind": "KafkaCluster",
         "metadata": {"self": url, "resource_name": cluster_crn(cid)},
@@ -64,3 +65,40 @@ async def list_clusters(request: Request) -> Response:
 async def get_cluster(request: Request, cluster_id: str) -> Response:
     check_cluster(broker_of(request), cluster_id)
     return json_response(cluster_doc(request))
+
+
+def _broker_doc(request: Request, cid: str, b) -> dict:
+    url = f"{cluster_url(request, cid)}/brokers/{b.broker_id}"
+    return {
+        "kind": "KafkaBroker",
+        "metadata": {"self": url, "resource_name": f"{cluster_crn(cid)}/broker={b.broker_id}"},
+        "cluster_id": cid,
+        "broker_id": b.broker_id,
+        "host": b.host,
+        "port": b.port,
+        "rack": None,
+        "url": b.url,  # laketail: the advertised gateway URL (scheme included)
+        "configs": {"related": f"{url}/configs"},
+        "partition_replicas": {"related": f"{url}/partition-replicas"},
+    }
+
+
+@router.get("/v3/clusters/{cluster_id}/brokers", summary="List the live brokers")
+async def list_brokers(request: Request, cluster_id: str) -> Response:
+    broker = broker_of(request)
+    check_cluster(broker, cluster_id)
+    return json_response({
+        "kind": "KafkaBrokerList",
+        "metadata": list_metadata(f"{cluster_url(request, cluster_id)}/brokers"),
+        "data": [_broker_doc(request, cluster_id, b) for b in broker.brokers()],
+    })
+
+
+@router.get("/v3/clusters/{cluster_id}/brokers/{broker_id}", summary="Describe a broker")
+async def get_broker(request: Request, cluster_id: str, broker_id: int) -> Response:
+    broker = broker_of(request)
+    check_cluster(broker, cluster_id)
+    for b in broker.brokers():
+        if b.broker_id == broker_id:
+            return json_response(_broker_doc(request, cluster_id, b))
+    raise BrokerNotAvailable(f"broker {broker_id} is not alive in this cluster")

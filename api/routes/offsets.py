@@ -50,10 +50,10 @@ async def list_offsets(
     broker = broker_of(request)
     spec = parse_spec(timestamp)
     if spec == "earliest":
-        state = broker.partition_state(topic, partition)
+        state = await broker.partition_state_async(topic, partition)
         return json_response({"offset": state.log_start_offset, "timestamp": -1})
     if spec == "latest":
-        state = broker.partition_state(topic, partition)
+        state = await broker.partition_state_async(topic, partition)
         end = state.last_stable_offset if isolation_level == "read_committed" else state.high_watermark
         return json_response({"offset": end, "timestamp": -1})
     found = await broker.offset_for_timestamp(topic, partition, spec)

@@ -75,7 +75,7 @@ async def get_offsets(
     partition: int,
     isolation_level: Literal["read_committed", "read_uncommitted"] = Query("read_committed"),
 ) -> Response:
-    state = broker_of(request).partition_state(topic, partition)
+    state = await broker_of(request).partition_state_async(topic, partition)
     end = state.last_stable_offset if isolation_level == "read_committed" else state.high_watermark
     return _v2({"beginning_offset": state.log_start_offset, "end_offset": end})
 

@@ -25,11 +25,14 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
+import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from laketail.catalog import Catalog, TopicInfo, validate_topic_name
 from laketail.clock import Clock, SystemClock
+from laketail.cluster.metadata import NO_LEADER, ClusterImage
+from laketail.cluster.node import INTERNAL, ClusterNode
 from laketail.config import TOPIC_CONFIGS, BrokerSettings, TopicConfig
 from laketail.coordinator.groups import GroupCoordinator
 from laketail.coordinator.offsets import OffsetStore
@@ -38,6 +41,8 @@ from laketail.errors import (
     InvalidPartitions,
     InvalidReplicationFactor,
     InvalidRequest,
+    LeaderNotAvailable,
+    NotLeaderOrFollower,
     OffsetOutOfRange,
     RecordTooLarge,
     UnknownTopicOrPartition,
@@ -138,7 +143,7 @@ class _ProducePlan:
     count: int
     partitions: list[int]
     timestamps_ms: list[int]
-    appends: list[tuple]  # (partition log, frame batch, request rows or None, max timestamp us)
+    appends: list[tuple]  # (partition, frame batch, request rows or None, max timestamp us)
     producer: ProducerBatch | None = None
 
 
@@ -150,8 +155,10 @@ class _TopicRuntime:
 
 
 class Broker:
-    """A single laketail broker (replication arrives with its own issue: the seams are
-    ``leader_epoch`` on every append and ``high_watermark`` separate from LEO)."""
+    """One laketail broker: alone (it is its own controller), or one of several sharing
+    a data root (ARCHITECTURE.md 7; :mod:`laketail.cluster`). It hosts the replicas the
+    controller gave it; produce and fetch for a partition it does not lead are forwarded
+    to the leader, so any broker answers any request."""
 
     def __init__(self, settings: BrokerSettings, clock: Clock | None = None) -> None:
         self.settings = settings
@@ -163,7 +170,8 @@ class Broker:
         self.tierer = Tierer(self, clock=self.clock)
         self._topics: dict[str, _TopicRuntime] = {}
         self.cluster_id = ""
-        self.leader_epoch = 0
+        self.cluster = ClusterNode(self)
+        self._remote_states: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
         self.offsets = OffsetStore(self, settings.offsets_topic_num_partitions)
         self.groups = GroupCoordinator(
             self,
@@ -189,8 +197,7 @@ class Broker:
         self.cluster_id = await asyncio.to_thread(self.catalog.open)
         known = {info.name for info in self.catalog.topics()}
         await asyncio.to_thread(self.logs.remove_orphans, None, known)
-        for info in self.catalog.topics():
-            await self._open_topic(info)
+        await self.cluster.start()  # the cluster image opens this broker's replicas
         await self.offsets.load()
         await self.transactions.load()
         await self.transactions.recover()
@@ -208,6 +215,7 @@ class Broker:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         await self.tierer.stop()
+        await self.cluster.close()
         await self.logs.close()
 
     async def _transaction_timeouts(self) -> None:
@@ -277,20 +285,74 @@ class Broker:
             except Exception:
                 log.exception("group housekeeping failed")
 
-    async def _open_topic(self, info: TopicInfo) -> None:
-        config = self.settings.topic_config(info.configs)
+    async def _open_partition(self, topic: str, partition: int, replicated: bool):
+        """This broker's replica of a partition, opened (recovered) on first use. A
+        replicated log reopens with HW at what the table holds: the rest becomes
+        visible once the ISR has it again."""
+        try:
+            return self.logs.get(topic, partition)
+        except UnknownTopicOrPartition:
+            pass
+        config = self._runtime(topic).config
+        tiered = await asyncio.to_thread(self.tables.tiered_offset, topic, partition)
+        start = await asyncio.to_thread(self.tables.log_start_offset, topic, partition)
+        try:
+            return self.logs.get(topic, partition)  # opened while we read the table
+        except UnknownTopicOrPartition:
+            pass
+        plog = await asyncio.to_thread(self.logs.open_partition, topic, partition, config, tiered, start)
+        if replicated:
+            plog.high_watermark = min(plog.log_end_offset, max(tiered, plog.log_start_offset))
+        return plog
+
+    async def _apply_image(self, image: ClusterImage) -> None:
+        """Topics as the controller published them: new ones known, configs current,
+        deleted ones (and their local replicas) gone."""
+        for name, doc in image.topics.items():
+            info = TopicInfo(
+                name=doc["name"], topic_id=doc["topic_id"], partitions=doc["partitions"],
+                replication_factor=doc["replication_factor"], configs=dict(doc["configs"]),
+                created_ms=doc["created_ms"], internal=doc["internal"],
+            )
+            runtime = self._topics.get(name)
+            if runtime is None or runtime.info.topic_id != info.topic_id:
+                if runtime is not None:
+                    await self._forget_topic(name, runtime.info)
+                self._topics[name] = _TopicRuntime(info, self.settings.topic_config(info.configs))
+            elif runtime.info != info:
+                runtime.info = info
+                runtime.config = self.settings.topic_config(info.configs)
+                for plog in self.logs.partitions(name):
+                    plog.config = runtime.config
+                self.tierer.schedule(name)
+        for name in [n for n in self._topics if n not in image.topics]:
+            await self._forget_topic(name, self._topics[name].info)
+        await asyncio.to_thread(self.catalog._reload)
+
+    async def _forget_topic(self, name: str, info: TopicInfo) -> None:
+        self._topics.pop(name, None)
+        self.cluster.replicas.forget_topic(name)
+        await self.tierer.forget(name)
         for p in range(info.partitions):
-            tiered = await asyncio.to_thread(self.tables.tiered_offset, info.name, p)
-            start = await asyncio.to_thread(self.tables.log_start_offset, info.name, p)
-            await asyncio.to_thread(self.logs.open_partition, info.name, p, config, tiered, start)
-        self._topics[info.name] = _TopicRuntime(info, config)
+            await self.logs.delete_partition(name, p)
 
     # -- metadata -----------------------------------------------------------------
 
     def brokers(self) -> list[BrokerInfo]:
-        return [
-            BrokerInfo(self.broker_id, self.settings.url, self.settings.host, self.settings.port)
-        ]
+        """The live brokers of the cluster (this one included), by id."""
+        out = []
+        for b in sorted(self.cluster.image.brokers.values(), key=lambda b: b.broker_id):
+            if not b.alive:
+                continue
+            url = httpx.URL(b.url)
+            out.append(BrokerInfo(b.broker_id, b.url, url.host, url.port or (443 if url.scheme == "https" else 80)))
+        if not out:
+            out = [BrokerInfo(self.broker_id, self.settings.url, self.settings.host, self.settings.port)]
+        return out
+
+    @property
+    def controller_id(self) -> int:
+        return self.cluster.image.controller_id
 
     def list_topics(self, include_internal: bool = True) -> list[str]:
         names = sorted(self._topics)
@@ -337,21 +399,50 @@ class Broker:
         return info
 
     def partition_state(self, topic: str, partition: int) -> PartitionState:
+        """Leadership from the cluster image; offsets from this broker's replica (exact on
+        the leader, up to one fetch behind on a follower) or, without one, from the
+        last :meth:`partition_state_async` that asked the leader (zeros before any)."""
         self._check_partition(topic, partition)
-        plog = self.logs.get(topic, partition)
+        reg = self.cluster.image.partitions.get((topic, partition))
+        leader = reg.leader if reg is not None else NO_LEADER
+        replicas = list(reg.replicas) if reg is not None else []
+        isr = list(reg.isr) if reg is not None else []
+        epoch = reg.leader_epoch if reg is not None else 0
+        try:
+            plog = self.logs.get(topic, partition)
+        except UnknownTopicOrPartition:
+            remote = self._remote_states.get((topic, partition))
+            offsets = remote if remote is not None else (0, 0, 0, 0, 0)
+            return PartitionState(topic, partition, leader, replicas, isr, epoch, *offsets)
         return PartitionState(
             topic=topic,
             partition=partition,
-            leader=self.broker_id,
-            replicas=[self.broker_id],
-            isr=[self.broker_id],
-            leader_epoch=self.leader_epoch,
+            leader=leader,
+            replicas=replicas,
+            isr=isr,
+            leader_epoch=epoch,
             log_start_offset=plog.log_start_offset,
             log_end_offset=plog.log_end_offset,
             high_watermark=plog.high_watermark,
             last_stable_offset=plog.last_stable_offset,
             tiered_offset=plog.tiered_offset,
         )
+
+    def leads(self, topic: str, partition: int) -> bool:
+        return (topic, partition) in self.cluster.replicas.leading and not self.cluster.fenced
+
+    async def partition_state_async(self, topic: str, partition: int) -> PartitionState:
+        """The partition's offsets as its leader knows them (asked over HTTP when the
+        leader is another broker)."""
+        self._check_partition(topic, partition)
+        if self.leads(topic, partition) or len(self.cluster.image.brokers) <= 1:
+            return self.partition_state(topic, partition)
+        resp = await self.cluster.call_leader(topic, partition, "GET", f"{INTERNAL}/partitions/{topic}/{partition}/state")
+        doc = resp.json()
+        offsets = (doc["log_start_offset"], doc["log_end_offset"], doc["high_watermark"],
+                   doc["last_stable_offset"], doc["tiered_offset"])
+        self._remote_states[(topic, partition)] = offsets
+        return PartitionState(topic, partition, doc["leader"], doc["replicas"], doc["isr"], doc["leader_epoch"], *offsets)
 
     def partition_states(self, topic: str) -> list[PartitionState]:
         return [self.partition_state(topic, p) for p in range(self.topic(topic).partitions)]
@@ -378,7 +469,7 @@ class Broker:
             raise InvalidPartitions(f"partitions must be at least 1, got {partitions}")
         if not isinstance(rf, int) or rf < 1:
             raise InvalidReplicationFactor(f"replication factor must be at least 1, got {rf}")
-        if rf > len(self.brokers()):
+        if rf > len(self.brokers()) and not name.startswith("__"):
             raise InvalidReplicationFactor(
                 f"replication factor {rf} is larger than the {len(self.brokers())} available broker(s)"
             )
@@ -387,27 +478,34 @@ class Broker:
         if validate_only:
             self.catalog.check_can_create(name)
             return TopicInfo(name, "", partitions, rf, overrides, internal=name.startswith("__"))
+        # The controller creates it (leftovers of a delete cut short by a crash are
+        # cleared before the catalog commit that makes the topic exist).
         async with self._admin_lock:
             self.catalog.check_can_create(name)
-            # Leftovers of a delete cut short by a crash belong to no topic: clear them
-            # before the catalog commit that makes the new topic exist.
-            await asyncio.to_thread(self._remove_leftovers, name)
-            info = await asyncio.to_thread(self.catalog.create_topic, name, partitions, rf, overrides)
-            await asyncio.to_thread(self.tables.create_table, name)
-            await self._open_topic(info)
+            if self.cluster.is_controller:
+                info = await self.cluster.controller.create_topic(name, partitions, rf, overrides)
+            else:
+                body = {"name": name, "partitions": partitions, "replication_factor": rf, "configs": overrides}
+                await self._ask_controller("POST", f"{INTERNAL}/topics", json=body)
+                info = self.topic(name)
         return info
+
+    async def _ask_controller(self, method: str, path: str, **kwargs):
+        """An admin change made by the controller; its answer is the new image."""
+        resp = await self.cluster.call_controller(method, path, **kwargs)
+        await self.cluster.apply_image(ClusterImage.from_json(resp.json()))
+        return resp
 
     async def delete_topic(self, name: str) -> None:
         """The catalog commit is the point of no return; the table and hot logs go after
         it (a crash in between leaves leftovers that the next create of the name clears)."""
         async with self._admin_lock:
-            info = self.topic(name)
-            await asyncio.to_thread(self.catalog.delete_topic, name)
-            self._topics.pop(name, None)
-            await self.tierer.forget(name)
-            for p in range(info.partitions):
-                await self.logs.delete_partition(name, p)
-            await asyncio.to_thread(self.tables.delete_table, name)
+            self.topic(name)
+            if self.cluster.is_controller:
+                await self.cluster.controller.delete_topic(name)  # the image drops the replicas
+                await asyncio.to_thread(self.tables.delete_table, name)
+            else:
+                await self._ask_controller("DELETE", f"{INTERNAL}/topics/{name}")
 
     def _remove_leftovers(self, name: str) -> None:
         self.tables.delete_table(name)
@@ -425,14 +523,12 @@ class Broker:
 
                 raise InvalidConfig(f"unknown topic config '{key}'")
             merged.pop(key, None)
-        config = self.settings.topic_config(merged)
-        new_info = await asyncio.to_thread(self.catalog.alter_topic, name, merged)
-        self._topics[name].info = new_info
-        self._topics[name].config = config
-        for p in range(info.partitions):
-            self.logs.get(name, p).config = config
-        self.tierer.schedule(name)
-        return new_info
+        self.settings.topic_config(merged)  # validates values against each other
+        if self.cluster.is_controller:
+            await self.cluster.controller.alter_topic(name, merged)
+        else:
+            await self._ask_controller("PUT", f"{INTERNAL}/topics/{name}/configs", json=merged)
+        return self.topic(name)
 
     # -- produce ----------------------------------------------------------------------
 
@@ -459,7 +555,7 @@ class Broker:
             else:
                 self.transactions.check_idempotent_produce(producer.producer_id, producer.producer_epoch)
         plan = self._plan_produce(topic, batch, producer)
-        return await self._execute(plan)
+        return await self._execute(plan, acks)
 
     def _single_partition(self, topic: str, batch: pa.RecordBatch | pa.Table) -> int:
         """The one partition a producer batch goes to (it must name it)."""
@@ -477,7 +573,7 @@ class Broker:
 
         The caller keeps the returned task referenced until it ends."""
         plan = self._plan_produce(topic, batch)
-        return asyncio.get_running_loop().create_task(self._execute(plan))
+        return asyncio.get_running_loop().create_task(self._execute(plan, "0"))
 
     def _plan_produce(
         self, topic: str, batch: pa.RecordBatch | pa.Table, producer: ProducerBatch | None = None
@@ -522,7 +618,7 @@ class Broker:
                     producer_id=producer.producer_id, producer_epoch=producer.producer_epoch,
                     base_sequence=producer.base_sequence, transactional=producer.transactional,
                 )
-            appends = [(self.logs.get(topic, partitions), frame, None, max_ts_us)]
+            appends = [(partitions, frame, None, max_ts_us)]
             return _ProducePlan(topic, n, [partitions] * n, timestamps_ms, appends, producer)
         if producer is not None:
             raise InvalidRequest(
@@ -543,26 +639,74 @@ class Broker:
                 headers=headers.take(idx),
                 timestamp_type=ts_type,
             )
-            appends.append((self.logs.get(topic, p), frame, rows, None))
+            appends.append((p, frame, rows, None))
         return _ProducePlan(topic, n, part_list, timestamps_ms, appends, None)
 
-    async def _execute(self, plan: _ProducePlan) -> ProduceResult:
-        epoch = self.leader_epoch
+    async def _execute(self, plan: _ProducePlan, acks: Acks = "all") -> ProduceResult:
         if len(plan.appends) == 1:
-            plog, frame, _, max_ts = plan.appends[0]
-            base = await plog.append(frame, leader_epoch=epoch, max_timestamp_us=max_ts, producer=plan.producer)
+            partition, frame, _, max_ts = plan.appends[0]
+            base = await self.append(plan.topic, partition, frame, acks, max_ts, plan.producer)
             offsets = list(range(base, base + plan.count))
         else:
             bases = await asyncio.gather(*(
-                plog.append(frame, leader_epoch=epoch, max_timestamp_us=max_ts)
-                for plog, frame, _, max_ts in plan.appends
+                self.append(plan.topic, partition, frame, acks, max_ts)
+                for partition, frame, _, max_ts in plan.appends
             ))
             offsets = [0] * plan.count
             for (_, _, rows, _), base in zip(plan.appends, bases):
                 for j, row in enumerate(rows):
                     offsets[row] = base + j
-        self.tierer.wake(plan.topic)
         return ProduceResult(plan.partitions, offsets, plan.timestamps_ms)
+
+    async def append(
+        self,
+        topic: str,
+        partition: int,
+        frame: pa.RecordBatch,
+        acks: Acks = "all",
+        max_timestamp_us: int | None = None,
+        producer: ProducerBatch | None = None,
+    ) -> int:
+        """Append one frame batch to the partition on its leader (here, or forwarded);
+        return its base offset once ``acks`` is satisfied."""
+        replicas = self.cluster.replicas
+        if (topic, partition) not in replicas.leading:
+            return await self._forward_append(topic, partition, frame, acks, max_timestamp_us, producer)
+        state = replicas.leader_state(topic, partition)  # raises when fenced
+        min_insync = self._runtime(topic).config.min_insync_replicas
+        if acks == "all":
+            replicas.check_min_isr(topic, partition, min_insync)
+        plog = state.plog
+        base = await plog.append(
+            frame, leader_epoch=state.reg.leader_epoch, max_timestamp_us=max_timestamp_us, producer=producer
+        )
+        self.tierer.wake(topic)
+        if acks == "all":
+            timeout = self.settings.request_timeout_ms / 1000
+            await replicas.wait_replicated(topic, partition, base + frame.num_rows, min_insync, timeout)
+        return base
+
+    async def _forward_append(self, topic, partition, frame, acks, max_timestamp_us, producer) -> int:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, frame.schema) as writer:
+            writer.write_batch(frame)
+        params = {"acks": acks if acks != "0" else "1"}
+        if max_timestamp_us is not None:
+            params["max_timestamp_us"] = str(max_timestamp_us)
+        if producer is not None:
+            params.update(
+                producer_id=str(producer.producer_id), producer_epoch=str(producer.producer_epoch),
+                base_sequence=str(producer.base_sequence), transactional=str(producer.transactional).lower(),
+            )
+            if producer.control is not None:
+                params["control"] = producer.control
+        resp = await self.cluster.call_leader(
+            topic, partition, "POST", f"{INTERNAL}/partitions/{topic}/{partition}/append",
+            params=params, content=sink.getvalue().to_pybytes(),
+            headers={"Content-Type": "application/vnd.apache.arrow.stream"},
+            timeout=self.settings.request_timeout_ms / 1000 + 5,
+        )
+        return resp.json()["base_offset"]
 
     def _check_sizes(self, keys: pa.Array, values: pa.Array, headers: pa.Array, limit: int) -> None:
         if keys.nbytes + values.nbytes + headers.nbytes <= limit:
@@ -640,13 +784,17 @@ class Broker:
         self._check_partition(topic, partition)
         if offset < 0:
             raise OffsetOutOfRange(f"offset {offset} is negative")
+        if not self.leads(topic, partition):
+            return await self._forward_fetch(topic, partition, offset, max_records, max_bytes, timeout_ms, isolation)
         plog = self.logs.get(topic, partition)
-        if offset < plog.log_start_offset or offset > plog.high_watermark:
+        # Between HW and LEO (a new leader whose HW has not caught up yet): nothing to
+        # read yet, which is not out of range.
+        if offset < plog.log_start_offset or offset > max(plog.high_watermark, plog.log_end_offset):
             raise OffsetOutOfRange(
                 f"offset {offset} is outside [{plog.log_start_offset}, {plog.high_watermark}] "
                 f"of {topic}-{partition}"
             )
-        if offset == plog.high_watermark and timeout_ms > 0:
+        if offset >= plog.high_watermark and timeout_ms > 0:
             await plog.wait_for_data(offset, timeout_ms / 1000.0)
         limit_records = max_records if max_records and max_records > 0 else 500
         limit_bytes = max_bytes if max_bytes and max_bytes > 0 else 52_428_800
@@ -661,6 +809,23 @@ class Broker:
             if table.num_rows or position >= end:
                 break  # else: only markers or aborted records so far; read on
         return FetchResult(table, position, plog.high_watermark, plog.log_start_offset, plog.last_stable_offset)
+
+    async def _forward_fetch(self, topic, partition, offset, max_records, max_bytes, timeout_ms, isolation) -> FetchResult:
+        params = {"offset": offset, "timeout_ms": timeout_ms, "isolation": isolation}
+        if max_records:
+            params["max_records"] = max_records
+        if max_bytes:
+            params["max_bytes"] = max_bytes
+        resp = await self.cluster.call_leader(
+            topic, partition, "GET", f"{INTERNAL}/partitions/{topic}/{partition}/records",
+            params=params, timeout=timeout_ms / 1000 + 30,
+        )
+        table = pa.ipc.open_stream(resp.content).read_all()
+        h = resp.headers
+        return FetchResult(
+            table, int(h["x-next-offset"]), int(h["x-high-watermark"]),
+            int(h["x-log-start-offset"]), int(h["x-last-stable-offset"]),
+        )
 
     async def _read(self, topic, partition, plog, offset, end, limit_records, limit_bytes) -> pa.Table:
         if offset >= plog.hot_start_offset:
@@ -695,6 +860,13 @@ class Broker:
         """Kafka's ListOffsets by time: the earliest offset whose timestamp is at or after
         ``timestamp_ms``, with that record's timestamp; ``None`` when there is none."""
         self._check_partition(topic, partition)
+        if not self.leads(topic, partition):
+            resp = await self.cluster.call_leader(
+                topic, partition, "GET", f"{INTERNAL}/partitions/{topic}/{partition}/offset-for-timestamp",
+                params={"timestamp": timestamp_ms},
+            )
+            found = resp.json()
+            return None if found is None else (found[0], found[1])
         plog = self.logs.get(topic, partition)
         return await asyncio.to_thread(self._offset_for_timestamp, topic, plog, timestamp_ms)
 

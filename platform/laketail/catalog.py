@@ -108,7 +108,7 @@ class Catalog:
         try:
             rows = DeltaTable(self.cluster_uri).to_pyarrow_table().to_pylist()
             if rows:
-                return rows[0]["cluster_id"]
+                return min(rows, key=lambda r: (r["created_ms"], r["cluster_id"]))["cluster_id"]
         except TableNotFoundError:
             pass
         # Kafka's cluster ids are 22-character URL-safe base64 of a UUID.
@@ -118,10 +118,11 @@ class Catalog:
         row = pa.table({"cluster_id": [cid], "created_ms": [int(time.time() * 1000)]}, schema=CLUSTER_SCHEMA)
         try:
             write_deltalake(self.cluster_uri, row, mode="error")
-            return cid
         except Exception:
-            rows = DeltaTable(self.cluster_uri).to_pyarrow_table().to_pylist()
-            return rows[0]["cluster_id"]
+            pass  # another broker of the cluster created it first
+        # Brokers starting together may race here: all agree on the first row written.
+        rows = DeltaTable(self.cluster_uri).to_pyarrow_table().to_pylist()
+        return min(rows, key=lambda r: (r["created_ms"], r["cluster_id"]))["cluster_id"]
 
     def _read_rows(self) -> tuple[DeltaTable, list[dict]]:
         dt = DeltaTable(self.topics_uri)

@@ -211,6 +211,14 @@ class BrokerSettings:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     producer_id_expiration_ms: int = 86_400_000
     consumer_instance_timeout_ms: int = 300_000
+    # Replication (Kafka's names and defaults).
+    broker_session_timeout_ms: int = 9_000
+    broker_heartbeat_interval_ms: int = 2_000
+    replica_lag_time_max_ms: int = 30_000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_max_bytes: int = 1_048_576
+    offsets_topic_replication_factor: int = 3
+    transaction_state_log_replication_factor: int = 3
     maintenance_enabled: bool = True
     maintenance_interval_ms: int = 300_000
     topic_defaults: dict[str, Any] = field(default_factory=dict)
@@ -259,6 +267,13 @@ _BROKER_KEYS = {
         "transaction_abort_timed_out_transaction_cleanup_interval_ms",
     "producer.id.expiration.ms": "producer_id_expiration_ms",
     "consumer.instance.timeout.ms": "consumer_instance_timeout_ms",
+    "broker.session.timeout.ms": "broker_session_timeout_ms",
+    "broker.heartbeat.interval.ms": "broker_heartbeat_interval_ms",
+    "replica.lag.time.max.ms": "replica_lag_time_max_ms",
+    "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
+    "replica.fetch.max.bytes": "replica_fetch_max_bytes",
+    "offsets.topic.replication.factor": "offsets_topic_replication_factor",
+    "transaction.state.log.replication.factor": "transaction_state_log_replication_factor",
     # laketail: the broker runs the retention and compaction jobs of user topics (spark-submit,
     # local mode) every interval; false leaves them to `laketail jobs run` or another scheduler.
     "laketail.maintenance.enable": "maintenance_enabled",

@@ -29,6 +29,8 @@ Tree::
     ├── NotAcceptable                406 40601
     ├── NotLeaderOrFollower          421 42101
     ├── NotEnoughReplicas            503 50301, NotEnoughReplicasAfterAppend 50302
+    ├── replication: LeaderNotAvailable 503 50303, NotController 503 50304,
+    │   FencedLeaderEpoch 409 40920, BrokerNotAvailable 404 40408
     ├── RequestTimedOut              504 50401
     ├── CorruptMessage               500 50002
     ├── KafkaStorageError            500 50002
@@ -162,6 +164,42 @@ class NotLeaderOrFollower(LaketailError):
     kafka_name = "NOT_LEADER_OR_FOLLOWER"
     http_status = 421
     rest_code = 42101
+    retriable = True
+
+
+class LeaderNotAvailable(LaketailError):
+    """The partition has no live leader right now (offline, or an election is under way)."""
+
+    kafka_code = 5
+    kafka_name = "LEADER_NOT_AVAILABLE"
+    http_status = 503
+    rest_code = 50303
+    retriable = True
+
+
+class BrokerNotAvailable(LaketailError):
+    kafka_code = 8
+    kafka_name = "BROKER_NOT_AVAILABLE"
+    http_status = 404
+    rest_code = 40408
+
+
+class FencedLeaderEpoch(LaketailError):
+    """A request carried a leader epoch older than the partition's: its sender's view
+    of who leads is stale."""
+
+    kafka_code = 74
+    kafka_name = "FENCED_LEADER_EPOCH"
+    http_status = 409
+    rest_code = 40920
+    retriable = True
+
+
+class NotController(LaketailError):
+    kafka_code = 41
+    kafka_name = "NOT_CONTROLLER"
+    http_status = 503
+    rest_code = 50304
     retriable = True
 
 

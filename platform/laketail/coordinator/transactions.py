@@ -409,16 +409,15 @@ class TransactionCoordinator:
         return True
 
     async def write_marker(self, topic: str, partition: int, producer_id: int, epoch: int, kind: str) -> None:
-        try:
-            plog = self.broker.logs.get(topic, partition)
-        except Exception:
+        if not self._partition_exists(topic, partition):
             return  # the topic was deleted meanwhile
         marker = build_frame_batch(
             timestamps_us=[self.broker.clock.now_ms() * 1000], keys=[None], values=[None],
             producer_id=producer_id, producer_epoch=epoch, transactional=True, control=kind,
         )
-        await plog.append(marker, leader_epoch=self.broker.leader_epoch,
-                          producer=ProducerBatch(producer_id, epoch, -1, True, kind))
+        # acks=all: a marker is only written once every in-sync replica has it.
+        await self.broker.append(topic, partition, marker, "all",
+                                 producer=ProducerBatch(producer_id, epoch, -1, True, kind))
 
     def tick(self) -> list[str]:
         """Transactions open past ``transaction.timeout.ms``; :meth:`expire` aborts them."""

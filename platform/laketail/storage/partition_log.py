@@ -30,6 +30,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -112,6 +113,16 @@ class PartitionLog:
         self.log_start_offset = segments[0].base_offset
         self.untiered_bytes = 0  # approximate payload bytes above tiered_offset
         self.producer_state = ProducerStateManager()
+        # Replication: with followers the replica manager moves HW (min LEO over the
+        # ISR); alone, HW follows LEO after each write.
+        self.hw_follows_leo = True
+        self.on_append: Callable[["PartitionLog"], None] | None = None
+        self._leo_event: asyncio.Event | None = None
+        # Leader-epoch cache: (epoch, first offset appended in it), ascending.
+        self.epochs: list[tuple[int, int]] = []
+        for seg in segments:
+            for epoch, start in seg.epoch_starts:
+                self._note_epoch(epoch, start)
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -289,7 +300,16 @@ class PartitionLog:
                     item.future.set_exception(base)
                 else:
                     item.future.set_result(base)
-            self._notify()
+            self._appended()
+
+    def _appended(self) -> None:
+        """After a write: wake replica fetchers (LEO moved) and readers (HW moved)."""
+        if self._leo_event is not None:
+            self._leo_event.set()
+            self._leo_event = None
+        if self.on_append is not None:
+            self.on_append(self)
+        self._notify()
 
     def _write_group(self, group: list[_PendingAppend]) -> list[int | Exception]:
         """Validate producer batches, assign offsets, write, fsync per policy. A batch a
@@ -332,6 +352,7 @@ class PartitionLog:
                 header = FrameHeader(0, len(item.payload), offset, item.count, item.max_timestamp,
                                      item.leader_epoch, item.attributes)
                 frames.append((head, item.payload, header))
+                self._note_epoch(item.leader_epoch, offset)
                 results.append(offset)
                 offset += item.count
             if not frames:
@@ -365,7 +386,8 @@ class PartitionLog:
                 self._last_flush_ms = now
             self.untiered_bytes += sum(len(f[1]) for f in frames)
             self.log_end_offset = offset
-            self.high_watermark = offset
+            if self.hw_follows_leo:
+                self.high_watermark = offset
             return results
 
     @property
@@ -409,6 +431,193 @@ class PartitionLog:
             await asyncio.wait_for(event.wait(), timeout_s)
         except TimeoutError:
             pass
+
+    # -- replication ------------------------------------------------------------------------------
+
+    def _note_epoch(self, epoch: int, start: int) -> None:
+        if not self.epochs or epoch > self.epochs[-1][0]:
+            self.epochs.append((epoch, start))
+
+    @property
+    def latest_epoch(self) -> int:
+        """The leader epoch of the last frame (or of the last leadership assigned); -1
+        for a log that never had one."""
+        return self.epochs[-1][0] if self.epochs else -1
+
+    def assign_epoch(self, epoch: int) -> None:
+        """Becoming leader in ``epoch``: its appends start at the current LEO (so a
+        follower asking where ``epoch - 1`` ended gets the right answer before any)."""
+        with self._lock:
+            self._note_epoch(epoch, self.log_end_offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """Kafka's OffsetsForLeaderEpoch: the largest epoch at or below ``epoch`` this log
+        knows and the offset where it ended (the next epoch's start, or LEO for the
+        latest). ``(-1, -1)`` when the log knows no such epoch."""
+        epochs = self.epochs
+        for i in range(len(epochs) - 1, -1, -1):
+            known, _ = epochs[i]
+            if known <= epoch:
+                end = epochs[i + 1][1] if i + 1 < len(epochs) else self.log_end_offset
+                return known, end
+        return -1, -1
+
+    def set_high_watermark(self, hw: int) -> None:
+        """The replica manager moved HW (never backwards, never past LEO)."""
+        hw = min(hw, self.log_end_offset)
+        if hw > self.high_watermark:
+            self.high_watermark = hw
+            self._notify()
+
+    async def wait_for_leo(self, offset: int, timeout_s: float) -> None:
+        """Return when LEO passes ``offset`` (a follower's fetch has something) or the
+        timeout elapses."""
+        if self.log_end_offset > offset:
+            return
+        if self._leo_event is None:
+            self._leo_event = asyncio.Event()
+        event = self._leo_event
+        try:
+            await asyncio.wait_for(event.wait(), timeout_s)
+        except TimeoutError:
+            pass
+
+    def read_raw(self, start: int, max_bytes: int) -> bytes:
+        """Frames from offset ``start`` (a frame boundary) up to LEO, as stored: at least
+        one frame, then whole frames while under ``max_bytes``. Raises
+        :class:`OffsetBelowHotTier` below the first hot segment and ``ValueError`` when
+        ``start`` is not where a frame begins."""
+        segments = self._segments
+        if start >= self.log_end_offset:
+            return b""
+        if start < segments[0].base_offset:
+            raise OffsetBelowHotTier(start)
+        bases = [s.base_offset for s in segments]
+        i = bisect.bisect_right(bases, start) - 1
+        out: list[bytes] = []
+        taken = 0
+        for segment in segments[i:]:
+            position = segment.frame_position(start) if not out else 0
+            if position is None:
+                raise ValueError(f"no frame of {self.topic}-{self.partition} starts at {start}")
+            limit = segment.size
+            end = position
+            for header, pos in _headers(segment, position, limit):
+                so_far = taken + (end - position)
+                if so_far and so_far + header.size > max_bytes:
+                    break
+                end = pos + header.size
+            if end > position:
+                out.append(segment.read_raw(position, end))
+                taken += end - position
+            if end < limit or taken >= max_bytes:
+                break
+        return b"".join(out)
+
+    def append_raw_sync(self, data: bytes, now_ms: int | None = None) -> int:
+        """Follower side: append frames copied from the leader (same offsets, same
+        leader epochs, same bytes) after checking each CRC and that the first continues
+        LEO. Returns the new LEO. Runs in a worker thread."""
+        now = self.clock.now_ms() if now_ms is None else now_ms
+        view = memoryview(data)
+        frames = []
+        position = 0
+        with self._lock:
+            expected = self.log_end_offset
+            while position < len(data):
+                header = frame.decode_header(view, position)
+                frame.verify(view, position, header)
+                if header.base_offset != expected:
+                    raise frame.CorruptFrame(
+                        f"{self.topic}-{self.partition}: leader sent offset {header.base_offset}, expected {expected}"
+                    )
+                head = bytes(view[position:position + frame.HEADER_SIZE])
+                payload = view[position + frame.HEADER_SIZE:position + header.size]
+                frames.append((head, payload, header))
+                expected = header.next_offset
+                position += header.size
+            if not frames:
+                return self.log_end_offset
+            self._maybe_roll(now, len(data))
+            segment = self._segments[-1]
+            size_before = segment.size
+            try:
+                segment.append(frames, now)
+            except OSError:
+                segment.truncate_to(size_before)
+                raise
+            for head, payload, header in frames:
+                self._note_epoch(header.leader_epoch, header.base_offset)
+                if header.attributes:
+                    batch = pa.ipc.read_record_batch(pa.py_buffer(payload), frame.FRAME_SCHEMA)
+                    self.producer_state.apply(
+                        batch.column("producer_id")[0].as_py(),
+                        batch.column("producer_epoch")[0].as_py(),
+                        batch.column("sequence")[0].as_py(),
+                        header.record_count,
+                        header.base_offset,
+                        header.max_timestamp // 1000,
+                        bool(header.attributes & frame.ATTR_TRANSACTIONAL),
+                        batch.column("control")[0].as_py(),
+                    )
+            self._unflushed += expected - self.log_end_offset
+            if self._unflushed >= self.config.flush_messages or now - self._last_flush_ms >= self.config.flush_ms:
+                segment.flush()
+                self._unflushed = 0
+                self._last_flush_ms = now
+            self.untiered_bytes += len(data)
+            self.log_end_offset = expected
+            return expected
+
+    async def append_raw(self, data: bytes) -> int:
+        leo = await asyncio.to_thread(self.append_raw_sync, data)
+        self._appended()
+        return leo
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut the log back to ``offset`` (a divergent suffix a new leader does not
+        have). Offsets at or above it are removed from disk, the epoch cache and the
+        producer state; HW does not stay above LEO."""
+        with self._lock:
+            if offset >= self.log_end_offset:
+                return
+            log.warning("%s-%d: truncating from %d to %d (divergent suffix)",
+                        self.topic, self.partition, self.log_end_offset, offset)
+            segments = self._segments
+            keep = [s for s in segments if s.base_offset < offset or s is segments[0]]
+            for seg in segments[len(keep):]:
+                seg.delete()
+            last = keep[-1]
+            position = last.frame_position(offset) if offset > last.base_offset else 0
+            if position is None:
+                raise ValueError(f"no frame of {self.topic}-{self.partition} starts at {offset}")
+            last.truncate_to(position)
+            last.flush()
+            reopened, _ = Segment.open(last.path, verify_crc=False)
+            last.close()
+            if offset < reopened.base_offset:  # everything is gone: restart the log there
+                reopened.delete()
+                reopened = Segment.create(self.directory, offset, self.clock.now_ms())
+            self._segments = keep[:-1] + [reopened]
+            self.log_end_offset = offset
+            self.high_watermark = min(self.high_watermark, offset)
+            self.epochs = [(e, start) for e, start in self.epochs if start < offset]
+            self._snapshot_path.unlink(missing_ok=True)
+            self.producer_state = ProducerStateManager()
+            self._rebuild_producer_state()
+
+    def reset_to(self, offset: int) -> None:
+        """Drop the whole hot log and restart it empty at ``offset`` (a follower too far
+        behind the leader's hot tier: what it misses is in the table)."""
+        with self._lock:
+            for seg in self._segments:
+                seg.delete()
+            self._segments = [Segment.create(self.directory, offset, self.clock.now_ms())]
+            self.log_end_offset = offset
+            self.high_watermark = offset
+            self.epochs = []
+            self._snapshot_path.unlink(missing_ok=True)
+            self.producer_state = ProducerStateManager()
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -546,6 +755,14 @@ class PartitionLog:
             self.directory.rmdir()
         except OSError:
             pass
+
+
+def _headers(segment: Segment, position: int, limit: int):
+    """``(header, position)`` of each frame in ``[position, limit)`` (headers only)."""
+    while position < limit:
+        header = frame.decode_header(os.pread(segment._fd, frame.HEADER_SIZE, position))
+        yield header, position
+        position += header.size
 
 
 def _delete_paths(paths: list[Path]) -> None:

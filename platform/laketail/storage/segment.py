@@ -58,6 +58,7 @@ class Segment:
         self._time_index_ts: list[int] = []
         self._last_indexed_pos = -INDEX_INTERVAL_BYTES
         self.producer_frames: list[tuple[int, int]] = []  # (base offset, position) with a producer id
+        self.epoch_starts: list[tuple[int, int]] = []  # (leader epoch, first offset) where it changes
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
 
     # -- opening and recovery -------------------------------------------------------------
@@ -122,6 +123,8 @@ class Segment:
             self._last_indexed_pos = position
         self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
         self.next_offset = header.next_offset
+        if not self.epoch_starts or self.epoch_starts[-1][0] != header.leader_epoch:
+            self.epoch_starts.append((header.leader_epoch, header.base_offset))
         if header.attributes:
             self.producer_frames.append((header.base_offset, position))
 
@@ -171,6 +174,26 @@ class Segment:
             return None
         i = bisect.bisect_left(self._time_index_ts, timestamp_us) - 1
         return self._index_positions[i] if i >= 0 else 0
+
+    def read_raw(self, position: int, limit: int) -> bytes:
+        """The bytes of ``[position, limit)`` as written (whole frames when both ends are
+        frame boundaries): what a follower copies."""
+        return _pread_exact(self._fd, max(limit - position, 0), position)
+
+    def frame_position(self, offset: int) -> int | None:
+        """File position of the frame whose base offset is ``offset`` (``size`` for the
+        segment's end), or ``None`` when no frame starts there."""
+        if offset == self.next_offset:
+            return self.size
+        position = self.position_for(offset)
+        while position < self.size:
+            header = frame.decode_header(os.pread(self._fd, frame.HEADER_SIZE, position))
+            if header.base_offset == offset:
+                return position
+            if header.base_offset > offset:
+                return None
+            position += header.size
+        return None
 
     def read_frames(self, position: int, limit: int):
         """Yield ``(header, position, batch)`` from ``position`` up to byte ``limit``."""

@@ -143,6 +143,8 @@ class Tierer:
             await asyncio.to_thread(self.broker.tables.refresh, topic)
             for plog in self.broker.logs.partitions(topic):
                 plog.advance_log_start(self.broker.tables.log_start_offset(topic, plog.partition))
+                if not self.broker.leads(topic, plog.partition):  # a follower: the leader tiers
+                    plog.mark_tiered(min(self.broker.tables.tiered_offset(topic, plog.partition), plog.log_end_offset))
         except Exception:
             log.exception("following the table of %s failed", topic)
 
@@ -173,7 +175,16 @@ class Tierer:
             plogs = broker.logs.partitions(topic)
         except Exception:
             return 0
-        work = [(plog, plog.tiered_offset, plog.high_watermark) for plog in plogs]
+        # Only the leader tiers, and only while it leads: each commit also records the
+        # leader epoch per partition (``laketail.epoch.<p>``), and a leader that finds a
+        # higher epoch there has been deposed and commits nothing.
+        leading = broker.cluster.replicas.leading
+        epochs = {}
+        for plog in plogs:
+            state = leading.get((topic, plog.partition))
+            if state is not None and state.plog is plog and broker.leads(topic, plog.partition):
+                epochs[plog.partition] = state.reg.leader_epoch
+        work = [(plog, plog.tiered_offset, plog.high_watermark) for plog in plogs if plog.partition in epochs]
         work = [(plog, start, end) for plog, start, end in work if end > start]
         if not work:
             return 0
@@ -195,11 +206,24 @@ class Tierer:
             adds.append(add)
             added[plog.partition] = data_file
             txns.append(Transaction(tier_app_id(plog.partition), new_end, last_updated=now_ms))
+            txns.append(Transaction(epoch_app_id(plog.partition), epochs[plog.partition], last_updated=now_ms))
             ends[plog.partition] = (plog, new_end, records.nbytes)
         if not adds:
             return 0
         with lock:
             try:
+                dt.update_incremental()
+                for plog, start, _ in work:
+                    fenced_by = dt.transaction_version(epoch_app_id(plog.partition)) or 0
+                    if fenced_by > epochs[plog.partition]:
+                        raise LeaderFenced(
+                            f"{topic}-{plog.partition}: the table holds leader epoch {fenced_by}, "
+                            f"this broker leads at {epochs[plog.partition]}"
+                        )
+                    tiered = dt.transaction_version(tier_app_id(plog.partition)) or 0
+                    if tiered != start:  # a previous leader tiered more than we knew
+                        plog.mark_tiered(min(tiered, plog.log_end_offset))
+                        raise LeaderFenced(f"{topic}-{plog.partition}: the table is tiered to {tiered}, not {start}")
                 version = _commit(dt, adds, txns)
             except Exception:
                 for path in written_paths:
@@ -215,6 +239,15 @@ class Tierer:
             plog.mark_tiered(new_end)
         self.commits += 1
         return total
+
+
+class LeaderFenced(Exception):
+    """A tier commit from a broker that no longer leads the partition (or whose view of
+    the table is stale): nothing was committed."""
+
+
+def epoch_app_id(partition: int) -> str:
+    return f"laketail.epoch.{partition}"
 
 
 def _commit(dt, adds: list[AddAction], txns: list[Transaction]) -> int:
@@ -236,7 +269,10 @@ def _commit(dt, adds: list[AddAction], txns: list[Transaction]) -> int:
             return dt.version()
         except CommitFailedError:
             dt.update_incremental()
-            if all((dt.transaction_version(t.app_id) or 0) >= t.version for t in txns):
+            for t in txns:
+                if t.app_id.startswith("laketail.epoch.") and (dt.transaction_version(t.app_id) or 0) > t.version:
+                    raise LeaderFenced(f"a leader with a newer epoch committed {t.app_id}") from None
+            if all((dt.transaction_version(t.app_id) or 0) == t.version for t in txns):
                 return dt.version()
             time.sleep(0.05 * (attempt + 1))
     raise CommitFailedError("tier commit kept conflicting")

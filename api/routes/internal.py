@@ -1,0 +1,165 @@
+"""``/internal/v1``: what brokers ask each other (not for clients; not in the OpenAPI).
+
+* controller: ``heartbeat``, ``alter-partition``, topic create / delete / configs
+  (answered with the new cluster image);
+* any broker: ``metadata`` (the controller pushes each new image);
+* leader: ``replica-fetch`` (followers pull frames), and the forwarded produce
+  (``append``), fetch (``records``), ``state`` and ``offset-for-timestamp`` of a
+  partition, so a broker that does not lead a partition can still answer for it.
+
+Errors are the gateway's usual ``{"error_code", "message"}``; the calling broker turns
+them back into the same exception (:func:`laketail.errors.from_body`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import pyarrow as pa
+from fastapi import APIRouter, Query, Request
+from starlette.responses import Response
+
+from laketail.api.deps import broker_of, json_response
+from laketail.cluster.metadata import ClusterImage
+from laketail.errors import NotController
+from laketail.storage.partition_log import ProducerBatch
+
+router = APIRouter(prefix="/internal/v1", include_in_schema=False)
+
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+
+
+def _controller(request: Request):
+    node = broker_of(request).cluster
+    if not node.is_controller:
+        raise NotController(f"broker {node.broker_id} is not the controller")
+    return node.controller
+
+
+def _image(request: Request) -> Response:
+    return json_response(broker_of(request).cluster.image.to_json())
+
+
+@router.post("/heartbeat")
+async def heartbeat(request: Request) -> Response:
+    body = await request.json()
+    return json_response(await _controller(request).heartbeat(**body))
+
+
+@router.post("/alter-partition")
+async def alter_partition(request: Request) -> Response:
+    body = await request.json()
+    reg = await _controller(request).alter_partition(**body)
+    return json_response(dataclasses.asdict(reg))
+
+
+@router.post("/topics")
+async def create_topic(request: Request) -> Response:
+    body = await request.json()
+    _controller(request)
+    await broker_of(request).create_topic(
+        body["name"], body["partitions"], body["replication_factor"], body["configs"]
+    )
+    return _image(request)
+
+
+@router.delete("/topics/{topic}")
+async def delete_topic(request: Request, topic: str) -> Response:
+    _controller(request)
+    await broker_of(request).delete_topic(topic)
+    return _image(request)
+
+
+@router.put("/topics/{topic}/configs")
+async def alter_topic(request: Request, topic: str) -> Response:
+    configs = await request.json()
+    await _controller(request).alter_topic(topic, configs)
+    return _image(request)
+
+
+@router.post("/metadata")
+async def metadata(request: Request) -> Response:
+    image = ClusterImage.from_json(await request.json())
+    await broker_of(request).cluster.apply_image(image)
+    return json_response({"version": broker_of(request).cluster.image.version})
+
+
+@router.post("/replica-fetch")
+async def replica_fetch(request: Request) -> Response:
+    body = await request.json()
+    data = await broker_of(request).cluster.replicas.handle_fetch(
+        body["replica_id"], body["partitions"], body["max_wait_ms"], body["max_bytes"]
+    )
+    return Response(data, media_type="application/octet-stream")
+
+
+@router.post("/partitions/{topic}/{partition}/append")
+async def append(
+    request: Request,
+    topic: str,
+    partition: int,
+    acks: str = Query("all"),
+    max_timestamp_us: int | None = Query(None),
+    producer_id: int | None = Query(None),
+    producer_epoch: int = Query(-1),
+    base_sequence: int = Query(-1),
+    transactional: bool = Query(False),
+    control: str | None = Query(None),
+) -> Response:
+    broker = broker_of(request)
+    frame = pa.ipc.open_stream(await request.body()).read_next_batch()
+    producer = None
+    if producer_id is not None:
+        producer = ProducerBatch(producer_id, producer_epoch, base_sequence, transactional, control)
+    if not broker.leads(topic, partition):
+        broker.cluster.replicas.leader_state(topic, partition)  # NOT_LEADER / LEADER_NOT_AVAILABLE
+    base = await broker.append(topic, partition, frame, acks, max_timestamp_us, producer)  # type: ignore[arg-type]
+    return json_response({"base_offset": base})
+
+
+@router.get("/partitions/{topic}/{partition}/records")
+async def records(
+    request: Request,
+    topic: str,
+    partition: int,
+    offset: int,
+    timeout_ms: int = 0,
+    isolation: Literal["read_committed", "read_uncommitted"] = "read_committed",
+    max_records: int | None = None,
+    max_bytes: int | None = None,
+) -> Response:
+    broker = broker_of(request)
+    if not broker.leads(topic, partition):
+        broker.cluster.replicas.leader_state(topic, partition)
+    result = await broker.fetch(
+        topic, partition, offset, max_records=max_records, max_bytes=max_bytes,
+        timeout_ms=timeout_ms, isolation=isolation,
+    )
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, result.records.schema) as writer:
+        writer.write_table(result.records)
+    headers = {
+        "x-next-offset": str(result.next_offset),
+        "x-high-watermark": str(result.high_watermark),
+        "x-log-start-offset": str(result.log_start_offset),
+        "x-last-stable-offset": str(result.last_stable_offset),
+    }
+    return Response(sink.getvalue().to_pybytes(), media_type=ARROW_STREAM, headers=headers)
+
+
+@router.get("/partitions/{topic}/{partition}/state")
+async def state(request: Request, topic: str, partition: int) -> Response:
+    broker = broker_of(request)
+    if not broker.leads(topic, partition):
+        broker.cluster.replicas.leader_state(topic, partition)
+    return json_response(dataclasses.asdict(broker.partition_state(topic, partition)))
+
+
+@router.get("/partitions/{topic}/{partition}/offset-for-timestamp")
+async def offset_for_timestamp(request: Request, topic: str, partition: int, timestamp: int) -> Response:
+    broker = broker_of(request)
+    if not broker.leads(topic, partition):
+        broker.cluster.replicas.leader_state(topic, partition)
+    found = await broker.offset_for_timestamp(topic, partition, timestamp)
+    return json_response(None if found is None else list(found))

@@ -1,0 +1,344 @@
+"""The controller: the one broker that decides who leads (ARCHITECTURE.md 7).
+
+Role: count brokers alive from their heartbeats (``broker.session.timeout.ms``), assign
+replicas to new topics, accept or refuse the leaders' ISR changes, and elect leaders
+when a broker dies or comes back. Every decision is written to ``_system/replicas``
+before anyone hears of it, so a controller elected later starts from it.
+
+Elections (Kafka's rules):
+
+* a dead broker leaves every ISR it was in (never emptying one: the last member stays,
+  so it can lead again when it returns);
+* a partition whose leader died gets the first live ISR member in replica order; with
+  none, it goes offline (leader -1) -- unless ``unclean.leader.election.enable`` lets
+  any live replica lead, which may lose acknowledged records (logged as such);
+* every election bumps the leader epoch; every change bumps the partition epoch, and an
+  ISR change a leader sends from an older partition epoch is refused;
+* a broker that comes back with a new incarnation (a restart the controller may not
+  even have noticed) gets a new leader epoch for what it leads, so its followers can
+  tell its new appends from whatever the old process wrote and never acknowledged.
+
+Thread-safety: event loop only; one lock serialises changes; table writes run in
+worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from laketail.catalog import TopicInfo
+from laketail.cluster.metadata import (
+    NO_LEADER,
+    BrokerRegistration,
+    ClusterImage,
+    PartitionRegistration,
+    assign_replicas,
+)
+from laketail.cluster.store import Conflict
+from laketail.errors import (
+    FencedLeaderEpoch,
+    InvalidReplicationFactor,
+    InvalidRequest,
+    UnknownTopicOrPartition,
+)
+
+if TYPE_CHECKING:
+    from laketail.cluster.node import ClusterNode
+
+log = logging.getLogger(__name__)
+
+
+class Controller:
+    def __init__(self, node: "ClusterNode", epoch: int) -> None:
+        self.node = node
+        self.broker = node.broker
+        self.store = node.store
+        self.settings = node.broker.settings
+        self.epoch = epoch
+        self.brokers: dict[int, BrokerRegistration] = {}
+        self.last_seen: dict[int, float] = {}
+        self.partitions: dict[tuple[str, int], PartitionRegistration] = {}
+        self.leos: dict[tuple[str, int, int], int] = {}
+        # Versions only grow, across controllers too (a broker keeps the newest image).
+        self.version = epoch << 32
+        self._lock = asyncio.Lock()
+        self._leos_dirty = False
+        self._last_leo_write = time.monotonic()
+        self.active = False
+
+    # -- activation ------------------------------------------------------------------------
+
+    async def activate(self, presumed_dead: set[int]) -> None:
+        """Load the last decisions and take over. ``presumed_dead``: brokers the new
+        controller already saw unreachable for a session (the old controller)."""
+        brokers = await asyncio.to_thread(self.store.brokers)
+        partitions = await asyncio.to_thread(self.store.partitions)
+        await asyncio.to_thread(self.broker.catalog._reload)
+        now = time.monotonic()
+        me = self.node.registration
+        brokers[me.broker_id] = me
+        for b in brokers.values():
+            b.alive = b.alive and b.broker_id not in presumed_dead or b.broker_id == me.broker_id
+            self.last_seen[b.broker_id] = now
+        self.brokers = brokers
+        self.partitions = partitions
+        async with self._lock:
+            self._reconcile_topics()
+            for dead in presumed_dead - {me.broker_id}:
+                self._broker_died(dead)
+            self._broker_rejoined(me.broker_id)  # this process is a new incarnation
+            self._elect_offline()
+            await self._persist(brokers_changed=True)
+        self.active = True
+        log.info("broker %d is the controller (epoch %d)", me.broker_id, self.epoch)
+
+    def _reconcile_topics(self) -> None:
+        """Registrations for every catalog topic (a topic created before replication
+        existed, or whose registration a crash lost, is given the controller); none for
+        topics that are gone."""
+        names = {info.name: info for info in self.broker.catalog.topics()}
+        for key in [k for k in self.partitions if k[0] not in names]:
+            del self.partitions[key]
+        me = self.node.broker_id
+        for info in names.values():
+            for p in range(info.partitions):
+                if (info.name, p) not in self.partitions:
+                    self.partitions[(info.name, p)] = PartitionRegistration(info.name, p, [me], me, 0, [me])
+
+    # -- the image ----------------------------------------------------------------------------
+
+    def image(self) -> ClusterImage:
+        topics = {}
+        for info in self.broker.catalog.topics():
+            topics[info.name] = {
+                "name": info.name, "topic_id": info.topic_id, "partitions": info.partitions,
+                "replication_factor": info.replication_factor, "configs": info.configs,
+                "created_ms": info.created_ms, "internal": info.internal,
+            }
+        return ClusterImage(
+            version=self.version,
+            controller_id=self.node.broker_id,
+            controller_epoch=self.epoch,
+            brokers={k: BrokerRegistration(**vars(v)) for k, v in self.brokers.items()},
+            topics=topics,
+            partitions={k: PartitionRegistration(**vars(v)) for k, v in self.partitions.items()},
+        )
+
+    async def _persist(self, brokers_changed: bool = False) -> None:
+        """Write the decisions, then publish them (new version, applied locally)."""
+        try:
+            if brokers_changed:
+                alive = {b.broker_id: b.alive for b in self.brokers.values()}
+                await asyncio.to_thread(self.store.set_alive, alive)
+            await asyncio.to_thread(self.store.write_partitions, self.partitions, dict(self.leos), self.epoch)
+        except Conflict:
+            log.warning("controller epoch %d was superseded; stepping down", self.epoch)
+            self.active = False
+            self.node.controller_deposed(self)
+            raise
+        self._leos_dirty = False
+        self._last_leo_write = time.monotonic()
+        self.version += 1
+        await self.node.apply_image(self.image())
+
+    # -- heartbeats and liveness ------------------------------------------------------------------
+
+    async def heartbeat(self, broker_id: int, url: str, incarnation: str, leos: dict[str, int], known_version: int) -> dict:
+        if not self.active:
+            from laketail.errors import NotController
+
+            raise NotController(f"broker {self.node.broker_id} is no longer the controller")
+        self.last_seen[broker_id] = time.monotonic()
+        for key, leo in leos.items():
+            topic, _, partition = key.rpartition("/")
+            old = self.leos.get((topic, int(partition), broker_id))
+            if old != leo:
+                self.leos[(topic, int(partition), broker_id)] = leo
+                self._leos_dirty = True
+        known = self.brokers.get(broker_id)
+        if known is None or known.incarnation != incarnation or not known.alive:
+            async with self._lock:
+                restarted = known is not None and known.incarnation != incarnation
+                self.brokers[broker_id] = BrokerRegistration(broker_id, url, incarnation, True, int(time.time() * 1000))
+                log.info("broker %d is alive (%s)", broker_id, "restarted" if restarted else "registered")
+                if restarted:
+                    self._broker_rejoined(broker_id)
+                self._broker_alive(broker_id)
+                await self._persist(brokers_changed=True)
+        answer = {"controller_id": self.node.broker_id, "controller_epoch": self.epoch, "version": self.version}
+        if known_version != self.version:
+            answer["image"] = self.image().to_json()
+        return answer
+
+    async def tick(self) -> None:
+        """Declare brokers silent past the session timeout dead; elect what that needs;
+        write the replicas' last known log end offsets now and then."""
+        now = time.monotonic()
+        timeout = self.settings.broker_session_timeout_ms / 1000
+        dead = [
+            b.broker_id for b in self.brokers.values()
+            if b.alive and b.broker_id != self.node.broker_id and now - self.last_seen.get(b.broker_id, now) > timeout
+        ]
+        if dead:
+            async with self._lock:
+                for broker_id in dead:
+                    log.warning("broker %d missed heartbeats for %.1f s: it is dead", broker_id, timeout)
+                    self.brokers[broker_id].alive = False
+                    self._broker_died(broker_id)
+                await self._persist(brokers_changed=True)
+            return
+        async with self._lock:
+            if self._elect_offline():
+                await self._persist()
+            elif self._leos_dirty and now - self._last_leo_write > 5.0:
+                await self._persist()
+
+    def _alive(self, broker_id: int) -> bool:
+        b = self.brokers.get(broker_id)
+        return b is not None and b.alive
+
+    def _unclean(self, topic: str) -> bool:
+        try:
+            return self.broker.settings.topic_config(self.broker.catalog.get(topic).configs).unclean_leader_election_enable
+        except Exception:
+            return False
+
+    def _broker_died(self, broker_id: int) -> None:
+        for reg in self.partitions.values():
+            if broker_id not in reg.replicas:
+                continue
+            if reg.leader == broker_id:
+                self._elect(reg, exclude=broker_id)
+            elif broker_id in reg.isr and len(reg.isr) > 1:
+                reg.isr = [r for r in reg.isr if r != broker_id]
+                reg.partition_epoch += 1
+
+    def _elect(self, reg: PartitionRegistration, exclude: int | None = None) -> None:
+        live_isr = [r for r in reg.replicas if r in reg.isr and r != exclude and self._alive(r)]
+        if live_isr:
+            reg.leader = live_isr[0]
+            if exclude is not None and exclude in reg.isr:
+                reg.isr = [r for r in reg.isr if r != exclude]
+        else:
+            live = [r for r in reg.replicas if r != exclude and self._alive(r)]
+            if live and self._unclean(reg.topic):
+                log.warning(
+                    "%s-%d: no in-sync replica is alive; unclean.leader.election.enable lets "
+                    "out-of-sync broker %d lead: acknowledged records may be lost",
+                    reg.topic, reg.partition, live[0],
+                )
+                reg.leader = live[0]
+                reg.isr = [live[0]]
+            else:
+                if reg.leader != NO_LEADER:
+                    log.warning("%s-%d is offline: no in-sync replica is alive", reg.topic, reg.partition)
+                reg.leader = NO_LEADER
+        reg.leader_epoch += 1
+        reg.partition_epoch += 1
+
+    def _broker_alive(self, broker_id: int) -> None:
+        """Offline partitions this broker can lead again (it is in their ISR)."""
+        for reg in self.partitions.values():
+            if reg.leader == NO_LEADER and broker_id in reg.isr:
+                reg.leader = broker_id
+                reg.isr = [r for r in reg.isr if self._alive(r)] or [broker_id]
+                reg.leader_epoch += 1
+                reg.partition_epoch += 1
+                log.info("%s-%d is back online, led by broker %d", reg.topic, reg.partition, broker_id)
+
+    def _broker_rejoined(self, broker_id: int) -> None:
+        """A new process of ``broker_id``: a new leader epoch for what it leads."""
+        for reg in self.partitions.values():
+            if reg.leader == broker_id:
+                reg.leader_epoch += 1
+                reg.partition_epoch += 1
+
+    def _elect_offline(self) -> bool:
+        changed = False
+        for reg in self.partitions.values():
+            if reg.leader == NO_LEADER:
+                before = reg.leader_epoch
+                self._elect(reg)
+                if reg.leader == NO_LEADER:
+                    reg.leader_epoch = before  # still offline: nothing changed
+                    reg.partition_epoch -= 1
+                else:
+                    changed = True
+            elif not self._alive(reg.leader):
+                self._elect(reg, exclude=reg.leader)
+                changed = True
+        return changed
+
+    # -- ISR changes from leaders (Kafka's AlterPartition) -------------------------------------------
+
+    async def alter_partition(
+        self, topic: str, partition: int, leader: int, leader_epoch: int, partition_epoch: int, isr: list[int]
+    ) -> PartitionRegistration:
+        async with self._lock:
+            reg = self.partitions.get((topic, partition))
+            if reg is None:
+                raise UnknownTopicOrPartition.partition(topic, partition)
+            if reg.leader != leader or reg.leader_epoch != leader_epoch or reg.partition_epoch != partition_epoch:
+                raise FencedLeaderEpoch(
+                    f"{topic}-{partition}: ISR change from broker {leader} at leader epoch {leader_epoch} "
+                    f"(partition epoch {partition_epoch}) refused; the partition is at leader epoch "
+                    f"{reg.leader_epoch} (partition epoch {reg.partition_epoch}) led by {reg.leader}"
+                )
+            wanted = [r for r in reg.replicas if r in isr]
+            if leader not in wanted:
+                raise InvalidRequest(f"the ISR of {topic}-{partition} must contain its leader {leader}")
+            for r in wanted:
+                if r not in reg.isr and not self._alive(r):
+                    raise InvalidRequest(f"broker {r} is not alive: it cannot join the ISR of {topic}-{partition}")
+            if wanted != reg.isr:
+                log.info("%s-%d ISR %s -> %s", topic, partition, reg.isr, wanted)
+                reg.isr = wanted
+                reg.partition_epoch += 1
+                await self._persist()
+            return PartitionRegistration(**vars(reg))
+
+    # -- topics ------------------------------------------------------------------------------------------
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]) -> TopicInfo:
+        async with self._lock:
+            live = [b.broker_id for b in self.brokers.values() if b.alive]
+            rf = replication_factor
+            if name.startswith("__"):
+                rf = max(1, min(rf, len(live)))  # internal topics: as many as there are
+            if rf > len(live):
+                raise InvalidReplicationFactor(
+                    f"replication factor {rf} is larger than the {len(live)} available broker(s)"
+                )
+            self.broker.catalog.check_can_create(name)
+            await asyncio.to_thread(self.broker._remove_leftovers, name)
+            info = await asyncio.to_thread(self.broker.catalog.create_topic, name, partitions, rf, configs)
+            await asyncio.to_thread(self.broker.tables.create_table, name)
+            start = sum(1 for k in self.partitions if k[1] == 0)  # spread leaders across topics
+            if name.startswith("__") and self.node.broker_id in live:
+                start = sorted(live).index(self.node.broker_id)  # coordinators live on the controller
+                assignment = [assign_replicas(1, rf, live, start)[0] for _ in range(partitions)]
+            else:
+                assignment = assign_replicas(partitions, rf, live, start)
+            for p, replicas in enumerate(assignment):
+                self.partitions[(name, p)] = PartitionRegistration(name, p, replicas, replicas[0], 0, list(replicas))
+            await self._persist()
+            return info
+
+    async def delete_topic(self, name: str) -> TopicInfo:
+        async with self._lock:
+            info = self.broker.catalog.get(name)
+            await asyncio.to_thread(self.broker.catalog.delete_topic, name)
+            for key in [k for k in self.partitions if k[0] == name]:
+                del self.partitions[key]
+            await self._persist()
+            return info
+
+    async def alter_topic(self, name: str, configs: dict[str, str]) -> TopicInfo:
+        async with self._lock:
+            info = await asyncio.to_thread(self.broker.catalog.alter_topic, name, configs)
+            self._elect_offline()  # unclean.leader.election.enable may have just been set
+            await self._persist()
+            return info

@@ -1,0 +1,280 @@
+"""Membership: how a broker joins the cluster and keeps up with it.
+
+At start a broker registers itself in ``_system/brokers`` (id, advertised URL, a fresh
+incarnation), then finds the controller named in ``_system/controller`` and
+heartbeats to it every ``broker.heartbeat.interval.ms``. Heartbeats carry the log end
+offsets of the broker's replicas; answers carry the cluster image whenever it changed.
+The controller also pushes each new image to every live broker at once, so elections
+and new topics reach everyone without waiting for a heartbeat.
+
+When there is no controller yet, when the named one is this broker (restarted), or
+when the controller stayed unreachable for ``broker.session.timeout.ms``, the broker
+tries to become controller with a conflict-checked write of ``_system/controller``;
+the loser of a race simply follows the winner.
+
+A broker that could not reach any controller for a whole session is *fenced*: it
+stops acknowledging writes and answering replica fetches as a leader, since the
+controller has probably moved its partitions elsewhere.
+
+Brokers talk to each other over the gateway's ``/internal/v1`` routes; calls to this
+broker itself short-cut to the in-process objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from laketail.cluster.controller import Controller
+from laketail.cluster.metadata import NO_LEADER, BrokerRegistration, ClusterImage, PartitionRegistration
+from laketail.cluster.replicas import ReplicaManager
+from laketail.cluster.store import ClusterStore, Conflict
+from laketail.errors import LeaderNotAvailable, NotController, from_body
+
+if TYPE_CHECKING:
+    from laketail.broker import Broker
+
+log = logging.getLogger(__name__)
+
+INTERNAL = "/internal/v1"
+
+
+class ClusterNode:
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        self.settings = broker.settings
+        self.broker_id = broker.settings.broker_id
+        self.store = ClusterStore(broker.settings.data)
+        self.incarnation = uuid.uuid4().hex
+        self.registration = BrokerRegistration(
+            self.broker_id, broker.settings.url, self.incarnation, True, int(time.time() * 1000)
+        )
+        self.image = ClusterImage()
+        self.controller: Controller | None = None
+        self.replicas = ReplicaManager(self)
+        self._http: httpx.AsyncClient | None = None
+        self._last_contact = time.monotonic()
+        self._tasks: list[asyncio.Task] = []
+        self._apply_lock = asyncio.Lock()
+        self._claiming = False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        if self._http is None:
+            limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
+            self._http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=2.0), limits=limits)
+        return self._http
+
+    @property
+    def is_controller(self) -> bool:
+        return self.controller is not None and self.controller.active
+
+    @property
+    def fenced(self) -> bool:
+        """No controller heard from for a whole session (and not the controller)."""
+        if self.is_controller:
+            return False
+        return time.monotonic() - self._last_contact > self.settings.broker_session_timeout_ms / 1000
+
+    async def start(self) -> None:
+        """Register, then join: returns once this broker has a cluster image."""
+        await asyncio.to_thread(self.store.register_broker, self.broker_id, self.settings.url, self.incarnation)
+        controller_id, epoch = await asyncio.to_thread(self.store.controller)
+        if controller_id in (NO_LEADER, self.broker_id):
+            await self._claim(epoch, presumed_dead=set())
+        deadline = time.monotonic() + self.settings.broker_session_timeout_ms / 1000
+        while self.image.version == 0:
+            try:
+                await self._heartbeat()
+            except Exception as exc:
+                if time.monotonic() > deadline:
+                    controller_id, epoch = await asyncio.to_thread(self.store.controller)
+                    await self._claim(epoch, presumed_dead={controller_id} - {NO_LEADER, self.broker_id})
+                    deadline = time.monotonic() + self.settings.broker_session_timeout_ms / 1000
+                else:
+                    log.info("waiting for the controller: %s", exc)
+                    await asyncio.sleep(self.settings.broker_heartbeat_interval_ms / 1000)
+        self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="laketail-heartbeat"))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for task in list(self.replicas._fetchers.values()):
+            task.cancel()
+        if self.replicas._isr_task is not None:
+            self.replicas._isr_task.cancel()
+        if self._http is not None:
+            await self._http.aclose()
+
+    # -- controller election ------------------------------------------------------------------------
+
+    async def _claim(self, seen_epoch: int, presumed_dead: set[int]) -> bool:
+        if self._claiming:
+            return False
+        self._claiming = True
+        try:
+            try:
+                epoch = await asyncio.to_thread(self.store.claim_controller, self.broker_id, seen_epoch)
+            except Conflict:
+                return False  # someone else won: heartbeats will find them
+            controller = Controller(self, epoch)
+            self.controller = controller
+            try:
+                await controller.activate(presumed_dead)
+            except Conflict:
+                return False
+            self._last_contact = time.monotonic()
+            return True
+        finally:
+            self._claiming = False
+
+    def controller_deposed(self, controller: Controller) -> None:
+        if self.controller is controller:
+            self.controller = None
+
+    # -- heartbeats ------------------------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.settings.broker_heartbeat_interval_ms / 1000
+        session = self.settings.broker_session_timeout_ms / 1000
+        while True:
+            await asyncio.sleep(interval if not self.is_controller else min(interval, 0.2))
+            try:
+                if self.is_controller:
+                    await self.controller.tick()
+                    continue
+                await self._heartbeat()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                silent = time.monotonic() - self._last_contact
+                log.info("heartbeat to controller %d failed (%.1f s without one): %s",
+                         self.image.controller_id, silent, exc)
+                if silent > session:
+                    controller_id, epoch = await asyncio.to_thread(self.store.controller)
+                    if controller_id != self.image.controller_id and self.image.controller_id != NO_LEADER:
+                        # A new controller was elected meanwhile: talk to it first.
+                        self.image.controller_id = controller_id
+                        continue
+                    await self._claim(epoch, presumed_dead={controller_id} - {NO_LEADER, self.broker_id})
+
+    def _leos(self) -> dict[str, int]:
+        return {f"{plog.topic}/{plog.partition}": plog.log_end_offset for plog in self.broker.logs.all()}
+
+    async def _heartbeat(self) -> None:
+        controller_id, _ = await asyncio.to_thread(self.store.controller)
+        if controller_id == NO_LEADER:
+            raise NotController("no controller has been elected yet")
+        body = {
+            "broker_id": self.broker_id, "url": self.settings.url, "incarnation": self.incarnation,
+            "leos": self._leos(), "known_version": self.image.version,
+        }
+        if controller_id == self.broker_id:
+            if not self.is_controller:
+                raise NotController("this broker is named controller but is not active")
+            answer = await self.controller.heartbeat(**body)
+        else:
+            url = await self._broker_url(controller_id)
+            timeout = max(0.5, min(self.settings.broker_session_timeout_ms / 2000, 5.0))
+            answer = await self._post(url, f"{INTERNAL}/heartbeat", json=body, timeout=timeout)
+            answer = answer.json()
+        self._last_contact = time.monotonic()
+        if "image" in answer:
+            await self.apply_image(ClusterImage.from_json(answer["image"]))
+
+    async def refresh_metadata(self) -> None:
+        try:
+            await self._heartbeat()
+        except Exception as exc:
+            log.debug("metadata refresh failed: %s", exc)
+
+    async def apply_image(self, image: ClusterImage) -> None:
+        async with self._apply_lock:
+            if image.version <= self.image.version and image.controller_epoch <= self.image.controller_epoch:
+                return
+            self.image = image
+            await self.broker._apply_image(image)
+            await self.replicas.apply(image)
+        if self.is_controller:
+            for b in image.brokers.values():
+                if b.alive and b.broker_id != self.broker_id:
+                    asyncio.get_running_loop().create_task(self._push(b.url, image))
+
+    async def _push(self, url: str, image: ClusterImage) -> None:
+        try:
+            await self._post(url, f"{INTERNAL}/metadata", json=image.to_json(), timeout=2.0)
+        except Exception as exc:
+            log.debug("pushing metadata to %s failed: %s", url, exc)
+
+    # -- calls to other brokers ------------------------------------------------------------------------
+
+    async def _broker_url(self, broker_id: int) -> str:
+        known = self.image.brokers.get(broker_id)
+        if known is not None:
+            return known.url
+        brokers = await asyncio.to_thread(self.store.brokers)
+        if broker_id not in brokers:
+            raise LeaderNotAvailable(f"broker {broker_id} is not registered")
+        return brokers[broker_id].url
+
+    async def _post(self, url: str, path: str, timeout: float | None = None, **kwargs: Any) -> httpx.Response:
+        resp = await self.http.post(url + path, timeout=timeout or httpx.USE_CLIENT_DEFAULT, **kwargs)
+        _raise_for_error(resp)
+        return resp
+
+    async def call_leader(self, topic: str, partition: int, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """Forward a request to the partition's leader (the gateway answers for it)."""
+        reg = self.image.partitions.get((topic, partition))
+        if reg is None or reg.leader == NO_LEADER:
+            raise LeaderNotAvailable(f"{topic}-{partition} has no leader right now")
+        url = await self._broker_url(reg.leader)
+        try:
+            resp = await self.http.request(method, url + path, **kwargs)
+        except httpx.TransportError as exc:
+            raise LeaderNotAvailable(f"the leader of {topic}-{partition} (broker {reg.leader}) is unreachable: {exc}") from exc
+        _raise_for_error(resp)
+        return resp
+
+    async def call_controller(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        controller_id, _ = await asyncio.to_thread(self.store.controller)
+        url = await self._broker_url(controller_id)
+        try:
+            resp = await self.http.request(method, url + path, **kwargs)
+        except httpx.TransportError as exc:
+            raise NotController(f"the controller (broker {controller_id}) is unreachable: {exc}") from exc
+        _raise_for_error(resp)
+        return resp
+
+    async def alter_partition(self, reg: PartitionRegistration, isr: list[int]) -> PartitionRegistration:
+        args = dict(topic=reg.topic, partition=reg.partition, leader=self.broker_id,
+                    leader_epoch=reg.leader_epoch, partition_epoch=reg.partition_epoch, isr=isr)
+        if self.is_controller:
+            return await self.controller.alter_partition(**args)
+        resp = await self.call_controller("POST", f"{INTERNAL}/alter-partition", json=args)
+        return PartitionRegistration(**resp.json())
+
+    async def replica_fetch(self, leader: int, body: dict) -> bytes:
+        if leader == self.broker_id:
+            raise LeaderNotAvailable("a broker does not fetch from itself")
+        url = await self._broker_url(leader)
+        timeout = self.settings.replica_fetch_wait_max_ms / 1000 + 10
+        resp = await self._post(url, f"{INTERNAL}/replica-fetch", json=body, timeout=timeout)
+        return resp.content
+
+
+def _raise_for_error(resp: httpx.Response) -> None:
+    if resp.status_code < 400:
+        return
+    try:
+        body = resp.json()
+    except ValueError:
+        body = {"error_code": resp.status_code * 100, "message": resp.text}
+    raise from_body(resp.status_code, body)

@@ -1,0 +1,433 @@
+"""Every broker's side of replication: leading and following partitions.
+
+Leading (Kafka's ``Partition`` on the leader):
+
+* each follower's fetch offset is its log end offset; a follower is *caught up* when
+  it fetched from the leader's LEO (or from where the LEO was at its previous fetch);
+* the ISR shrinks by followers not caught up for ``replica.lag.time.max.ms`` and grows
+  by followers that reached the high watermark -- both through the controller
+  (:meth:`Controller.alter_partition`), applied only once it accepted;
+* HW = the smallest LEO over the ISR; it only moves forward, and moving it releases
+  acks=all waiters and long-polling consumers.
+
+Following: one fetcher task per leader broker pulls every partition this broker
+follows from it, copying frames byte for byte (same offsets, same leader epochs). Each
+fetch says where the follower's log ends and in which epoch; a leader that does not
+have that epoch ending there answers with where it does end (Kafka's diverging epoch,
+KIP-320), and the follower truncates to it before fetching again.
+
+Thread-safety: event loop only (the disk work inside the partition logs runs in
+worker threads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from laketail.cluster.metadata import NO_LEADER, ClusterImage, PartitionRegistration
+from laketail.errors import (
+    FencedLeaderEpoch,
+    LaketailError,
+    LeaderNotAvailable,
+    NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
+    NotLeaderOrFollower,
+    RequestTimedOut,
+)
+from laketail.storage.partition_log import OffsetBelowHotTier, PartitionLog
+
+if TYPE_CHECKING:
+    from laketail.cluster.node import ClusterNode
+
+log = logging.getLogger(__name__)
+
+_LEN = struct.Struct(">I")
+
+
+@dataclass
+class FollowerState:
+    leo: int = -1  # unknown until its first fetch
+    caught_up: float = field(default_factory=time.monotonic)
+    last_fetch: float = 0.0
+    leo_at_last_fetch: int = -1
+
+
+@dataclass
+class LeaderState:
+    reg: PartitionRegistration
+    plog: PartitionLog
+    followers: dict[int, FollowerState]
+    waiters: list[tuple[int, asyncio.Future]] = field(default_factory=list)
+    altering: bool = False
+
+
+def encode_fetch_response(parts: list[dict], chunks: list[bytes]) -> bytes:
+    head = json.dumps({"partitions": parts}).encode()
+    return _LEN.pack(len(head)) + head + b"".join(chunks)
+
+
+def decode_fetch_response(body: bytes) -> list[tuple[dict, bytes]]:
+    (n,) = _LEN.unpack_from(body, 0)
+    parts = json.loads(body[4:4 + n])["partitions"]
+    out, pos = [], 4 + n
+    for part in parts:
+        size = part.get("size", 0)
+        out.append((part, body[pos:pos + size]))
+        pos += size
+    return out
+
+
+class ReplicaManager:
+    def __init__(self, node: "ClusterNode") -> None:
+        self.node = node
+        self.broker = node.broker
+        self.me = node.broker_id
+        self.leading: dict[tuple[str, int], LeaderState] = {}
+        self.following: dict[tuple[str, int], PartitionRegistration] = {}
+        self._fetchers: dict[int, asyncio.Task] = {}
+        self._isr_task: asyncio.Task | None = None
+
+    # -- applying the controller's decisions ------------------------------------------------------
+
+    async def apply(self, image: ClusterImage) -> None:
+        broker = self.broker
+        for (topic, p), reg in sorted(image.partitions.items()):
+            if topic not in broker._topics:
+                continue
+            key = (topic, p)
+            if self.me not in reg.replicas:
+                continue
+            plog = await broker._open_partition(topic, p, replicated=len(reg.replicas) > 1)
+            if reg.leader == self.me:
+                state = self.leading.get(key)
+                if state is None or state.reg.leader_epoch != reg.leader_epoch:
+                    await self._become_leader(reg, plog)
+                else:
+                    state.reg = reg  # an ISR change the controller made (a dead follower)
+                    self._update_hw(state)
+            else:
+                old = self.following.get(key)
+                if key in self.leading or old is None or old.leader_epoch != reg.leader_epoch or old.leader != reg.leader:
+                    self._become_follower(reg, plog)
+                else:
+                    self.following[key] = reg
+        for key in list(self.leading):
+            if key not in image.partitions or image.partitions[key].leader != self.me:
+                if key not in image.partitions:
+                    self._stop_leading(key)
+        for key in list(self.following):
+            if key not in image.partitions:
+                del self.following[key]
+        self._sync_fetchers(image)
+        if self._isr_task is None:
+            self._isr_task = asyncio.create_task(self._isr_loop(), name="laketail-isr")
+
+    async def _become_leader(self, reg: PartitionRegistration, plog: PartitionLog) -> None:
+        key = (reg.topic, reg.partition)
+        self.following.pop(key, None)
+        plog.assign_epoch(reg.leader_epoch)
+        # Another leader may have tiered more than this broker saw as a follower.
+        await asyncio.to_thread(self.broker.tables.refresh, reg.topic)
+        plog.mark_tiered(self.broker.tables.tiered_offset(reg.topic, reg.partition))
+        followers = {r: FollowerState() for r in reg.replicas if r != self.me}
+        old = self.leading.get(key)
+        state = LeaderState(reg, plog, followers, old.waiters if old else [])
+        self.leading[key] = state
+        plog.hw_follows_leo = False
+        plog.on_append = lambda _plog, s=state: self._update_hw(s)
+        log.info("%s-%d: leading at epoch %d (ISR %s)", reg.topic, reg.partition, reg.leader_epoch, reg.isr)
+        self._update_hw(state)
+        self.broker.tierer.schedule(reg.topic)
+
+    def _become_follower(self, reg: PartitionRegistration, plog: PartitionLog) -> None:
+        key = (reg.topic, reg.partition)
+        self._stop_leading(key)
+        plog.hw_follows_leo = False
+        plog.on_append = None
+        self.following[key] = reg
+        if reg.leader == NO_LEADER:
+            log.info("%s-%d: offline (no leader)", reg.topic, reg.partition)
+        else:
+            log.info("%s-%d: following broker %d at epoch %d", reg.topic, reg.partition, reg.leader, reg.leader_epoch)
+
+    def _stop_leading(self, key: tuple[str, int]) -> None:
+        state = self.leading.pop(key, None)
+        if state is None:
+            return
+        state.plog.on_append = None
+        for _, future in state.waiters:
+            if not future.done():
+                future.set_exception(NotLeaderOrFollower(
+                    f"{key[0]}-{key[1]}: broker {self.me} stopped leading before the record was replicated"
+                ))
+        state.waiters.clear()
+
+    def forget_topic(self, topic: str) -> None:
+        for key in [k for k in self.leading if k[0] == topic]:
+            self._stop_leading(key)
+        for key in [k for k in self.following if k[0] == topic]:
+            del self.following[key]
+
+    # -- leader side ----------------------------------------------------------------------------------
+
+    def leader_state(self, topic: str, partition: int) -> LeaderState:
+        state = self.leading.get((topic, partition))
+        if state is None or self.node.fenced:
+            reg = self.node.image.partitions.get((topic, partition))
+            if reg is None or reg.leader == NO_LEADER:
+                raise LeaderNotAvailable(f"{topic}-{partition} has no leader right now")
+            raise NotLeaderOrFollower(f"broker {self.me} does not lead {topic}-{partition} (broker {reg.leader} does)")
+        return state
+
+    def check_min_isr(self, topic: str, partition: int, min_insync: int) -> None:
+        state = self.leader_state(topic, partition)
+        if len(state.reg.isr) < min_insync:
+            raise NotEnoughReplicas(
+                f"{topic}-{partition} has {len(state.reg.isr)} in-sync replica(s) {state.reg.isr}, "
+                f"fewer than min.insync.replicas={min_insync}"
+            )
+
+    async def wait_replicated(self, topic: str, partition: int, end_offset: int, min_insync: int, timeout_s: float) -> None:
+        """acks=all: return once HW reaches ``end_offset`` with the ISR still at least
+        ``min_insync`` strong."""
+        state = self.leader_state(topic, partition)
+        if state.plog.high_watermark < end_offset:
+            future = asyncio.get_running_loop().create_future()
+            state.waiters.append((end_offset, future))
+            try:
+                await asyncio.wait_for(asyncio.shield(future), timeout_s)
+            except TimeoutError:
+                raise RequestTimedOut(
+                    f"{topic}-{partition}: not replicated to the ISR {state.reg.isr} within {timeout_s:.0f} s"
+                ) from None
+        if len(state.reg.isr) < min_insync:
+            raise NotEnoughReplicasAfterAppend(
+                f"{topic}-{partition}: written, but the ISR shrank to {state.reg.isr}, fewer than "
+                f"min.insync.replicas={min_insync}"
+            )
+
+    def _update_hw(self, state: LeaderState) -> None:
+        plog = state.plog
+        hw = plog.log_end_offset
+        for r in state.reg.isr:
+            if r == self.me:
+                continue
+            follower = state.followers.get(r)
+            hw = min(hw, follower.leo if follower is not None else -1)
+        if hw > plog.high_watermark:
+            plog.set_high_watermark(hw)
+        if state.waiters:
+            done = [(o, f) for o, f in state.waiters if o <= plog.high_watermark]
+            if done:
+                state.waiters = [(o, f) for o, f in state.waiters if o > plog.high_watermark]
+                for _, future in done:
+                    if not future.done():
+                        future.set_result(None)
+
+    async def handle_fetch(self, replica_id: int, partitions: list[dict], max_wait_ms: int, max_bytes: int) -> bytes:
+        """A follower's fetch: record its positions, answer with frames (long-polling up
+        to ``max_wait_ms`` when there is nothing new)."""
+        now = time.monotonic()
+        answers: list[dict] = []
+        wanted: list[tuple[int, PartitionLog, int]] = []
+        for i, req in enumerate(partitions):
+            topic, p = req["topic"], req["partition"]
+            answer = {"topic": topic, "partition": p, "error": None, "size": 0}
+            answers.append(answer)
+            state = self.leading.get((topic, p))
+            if state is None or self.node.fenced:
+                answer["error"] = "NOT_LEADER_OR_FOLLOWER"
+                continue
+            if req["leader_epoch"] != state.reg.leader_epoch:
+                answer["error"] = "FENCED_LEADER_EPOCH" if req["leader_epoch"] < state.reg.leader_epoch else "UNKNOWN_LEADER_EPOCH"
+                continue
+            plog = state.plog
+            offset, last_epoch = req["fetch_offset"], req["last_fetched_epoch"]
+            if last_epoch >= 0:
+                epoch, end = plog.end_offset_for_epoch(last_epoch)
+                if epoch != last_epoch or end < offset:
+                    answer["diverging"] = {"epoch": epoch, "end_offset": end}
+                    answer["hot_start"] = plog.hot_start_offset
+                    continue
+            if offset > plog.log_end_offset:
+                answer["diverging"] = {"epoch": plog.latest_epoch, "end_offset": plog.log_end_offset}
+                continue
+            if offset < plog.hot_start_offset:
+                answer["error"] = "OFFSET_OUT_OF_RANGE"
+                answer["hot_start"] = plog.hot_start_offset
+                continue
+            self._record_position(state, replica_id, offset, now)
+            wanted.append((i, plog, offset))
+        chunks = await self._read(answers, wanted, max_bytes)
+        if wanted and not any(chunks) and max_wait_ms > 0:
+            waits = [asyncio.ensure_future(plog.wait_for_leo(offset, max_wait_ms / 1000)) for _, plog, offset in wanted]
+            _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for task in pending:
+                task.cancel()
+            chunks = await self._read(answers, wanted, max_bytes)
+        body_chunks = []
+        for i, answer in enumerate(answers):
+            data = chunks[i] if i < len(chunks) else b""
+            answer["size"] = len(data)
+            body_chunks.append(data)
+        return encode_fetch_response(answers, body_chunks)
+
+    async def _read(self, answers: list[dict], wanted, max_bytes: int) -> list[bytes]:
+        chunks = [b""] * len(answers)
+        budget = max_bytes
+        for i, plog, offset in wanted:
+            try:
+                data = await asyncio.to_thread(plog.read_raw, offset, budget)
+            except OffsetBelowHotTier:
+                answers[i]["error"] = "OFFSET_OUT_OF_RANGE"
+                answers[i]["hot_start"] = plog.hot_start_offset
+                continue
+            chunks[i] = data
+            budget = max(budget - len(data), 1)
+            answers[i]["hw"] = plog.high_watermark
+            answers[i]["log_start"] = plog.log_start_offset
+            answers[i]["leo"] = plog.log_end_offset
+        return chunks
+
+    def _record_position(self, state: LeaderState, replica_id: int, offset: int, now: float) -> None:
+        follower = state.followers.get(replica_id)
+        if follower is None:
+            return
+        leo = state.plog.log_end_offset
+        if offset >= leo:
+            follower.caught_up = now
+        elif offset >= follower.leo_at_last_fetch >= 0:
+            follower.caught_up = max(follower.caught_up, follower.last_fetch)
+        follower.leo = offset
+        follower.last_fetch = now
+        follower.leo_at_last_fetch = leo
+        if replica_id not in state.reg.isr and offset >= state.plog.high_watermark and not state.altering:
+            start = next((s for e, s in state.plog.epochs if e == state.reg.leader_epoch), 0)
+            if offset >= start:
+                self._alter_isr(state, state.reg.isr + [replica_id])
+        self._update_hw(state)
+
+    def _alter_isr(self, state: LeaderState, isr: list[int]) -> None:
+        state.altering = True
+        asyncio.get_running_loop().create_task(self._send_alter(state, isr))
+
+    async def _send_alter(self, state: LeaderState, isr: list[int]) -> None:
+        reg = state.reg
+        try:
+            new = await self.node.alter_partition(reg, isr)
+            if self.leading.get((reg.topic, reg.partition)) is state and new.leader_epoch == state.reg.leader_epoch:
+                state.reg = new
+                self._update_hw(state)
+        except FencedLeaderEpoch as exc:
+            log.info("ISR change refused: %s", exc.message)
+            await self.node.refresh_metadata()
+        except Exception as exc:
+            log.warning("ISR change of %s-%d to %s failed: %s", reg.topic, reg.partition, isr, exc)
+        finally:
+            state.altering = False
+
+    async def _isr_loop(self) -> None:
+        lag_max = self.broker.settings.replica_lag_time_max_ms / 1000
+        while True:
+            await asyncio.sleep(min(lag_max / 2, 0.5))
+            now = time.monotonic()
+            for state in list(self.leading.values()):
+                if state.altering:
+                    continue
+                slow = [
+                    r for r in state.reg.isr
+                    if r != self.me and now - state.followers.get(r, FollowerState()).caught_up > lag_max
+                ]
+                if slow:
+                    log.info("%s-%d: followers %s lag more than %.1f s; shrinking the ISR",
+                             state.reg.topic, state.reg.partition, slow, lag_max)
+                    self._alter_isr(state, [r for r in state.reg.isr if r not in slow])
+
+    # -- follower side ------------------------------------------------------------------------------------
+
+    def _sync_fetchers(self, image: ClusterImage) -> None:
+        leaders = {reg.leader for reg in self.following.values() if reg.leader not in (NO_LEADER, self.me)}
+        for leader in leaders:
+            task = self._fetchers.get(leader)
+            if task is None or task.done():
+                self._fetchers[leader] = asyncio.create_task(self._fetch_loop(leader), name=f"laketail-fetch-{leader}")
+        for leader in list(self._fetchers):
+            if leader not in leaders:
+                self._fetchers.pop(leader).cancel()
+
+    async def _fetch_loop(self, leader: int) -> None:
+        settings = self.broker.settings
+        while True:
+            parts = [(key, reg) for key, reg in self.following.items() if reg.leader == leader]
+            if not parts:
+                return
+            body = {
+                "replica_id": self.me,
+                "max_wait_ms": settings.replica_fetch_wait_max_ms,
+                "max_bytes": settings.replica_fetch_max_bytes,
+                "partitions": [],
+            }
+            plogs = {}
+            for (topic, p), reg in parts:
+                try:
+                    plog = self.broker.logs.get(topic, p)
+                except LaketailError:
+                    continue
+                plogs[(topic, p)] = plog
+                body["partitions"].append({
+                    "topic": topic, "partition": p, "fetch_offset": plog.log_end_offset,
+                    "last_fetched_epoch": plog.latest_epoch, "leader_epoch": reg.leader_epoch,
+                })
+            try:
+                raw = await self.node.replica_fetch(leader, body)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.debug("fetch from broker %d failed: %s", leader, exc)
+                await asyncio.sleep(0.2)
+                continue
+            progressed = False
+            for answer, data in decode_fetch_response(raw):
+                key = (answer["topic"], answer["partition"])
+                plog = plogs.get(key)
+                if plog is None or self.following.get(key) is None or self.following[key].leader != leader:
+                    continue
+                try:
+                    progressed |= await self._apply_answer(plog, answer, data)
+                except Exception:
+                    log.exception("applying the leader's answer for %s-%d failed", *key)
+            if not progressed and any(a.get("error") for a, _ in decode_fetch_response(raw)):
+                await asyncio.sleep(0.1)  # a stale epoch on one side: let metadata catch up
+
+    async def _apply_answer(self, plog: PartitionLog, answer: dict, data: bytes) -> bool:
+        diverging = answer.get("diverging")
+        if diverging is not None:
+            epoch, end = diverging["epoch"], diverging["end_offset"]
+            if epoch < 0:
+                target = answer.get("hot_start", plog.log_end_offset)
+                await asyncio.to_thread(plog.reset_to, target)
+            else:
+                _, mine = plog.end_offset_for_epoch(epoch)
+                target = min(end, mine if mine >= 0 else end, plog.log_end_offset)
+                await asyncio.to_thread(plog.truncate_to, target)
+            return True
+        error = answer.get("error")
+        if error == "OFFSET_OUT_OF_RANGE":
+            await asyncio.to_thread(plog.reset_to, answer["hot_start"])
+            return True
+        if error:
+            return False
+        if data:
+            await plog.append_raw(data)
+        if "hw" in answer:
+            hw = min(answer["hw"], plog.log_end_offset)
+            if hw > plog.high_watermark:
+                plog.high_watermark = hw
+            plog.advance_log_start(answer["log_start"])
+        return bool(data)

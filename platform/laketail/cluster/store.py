@@ -1,0 +1,230 @@
+"""The cluster's catalog tables under ``<root>/_system/`` (ARCHITECTURE.md 3.6).
+
+* ``brokers``    -- one row per broker that ever registered: id, advertised URL, the
+  incarnation of its current process, whether the controller counts it alive;
+* ``controller`` -- one row: the controller's broker id and epoch. Becoming controller
+  is a read-modify-write of this row: two brokers that both read epoch E and both write
+  E + 1 collide in delta-rs's conflict check, and only one wins;
+* ``replicas``   -- one row per replica: topic, partition, broker, role, leader epoch,
+  ISR membership, last known log end offset (plus the replica's place in the
+  assignment and the partition epoch, so the registrations can be rebuilt from it).
+
+Every change replaces the table's file (the tables are tiny) in a commit that fails on
+a concurrent change; :func:`mutate` retries with fresh rows. Thread-safe: each call
+opens the table anew; callers run these in worker threads.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+from laketail.cluster.metadata import NO_LEADER, BrokerRegistration, PartitionRegistration
+
+BROKERS_SCHEMA = pa.schema([
+    ("broker_id", pa.int32()),
+    ("url", pa.string()),
+    ("incarnation", pa.string()),
+    ("alive", pa.bool_()),
+    ("registered_ms", pa.int64()),
+    ("updated_ms", pa.int64()),
+])
+CONTROLLER_SCHEMA = pa.schema([
+    ("controller_id", pa.int32()),
+    ("controller_epoch", pa.int64()),
+    ("elected_ms", pa.int64()),
+])
+REPLICAS_SCHEMA = pa.schema([
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("broker", pa.int32()),
+    ("role", pa.string()),  # leader, follower, or offline (the partition has no leader)
+    ("leader_epoch", pa.int32()),
+    ("in_isr", pa.bool_()),
+    ("log_end_offset", pa.int64()),
+    ("replica_index", pa.int16()),
+    ("partition_epoch", pa.int32()),
+    ("updated_ms", pa.int64()),
+])
+
+#: Checkpoint a system table every this many versions, so reading it stays cheap.
+CHECKPOINT_EVERY = 50
+
+
+class Conflict(Exception):
+    """A conditional change found the table changed by someone else."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ClusterStore:
+    def __init__(self, root: str) -> None:
+        self.root = str(root)
+        self.brokers_uri = f"{self.root}/_system/brokers"
+        self.controller_uri = f"{self.root}/_system/controller"
+        self.replicas_uri = f"{self.root}/_system/replicas"
+
+    # -- generic ----------------------------------------------------------------------------
+
+    def _rows(self, uri: str, schema: pa.Schema) -> tuple[DeltaTable | None, list[dict]]:
+        try:
+            dt = DeltaTable(uri)
+        except TableNotFoundError:
+            return None, []
+        return dt, dt.to_pyarrow_table().to_pylist()
+
+    def mutate(
+        self, uri: str, schema: pa.Schema, change: Callable[[list[dict]], list[dict] | None], attempts: int = 30
+    ) -> list[dict]:
+        """Replace the table's rows with ``change(rows)`` unless someone changed it
+        meanwhile (then retry on fresh rows). ``change`` returning ``None`` means "no
+        change"; it may raise to give up. Returns the rows written (or found)."""
+        for attempt in range(attempts):
+            dt, rows = self._rows(uri, schema)
+            new_rows = change(rows)
+            if new_rows is None:
+                return rows
+            table = pa.Table.from_pylist(new_rows, schema=schema)
+            try:
+                if dt is None:
+                    write_deltalake(uri, table, mode="error")
+                else:
+                    write_deltalake(dt, table, mode="overwrite")
+                    version = dt.version()
+                    if version and version % CHECKPOINT_EVERY == 0:
+                        self._tidy(uri)
+                return new_rows
+            except CommitFailedError:
+                time.sleep(0.02 * (attempt + 1))
+            except Exception as exc:  # "table already exists" from a racing first write
+                if dt is None and "exist" in str(exc).lower():
+                    continue
+                raise
+        raise Conflict(f"{uri} kept changing under us")
+
+    @staticmethod
+    def _tidy(uri: str) -> None:
+        try:
+            dt = DeltaTable(uri)
+            dt.create_checkpoint()
+            dt.cleanup_metadata()
+            dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+        except Exception:
+            pass  # tidying is an optimisation; the next checkpoint tries again
+
+    # -- brokers ----------------------------------------------------------------------------
+
+    def brokers(self) -> dict[int, BrokerRegistration]:
+        _, rows = self._rows(self.brokers_uri, BROKERS_SCHEMA)
+        return {
+            r["broker_id"]: BrokerRegistration(r["broker_id"], r["url"], r["incarnation"], r["alive"], r["registered_ms"])
+            for r in rows
+        }
+
+    def register_broker(self, broker_id: int, url: str, incarnation: str) -> None:
+        now = _now_ms()
+
+        def change(rows: list[dict]) -> list[dict]:
+            others = [r for r in rows if r["broker_id"] != broker_id]
+            return others + [{
+                "broker_id": broker_id, "url": url, "incarnation": incarnation, "alive": True,
+                "registered_ms": now, "updated_ms": now,
+            }]
+
+        self.mutate(self.brokers_uri, BROKERS_SCHEMA, change)
+
+    def set_alive(self, alive: dict[int, bool]) -> None:
+        now = _now_ms()
+
+        def change(rows: list[dict]) -> list[dict] | None:
+            if all(alive.get(r["broker_id"], r["alive"]) == r["alive"] for r in rows):
+                return None
+            return [
+                {**r, "alive": alive.get(r["broker_id"], r["alive"]), "updated_ms": now}
+                for r in rows
+            ]
+
+        self.mutate(self.brokers_uri, BROKERS_SCHEMA, change)
+
+    # -- controller ----------------------------------------------------------------------------
+
+    def controller(self) -> tuple[int, int]:
+        """``(controller id, controller epoch)``; ``(-1, 0)`` before the first election."""
+        _, rows = self._rows(self.controller_uri, CONTROLLER_SCHEMA)
+        if not rows:
+            return NO_LEADER, 0
+        return rows[0]["controller_id"], rows[0]["controller_epoch"]
+
+    def claim_controller(self, broker_id: int, seen_epoch: int) -> int:
+        """Become controller if the epoch is still ``seen_epoch``; return the new epoch.
+        Raises :class:`Conflict` when another broker got there first."""
+        claimed: list[int] = []
+
+        def change(rows: list[dict]) -> list[dict]:
+            current = rows[0]["controller_epoch"] if rows else 0
+            if current != seen_epoch:
+                raise Conflict(f"controller epoch moved from {seen_epoch} to {current}")
+            claimed.append(current + 1)
+            return [{"controller_id": broker_id, "controller_epoch": current + 1, "elected_ms": _now_ms()}]
+
+        self.mutate(self.controller_uri, CONTROLLER_SCHEMA, change, attempts=1)
+        return claimed[-1]
+
+    # -- replicas -------------------------------------------------------------------------------
+
+    def partitions(self) -> dict[tuple[str, int], PartitionRegistration]:
+        _, rows = self._rows(self.replicas_uri, REPLICAS_SCHEMA)
+        grouped: dict[tuple[str, int], list[dict]] = {}
+        for r in rows:
+            grouped.setdefault((r["topic"], r["partition"]), []).append(r)
+        out = {}
+        for (topic, partition), replicas in grouped.items():
+            replicas.sort(key=lambda r: r["replica_index"])
+            leader = next((r["broker"] for r in replicas if r["role"] == "leader"), NO_LEADER)
+            out[(topic, partition)] = PartitionRegistration(
+                topic=topic,
+                partition=partition,
+                replicas=[r["broker"] for r in replicas],
+                leader=leader,
+                leader_epoch=max(r["leader_epoch"] for r in replicas),
+                isr=[r["broker"] for r in replicas if r["in_isr"]],
+                partition_epoch=max(r["partition_epoch"] for r in replicas),
+            )
+        return out
+
+    def write_partitions(
+        self,
+        partitions: dict[tuple[str, int], PartitionRegistration],
+        leos: dict[tuple[str, int, int], int],
+        controller_epoch: int,
+    ) -> None:
+        """Replace ``_system/replicas`` with ``partitions``, unless a newer controller
+        has been elected (then :class:`Conflict`: this controller is deposed)."""
+        now = _now_ms()
+        rows = []
+        for (topic, partition), reg in sorted(partitions.items()):
+            for index, broker in enumerate(reg.replicas):
+                if reg.leader == NO_LEADER:
+                    role = "offline"
+                else:
+                    role = "leader" if broker == reg.leader else "follower"
+                rows.append({
+                    "topic": topic, "partition": partition, "broker": broker, "role": role,
+                    "leader_epoch": reg.leader_epoch, "in_isr": broker in reg.isr,
+                    "log_end_offset": leos.get((topic, partition, broker), -1),
+                    "replica_index": index, "partition_epoch": reg.partition_epoch, "updated_ms": now,
+                })
+
+        def change(_: list[dict]) -> list[dict]:
+            _, epoch = self.controller()
+            if epoch != controller_epoch:
+                raise Conflict(f"controller epoch is {epoch}, not {controller_epoch}: deposed")
+            return rows
+
+        self.mutate(self.replicas_uri, REPLICAS_SCHEMA, change)
