@@ -22,6 +22,7 @@ from starlette.responses import Response
 
 from laketail import __version__
 from laketail.api import errors
+from laketail.api.coordinator_proxy import CoordinatorProxy
 from laketail.api.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from laketail.api.routes import ROUTERS, spark_v1
 from laketail.broker import Broker
@@ -85,6 +86,7 @@ def create_app(settings: BrokerSettings, broker: Broker | None = None) -> FastAP
     app.state.pending = set()
     app.state.consumers = ConsumerInstances(broker, settings.consumer_instance_timeout_ms)
     errors.install(app, settings.socket_request_max_bytes)
+    app.add_middleware(CoordinatorProxy, broker=broker)
     for router in ROUTERS:
         app.include_router(router)
     app.include_router(spark_v1.router)  # table locations for Spark's driver

@@ -48,7 +48,8 @@ def absolute_uri(uri: str) -> str:
 )
 async def table(request: Request, topic: str) -> Response:
     broker = broker_of(request)
-    states = broker.partition_states(topic)  # UNKNOWN_TOPIC_OR_PARTITION first
+    info = broker.topic(topic)  # UNKNOWN_TOPIC_OR_PARTITION first
+    states = [await broker.partition_state_async(topic, p) for p in range(info.partitions)]
     delta, lock = broker.tables.delta_table(topic)
 
     def version() -> int:

@@ -172,6 +172,7 @@ class Broker:
         self.cluster_id = ""
         self.cluster = ClusterNode(self)
         self._remote_states: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
+        self.coordinators_loaded = False
         self.offsets = OffsetStore(self, settings.offsets_topic_num_partitions)
         self.groups = GroupCoordinator(
             self,
@@ -198,9 +199,7 @@ class Broker:
         known = {info.name for info in self.catalog.topics()}
         await asyncio.to_thread(self.logs.remove_orphans, None, known)
         await self.cluster.start()  # the cluster image opens this broker's replicas
-        await self.offsets.load()
-        await self.transactions.load()
-        await self.transactions.recover()
+        await self.load_coordinators()
         if self.settings.tier_enabled:
             self.tierer.start()
         self._background.append(asyncio.create_task(self._group_housekeeping(), name="laketail-groups"))
@@ -209,6 +208,14 @@ class Broker:
         if self.settings.maintenance_enabled:  # retention and compaction of user topics (spark-submit)
             maintenance = MaintenanceScheduler(self.settings).run()
             self._background.append(asyncio.create_task(maintenance, name="laketail-maintenance"))
+
+    async def load_coordinators(self) -> None:
+        """Rebuild the group and transaction coordinators from their internal topics (at
+        start, and on becoming the controller, where a cluster's coordinators run)."""
+        await self.offsets.load()
+        await self.transactions.load()
+        await self.transactions.recover()
+        self.coordinators_loaded = True
 
     async def close(self) -> None:
         for task in self._background:

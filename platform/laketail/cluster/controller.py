@@ -152,12 +152,7 @@ class Controller:
 
             raise NotController(f"broker {self.node.broker_id} is no longer the controller")
         self.last_seen[broker_id] = time.monotonic()
-        for key, leo in leos.items():
-            topic, _, partition = key.rpartition("/")
-            old = self.leos.get((topic, int(partition), broker_id))
-            if old != leo:
-                self.leos[(topic, int(partition), broker_id)] = leo
-                self._leos_dirty = True
+        self._record_leos(broker_id, leos)
         known = self.brokers.get(broker_id)
         if known is None or known.incarnation != incarnation or not known.alive:
             async with self._lock:
@@ -173,10 +168,18 @@ class Controller:
             answer["image"] = self.image().to_json()
         return answer
 
+    def _record_leos(self, broker_id: int, leos: dict[str, int]) -> None:
+        for key, leo in leos.items():
+            topic, _, partition = key.rpartition("/")
+            if self.leos.get((topic, int(partition), broker_id)) != leo:
+                self.leos[(topic, int(partition), broker_id)] = leo
+                self._leos_dirty = True
+
     async def tick(self) -> None:
         """Declare brokers silent past the session timeout dead; elect what that needs;
         write the replicas' last known log end offsets now and then."""
         now = time.monotonic()
+        self._record_leos(self.node.broker_id, self.node._leos())
         timeout = self.settings.broker_session_timeout_ms / 1000
         dead = [
             b.broker_id for b in self.brokers.values()

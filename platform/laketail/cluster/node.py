@@ -132,6 +132,11 @@ class ClusterNode:
             except Conflict:
                 return False
             self._last_contact = time.monotonic()
+            if self.broker.coordinators_loaded:  # taking over from a controller that died
+                try:
+                    await self.broker.load_coordinators()
+                except Exception:
+                    log.exception("loading the coordinators' state failed")
             return True
         finally:
             self._claiming = False
@@ -252,6 +257,16 @@ class ClusterNode:
             raise NotController(f"the controller (broker {controller_id}) is unreachable: {exc}") from exc
         _raise_for_error(resp)
         return resp
+
+    async def call_controller_raw(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """A client's request, passed to the controller as is (its answer too, errors
+        included)."""
+        controller_id = self.image.controller_id
+        url = await self._broker_url(controller_id)
+        try:
+            return await self.http.request(method, url + path, **kwargs)
+        except httpx.TransportError as exc:
+            raise NotController(f"the controller (broker {controller_id}) is unreachable: {exc}") from exc
 
     async def alter_partition(self, reg: PartitionRegistration, isr: list[int]) -> PartitionRegistration:
         args = dict(topic=reg.topic, partition=reg.partition, leader=self.broker_id,

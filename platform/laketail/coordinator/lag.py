@@ -65,8 +65,8 @@ async def group_lags(broker: "Broker", group_id: str) -> list[PartitionLag]:
     out = []
     for topic, partition in sorted(set(offsets) | set(owners)):
         try:
-            state = broker.partition_state(topic, partition)
-        except Exception:  # the topic was deleted since
+            state = await broker.partition_state_async(topic, partition)
+        except Exception:  # the topic was deleted since (or its leader is unreachable)
             continue
         committed = offsets.get((topic, partition))
         current = committed.offset if committed is not None else -1

@@ -113,7 +113,7 @@ class OffsetStore:
         self._exists = True
         cache: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         for partition in range(self.num_partitions):
-            state = self.broker.partition_state(OFFSETS_TOPIC, partition)
+            state = await self.broker.partition_state_async(OFFSETS_TOPIC, partition)
             offset = state.log_start_offset
             while offset < state.high_watermark:
                 result = await self.broker.fetch(

@@ -197,7 +197,7 @@ class TransactionCoordinator:
         self.num_partitions = self.broker.topic(TXN_TOPIC).partitions
         latest: dict[str, bytes | None] = {}
         for partition in range(self.num_partitions):
-            state = self.broker.partition_state(TXN_TOPIC, partition)
+            state = await self.broker.partition_state_async(TXN_TOPIC, partition)
             offset = state.log_start_offset
             while offset < state.high_watermark:
                 result = await self.broker.fetch(TXN_TOPIC, partition, offset, max_records=100_000,

@@ -1,0 +1,78 @@
+"""Coordinator requests go to the controller (multi-broker clusters only).
+
+In a cluster, the group and transaction coordinators that answer clients run on the
+controller broker (they read and write ``__consumer_offsets`` and
+``__transaction_state`` through whichever brokers lead those partitions). A request
+for a coordinator that reaches another broker is proxied to the controller, whole:
+method, path, query, headers and body, and the controller's answer is returned as is
+(so a v2 consumer instance's ``base_uri`` names the controller, where it lives, as a
+Confluent REST Proxy instance's names the proxy that holds it).
+
+Coordinator requests: the group protocol and commits (``/v1/groups``), transactions,
+producer ids and Spark sink batches (``/v1/transactions``, ``/v1/producers``,
+``/v1/sinks``), v2 consumer instances (``/consumers``), v3 consumer groups and lag, and
+idempotent or transactional produce (a ``producer_id`` in the query), whose epochs the
+transaction coordinator checks. Everything else is answered locally. A pure ASGI
+middleware, so the hot paths pay one prefix check.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from laketail.errors import NotController
+
+log = logging.getLogger(__name__)
+
+PREFIXES = ("/v1/groups", "/v1/transactions", "/v1/producers", "/v1/sinks", "/consumers")
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "content-encoding"}
+
+
+def is_coordinator_request(path: str, query: bytes) -> bool:
+    if path.startswith(PREFIXES):
+        return True
+    if path.startswith("/v3/clusters/") and "/consumer-groups" in path:
+        return True
+    return b"producer_id=" in query
+
+
+class CoordinatorProxy:
+    def __init__(self, app: ASGIApp, broker) -> None:
+        self.app = app
+        self.broker = broker
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self._elsewhere(scope):
+            await self.app(scope, receive, send)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = [(k.decode(), v.decode()) for k, v in scope["headers"] if k.decode().lower() not in _HOP_BY_HOP]
+        path = scope["path"] + (("?" + scope["query_string"].decode()) if scope["query_string"] else "")
+        try:
+            resp = await self.broker.cluster.call_controller_raw(scope["method"], path, headers=headers, content=body)
+        except NotController as exc:
+            resp = None
+            status, out_headers, content = exc.http_status, [(b"content-type", b"application/json")], json.dumps(exc.to_body()).encode()
+        if resp is not None:
+            status = resp.status_code
+            content = resp.content
+            out_headers = [
+                (k.encode(), v.encode()) for k, v in resp.headers.items() if k.lower() not in _HOP_BY_HOP
+            ]
+        out_headers.append((b"content-length", str(len(content)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": out_headers})
+        await send({"type": "http.response.body", "body": content})
+
+    def _elsewhere(self, scope: Scope) -> bool:
+        node = self.broker.cluster
+        if node.is_controller or len(node.image.brokers) <= 1:
+            return False
+        return is_coordinator_request(scope["path"], scope["query_string"])
