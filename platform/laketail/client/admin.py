@@ -73,10 +73,7 @@ class AdminClient:
     def __init__(self, conf: dict[str, Any] | None = None, /, *,
                  transport: httpx.BaseTransport | None = None, **kwargs: Any) -> None:
         self._config: AdminConfig = parse(AdminConfig, conf, kwargs)
-        self._gateway = Gateway(
-            self._config.bootstrap_servers, client_id=self._config.client_id,
-            timeout_s=self._config.socket_timeout_ms / 1000.0, transport=transport,
-        )
+        self._gateway = Gateway.for_client(self._config, transport=transport)
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="laketail-admin")
 
     def _submit(self, fn: Callable[..., Any], *args: Any) -> Future:

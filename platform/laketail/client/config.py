@@ -31,8 +31,7 @@ IGNORED = frozenset({
     "log.connection.close", "message.copy.max.bytes", "enable.gapless.guarantee",
     "partitioner", "queue.buffering.max.kbytes",
     "queued.max.messages.kbytes", "queued.min.messages",
-    "receive.message.max.bytes", "reconnect.backoff.max.ms", "reconnect.backoff.ms",
-    "retry.backoff.max.ms", "security.protocol", "socket.keepalive.enable",
+    "receive.message.max.bytes", "retry.backoff.max.ms", "security.protocol", "socket.keepalive.enable",
     "socket.nagle.disable", "socket.receive.buffer.bytes", "socket.send.buffer.bytes",
     "statistics.interval.ms", "stats_cb", "throttle_cb", "oauth_cb", "allow.auto.create.topics",
     "topic.metadata.propagation.max.ms", "sticky.partitioning.linger.ms",
@@ -116,6 +115,10 @@ class CommonConfig:
     client_id: str = field(default="rdkafka", metadata=_key("client.id", str))
     socket_timeout_ms: int = field(default=60_000, metadata=_key("socket.timeout.ms", int, "request.timeout.ms"))
     retry_backoff_ms: int = field(default=100, metadata=_key("retry.backoff.ms"))
+    #: How long a broker that could not be reached is tried only after the others,
+    #: doubling with each failure in a row up to ``reconnect.backoff.max.ms``.
+    reconnect_backoff_ms: int = field(default=100, metadata=_key("reconnect.backoff.ms"))
+    reconnect_backoff_max_ms: int = field(default=10_000, metadata=_key("reconnect.backoff.max.ms"))
     metadata_max_age_ms: int = field(
         default=300_000, metadata=_key("topic.metadata.refresh.interval.ms", int, "metadata.max.age.ms"))
     message_max_bytes: int = field(default=1_000_000, metadata=_key("message.max.bytes"))

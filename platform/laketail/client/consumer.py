@@ -39,7 +39,7 @@ from laketail.client.errors import KafkaError, KafkaException, local_error
 from laketail.client.fetcher import Fetcher
 from laketail.client.gateway import Gateway
 from laketail.client.message import OFFSET_INVALID, OFFSET_STORED, Message, TopicPartition
-from laketail.client.metadata import cluster_metadata
+from laketail.client.metadata import Metadata, cluster_metadata
 
 log = logging.getLogger(__name__)
 
@@ -76,14 +76,12 @@ class Consumer:
     def __init__(self, config: dict[str, Any] | None = None, /, *,
                  transport: httpx.BaseTransport | None = None, **kwargs: Any) -> None:
         self._config: ConsumerConfig = parse(ConsumerConfig, config, kwargs)
-        self._gateway = Gateway(
-            self._config.bootstrap_servers, client_id=self._config.client_id,
-            timeout_s=self._config.socket_timeout_ms / 1000.0, transport=transport,
-            on_error=self._error_event if self._config.error_cb else None,
-        )
+        self._gateway = Gateway.for_client(
+            self._config, transport=transport, on_error=self._error_event if self._config.error_cb else None)
         self._cond = threading.Condition()
         self._mailbox: deque[RebalanceEvent | Message | Callable[[], None]] = deque()
-        self._fetcher = Fetcher(self._config, self._gateway, self._cond, self._committed_offsets)
+        self._metadata = Metadata(self._gateway, self._config.metadata_max_age_ms, self._config.retry_backoff_ms)
+        self._fetcher = Fetcher(self._config, self._gateway, self._metadata, self._cond, self._committed_offsets)
         self._coordinator: ConsumerCoordinator | None = None
         self._callbacks: dict[str, Callback | None] = {}
         self._stored: dict[TP, tuple[int, str | None]] = {}

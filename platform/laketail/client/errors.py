@@ -12,6 +12,9 @@ the gateway connection turns them back into the broker's ``LaketailError`` with
 :func:`laketail.errors.from_body` and then into a ``KafkaError`` here
 (:meth:`KafkaError.from_laketail`): the code is the error's ``kafka_code``, the
 reason its message, ``retriable`` its own flag. That is the client's one translation.
+An error the broker's module has no class for (a newer broker's) arrives as a plain
+``LaketailError``; those the client must act on are known here by their REST code
+(:data:`BY_REST_CODE`: LEADER_NOT_AVAILABLE 50303 is Kafka's 5, retriable).
 """
 
 from __future__ import annotations
@@ -109,6 +112,13 @@ _DESCRIPTIONS: dict[int, str] = {
 }
 
 
+#: Broker errors known by their REST ``error_code`` when :func:`laketail.errors.from_body`
+#: has no class for them: rest code -> (Kafka code, retriable).
+BY_REST_CODE: dict[int, tuple[int, bool]] = {
+    50303: (BROKER_CODES["LEADER_NOT_AVAILABLE"], True),
+}
+
+
 class KafkaError:
     """An error code with its reason, as confluent-kafka's ``KafkaError``.
 
@@ -135,6 +145,9 @@ class KafkaError:
         """The broker's error as the client reports it (one translation, here)."""
         if isinstance(exc, NoOffsetForPartition):
             return cls(LOCAL_CODES["_AUTO_OFFSET_RESET"], exc.message)
+        if type(exc) is LaketailError and exc.rest_code in BY_REST_CODE:
+            code, retriable = BY_REST_CODE[exc.rest_code]
+            return cls(code, exc.detail, retriable=retriable)  # detail: the whole message
         return cls(exc.kafka_code, exc.message, retriable=exc.retriable)
 
     def code(self) -> int:

@@ -5,7 +5,10 @@ application will get), the *fetch offset* (where the next fetch starts, ahead of
 position by what is buffered), and a buffer of prefetched messages. A small pool of
 threads fetches in the background -- one request in flight per partition, through
 ``GET /v1/topics/{t}/partitions/{p}/records`` (Arrow IPC, long-polling up to
-``fetch.wait.max.ms``) -- while the buffer holds fewer than ``max_records``;
+``fetch.wait.max.ms``), sent to the partition's leader when metadata knows it (any
+broker would forward it; a fetch that failed because the leader moved or is gone has
+the leaders asked for again before it is retried after ``retry.backoff.ms``) --
+while the buffer holds fewer than ``max_records``;
 :meth:`take` hands buffered messages to ``poll()``/``consume()``, round-robin over
 the partitions, and moves the positions past them.
 
@@ -42,6 +45,7 @@ import pyarrow as pa
 from laketail.client.config import ConsumerConfig
 from laketail.client.errors import KafkaError, KafkaException, local_error
 from laketail.client.gateway import ARROW_STREAM, Gateway
+from laketail.client.metadata import REFRESH_CODES, Metadata
 from laketail.client.message import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -107,11 +111,13 @@ class Fetcher:
         self,
         config: ConsumerConfig,
         gateway: Gateway,
+        metadata: Metadata,
         cond: Condition,
         committed: Callable[[list[TP]], dict[TP, int | None]],
     ) -> None:
         self.config = config
         self.gateway = gateway
+        self.metadata = metadata
         self.cond = cond
         self.committed = committed
         self._parts: dict[TP, PartitionState] = {}
@@ -276,6 +282,7 @@ class Fetcher:
                 },
                 headers={"Accept": ARROW_STREAM},
                 timeout_s=wait_ms / 1000.0 + self.config.socket_timeout_ms / 1000.0,
+                broker=self.metadata.leader_url(*tp),
             )
             table = pa.ipc.open_stream(pa.py_buffer(resp.content)).read_all()
             messages = records_to_messages(tp[0], table)
@@ -309,6 +316,7 @@ class Fetcher:
         answer = self.gateway.get_json(
             f"/v1/topics/{tp[0]}/partitions/{tp[1]}/offsets",
             params={"timestamp": spec, "isolation_level": self.config.isolation_level},
+            broker=self.metadata.leader_url(*tp),
         )
         return int(answer["offset"])
 
@@ -371,6 +379,8 @@ class Fetcher:
                     state.buffer.append(error_message(err, tp[0], tp[1]))
             else:
                 log.debug("fetch %s failed: %s", tp, err)
+                if code in REFRESH_CODES:
+                    self.metadata.invalidate(tp[0])
                 state.retry_at = time.monotonic() + self.config.retry_backoff_ms / 1000.0
             self.cond.notify_all()
             self._schedule()

@@ -37,7 +37,7 @@ from laketail.client.errors import KafkaError, KafkaException, local_error
 from laketail.client.gateway import Gateway
 from laketail.client.consumer import ConsumerGroupMetadata
 from laketail.client.message import TIMESTAMP_CREATE_TIME, Message, TopicPartition, normalize_headers
-from laketail.client.metadata import TopicCounts, cluster_metadata
+from laketail.client.metadata import Metadata, cluster_metadata
 from laketail.client.sender import Sender
 from laketail.client.transaction_manager import Deadline, TransactionManager
 from laketail.records import record_size
@@ -77,12 +77,9 @@ class Producer:
     def __init__(self, config: dict[str, Any] | None = None, /, *,
                  transport: httpx.BaseTransport | None = None, **kwargs: Any) -> None:
         self._config: ProducerConfig = producer_config(config, kwargs)
-        self._gateway = Gateway(
-            self._config.bootstrap_servers, client_id=self._config.client_id,
-            timeout_s=self._config.socket_timeout_ms / 1000.0, transport=transport,
-            on_error=self._error_event if self._config.error_cb else None,
-        )
-        self._counts = TopicCounts(self._gateway, self._config.metadata_max_age_ms)
+        self._gateway = Gateway.for_client(
+            self._config, transport=transport, on_error=self._error_event if self._config.error_cb else None)
+        self._metadata = Metadata(self._gateway, self._config.metadata_max_age_ms, self._config.retry_backoff_ms)
         self._accumulator = RecordAccumulator(
             linger_ms=self._config.linger_ms,
             batch_size=self._config.batch_size,
@@ -90,7 +87,7 @@ class Producer:
         )
         self._reports: queue.SimpleQueue[Report] = queue.SimpleQueue()
         self._txn = TransactionManager(self._config, self._gateway, on_fatal=self._fatal_event)
-        self._sender = Sender(self._config, self._gateway, self._accumulator, self._counts, self._report, self._txn)
+        self._sender = Sender(self._config, self._gateway, self._accumulator, self._metadata, self._report, self._txn)
         self._sender.start()
         self._closed = False
 
@@ -149,11 +146,11 @@ class Producer:
     def _partition_count(self, topic: str) -> int | None:
         """The cached count; on a miss one bounded look-up, else None (the sender
         learns it later)."""
-        hit = self._counts.cached(topic)
+        hit = self._metadata.cached(topic)
         if hit is not False:
             return hit  # type: ignore[return-value]
         try:
-            return self._counts.lookup(topic, timeout_s=min(5.0, self._config.socket_timeout_ms / 1000.0))
+            return self._metadata.lookup(topic, timeout_s=min(5.0, self._config.socket_timeout_ms / 1000.0))
         except KafkaException:
             return None
 

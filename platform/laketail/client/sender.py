@@ -13,12 +13,17 @@ Role: loop until closed --
 A batch is one request: ``POST /v1/topics/{t}/partitions/{p}/records?acks=..`` with an
 Arrow IPC stream (columns ``key``, ``value``, ``headers``, ``timestamp`` in ms), plus
 ``producer_id``, ``producer_epoch``, ``sequence`` and ``transactional`` for a stamped
-batch. The answer's ``base_offset`` gives record *i* the offset ``base_offset + i``. A
-retriable error (transport, timeout, NOT_ENOUGH_REPLICAS, ...) puts the batch back at
-the head of its partition after ``retry.backoff.ms``, with its stamp, while
-``retries`` and ``delivery.timeout.ms`` allow (and no transaction is being aborted:
-then it fails with ``_PURGE_INFLIGHT``); any other error fails the batch's records,
-and the transaction manager hears of every failure. Each record gets exactly one
+batch, sent to the partition's leader when metadata knows it
+(:meth:`~laketail.client.metadata.Metadata.leader_url`; any broker would forward it).
+The answer's ``base_offset`` gives record *i* the offset ``base_offset + i``. A
+retriable error (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, NOT_ENOUGH_REPLICAS,
+NOT_ENOUGH_REPLICAS_AFTER_APPEND, transport, timeout, ...) puts the batch back at the
+head of its partition after ``retry.backoff.ms``, with its stamp, while ``retries``
+and ``delivery.timeout.ms`` allow (and no transaction is being aborted: then it fails
+with ``_PURGE_INFLIGHT``); those that say the leader moved or is gone
+(:data:`~laketail.client.metadata.REFRESH_CODES`) also have the topic's leaders asked
+for again before the retry. Any other error fails the batch's records, and the
+transaction manager hears of every failure. Each record gets exactly one
 delivery report, handed to ``report(record, err, offset)``; the producer queues it
 for ``poll()``.
 
@@ -41,7 +46,7 @@ from laketail.client.config import ProducerConfig
 from laketail.client.errors import KafkaError, KafkaException, local_error
 from laketail.client.gateway import ARROW_STREAM, Gateway
 from laketail.client.message import OFFSET_INVALID
-from laketail.client.metadata import TopicCounts
+from laketail.client.metadata import REFRESH_CODES, Metadata
 from laketail.client.transaction_manager import TransactionManager
 from laketail.records import HEADER_TYPE
 
@@ -85,7 +90,7 @@ class Sender:
         config: ProducerConfig,
         gateway: Gateway,
         accumulator: RecordAccumulator,
-        counts: TopicCounts,
+        metadata: Metadata,
         report: Report,
         txn: TransactionManager,
     ) -> None:
@@ -93,7 +98,7 @@ class Sender:
         self.txn = txn
         self.gateway = gateway
         self.accumulator = accumulator
-        self.counts = counts
+        self.metadata = metadata
         self.report = report
         self.delivery_timeout_s = config.delivery_timeout_ms / 1000.0
         self.backoff_s = config.retry_backoff_ms / 1000.0
@@ -148,7 +153,7 @@ class Sender:
             if self._metadata_retry_at.get(topic, 0.0) > now:
                 continue
             try:
-                count = self.counts.lookup(topic)
+                count = self.metadata.lookup(topic)
             except KafkaException as exc:
                 log.debug("metadata for %s: %s", topic, exc)
                 self._metadata_retry_at[topic] = now + self.backoff_s
@@ -175,6 +180,7 @@ class Sender:
                 content=encode_batch(batch.records),
                 headers={"Content-Type": ARROW_STREAM},
                 timeout_s=self.config.socket_timeout_ms / 1000.0,
+                broker=self.metadata.leader_url(batch.topic, batch.partition),
             )
         except KafkaException as exc:
             self._failed(batch, exc.args[0])
@@ -197,6 +203,8 @@ class Sender:
         retry_at = now + self.backoff_s
         in_time = retry_at - batch.first_produced < self.delivery_timeout_s
         may_retry = self.txn.attempt_failed(batch, err)
+        if err.code() in REFRESH_CODES:
+            self.metadata.invalidate(batch.topic)
         if err.retriable() and batch.attempts <= self.config.retries and in_time and not self.accumulator.closed:
             if may_retry:
                 log.debug("retrying %s-%d after %s", batch.topic, batch.partition, err)
@@ -204,7 +212,7 @@ class Sender:
                 return
             err = local_error("_PURGE_INFLIGHT", f"Local: Purged in flight (the transaction is aborting): {err.str()}")
         if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:  # type: ignore[attr-defined]
-            self.counts.forget(batch.topic)
+            self.metadata.forget(batch.topic)
         self.fail(batch, err)
 
     def fail(self, batch: ProducerBatch, err: KafkaError, *, done: bool = True, purged: bool = False) -> None:
