@@ -209,47 +209,16 @@ class Controller:
         except Exception:
             return False
 
+    def _live(self) -> set[int]:
+        return {b.broker_id for b in self.brokers.values() if b.alive}
+
     def _broker_died(self, broker_id: int) -> None:
         for reg in self.partitions.values():
-            if broker_id not in reg.replicas:
-                continue
-            if reg.leader == broker_id:
-                self._elect(reg, exclude=broker_id)
-            elif broker_id in reg.isr and len(reg.isr) > 1:
-                reg.isr = [r for r in reg.isr if r != broker_id]
-                reg.partition_epoch += 1
-
-    def _elect(self, reg: PartitionRegistration, exclude: int | None = None) -> None:
-        live_isr = [r for r in reg.replicas if r in reg.isr and r != exclude and self._alive(r)]
-        if live_isr:
-            reg.leader = live_isr[0]
-            if exclude is not None and exclude in reg.isr:
-                reg.isr = [r for r in reg.isr if r != exclude]
-        else:
-            live = [r for r in reg.replicas if r != exclude and self._alive(r)]
-            if live and self._unclean(reg.topic):
-                log.warning(
-                    "%s-%d: no in-sync replica is alive; unclean.leader.election.enable lets "
-                    "out-of-sync broker %d lead: acknowledged records may be lost",
-                    reg.topic, reg.partition, live[0],
-                )
-                reg.leader = live[0]
-                reg.isr = [live[0]]
-            else:
-                if reg.leader != NO_LEADER:
-                    log.warning("%s-%d is offline: no in-sync replica is alive", reg.topic, reg.partition)
-                reg.leader = NO_LEADER
-        reg.leader_epoch += 1
-        reg.partition_epoch += 1
+            broker_died(reg, broker_id, self._live(), self._unclean(reg.topic))
 
     def _broker_alive(self, broker_id: int) -> None:
-        """Offline partitions this broker can lead again (it is in their ISR)."""
         for reg in self.partitions.values():
-            if reg.leader == NO_LEADER and broker_id in reg.isr:
-                reg.leader = broker_id
-                reg.isr = [r for r in reg.isr if self._alive(r)] or [broker_id]
-                reg.leader_epoch += 1
-                reg.partition_epoch += 1
+            if broker_alive(reg, broker_id, self._live()):
                 log.info("%s-%d is back online, led by broker %d", reg.topic, reg.partition, broker_id)
 
     def _broker_rejoined(self, broker_id: int) -> None:
@@ -260,19 +229,13 @@ class Controller:
                 reg.partition_epoch += 1
 
     def _elect_offline(self) -> bool:
+        """Elect leaders for partitions without a live one (after a config change to
+        unclean election, or a leader that died while no controller was watching)."""
+        live = self._live()
         changed = False
         for reg in self.partitions.values():
-            if reg.leader == NO_LEADER:
-                before = reg.leader_epoch
-                self._elect(reg)
-                if reg.leader == NO_LEADER:
-                    reg.leader_epoch = before  # still offline: nothing changed
-                    reg.partition_epoch -= 1
-                else:
-                    changed = True
-            elif not self._alive(reg.leader):
-                self._elect(reg, exclude=reg.leader)
-                changed = True
+            if reg.leader == NO_LEADER or reg.leader not in live:
+                changed |= elect_leader(reg, live, self._unclean(reg.topic), exclude=reg.leader)
         return changed
 
     # -- ISR changes from leaders (Kafka's AlterPartition) -------------------------------------------
@@ -345,3 +308,63 @@ class Controller:
             self._elect_offline()  # unclean.leader.election.enable may have just been set
             await self._persist()
             return info
+
+
+# -- election rules (pure: the registration changes in place) ------------------------------------
+
+
+def elect_leader(reg: PartitionRegistration, live: set[int], unclean: bool, exclude: int = NO_LEADER) -> bool:
+    """Give ``reg`` a new leader: the first live ISR member in replica order (``exclude``,
+    the dead leader, leaves the ISR unless it is its last member); with none, any live
+    replica if ``unclean``, else no leader. Bumps the epochs when anything changed;
+    returns whether it did."""
+    before = (reg.leader, list(reg.isr))
+    candidates = [r for r in reg.replicas if r in reg.isr and r != exclude and r in live]
+    if candidates:
+        reg.leader = candidates[0]
+        reg.isr = [r for r in reg.isr if r != exclude]
+    else:
+        fallback = [r for r in reg.replicas if r != exclude and r in live]
+        if fallback and unclean:
+            log.warning(
+                "%s-%d: no in-sync replica is alive; unclean.leader.election.enable lets "
+                "out-of-sync broker %d lead: acknowledged records may be lost",
+                reg.topic, reg.partition, fallback[0],
+            )
+            reg.leader = fallback[0]
+            reg.isr = [fallback[0]]
+        else:
+            if reg.leader != NO_LEADER:
+                log.warning("%s-%d is offline: no in-sync replica is alive", reg.topic, reg.partition)
+            reg.leader = NO_LEADER
+    if (reg.leader, reg.isr) == before:
+        return False
+    reg.leader_epoch += 1
+    reg.partition_epoch += 1
+    return True
+
+
+def broker_died(reg: PartitionRegistration, broker_id: int, live: set[int], unclean: bool) -> bool:
+    """``broker_id`` is dead: re-elect if it led, else drop it from the ISR (never the
+    last member). Returns whether ``reg`` changed."""
+    if broker_id not in reg.replicas:
+        return False
+    if reg.leader == broker_id:
+        return elect_leader(reg, live - {broker_id}, unclean, exclude=broker_id)
+    if broker_id in reg.isr and len(reg.isr) > 1:
+        reg.isr = [r for r in reg.isr if r != broker_id]
+        reg.partition_epoch += 1
+        return True
+    return False
+
+
+def broker_alive(reg: PartitionRegistration, broker_id: int, live: set[int]) -> bool:
+    """``broker_id`` is (back) alive: an offline partition whose ISR holds it gets it as
+    leader. Returns whether ``reg`` changed."""
+    if reg.leader != NO_LEADER or broker_id not in reg.isr:
+        return False
+    reg.leader = broker_id
+    reg.isr = [r for r in reg.isr if r in live] or [broker_id]
+    reg.leader_epoch += 1
+    reg.partition_epoch += 1
+    return True
