@@ -1,0 +1,30 @@
+# laketail's image: the broker (`laketail serve`), its Spark jobs, and -- from the same
+# pyspark -- a standalone Spark master and worker. One image for all of them, so the
+# executors of a job import the same laketail, Python and Spark as its driver.
+# docker-compose.yml builds it; by hand: docker build -t laketail .
+FROM python:3.11-slim-bookworm
+
+# Java for PySpark (the maintenance jobs, laketail sql, the Spark services); procps
+# for Spark's launch scripts.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends default-jre-headless procps \
+ && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /opt/laketail
+COPY pyproject.toml README.md ./
+COPY platform platform
+COPY api api
+COPY jobs jobs
+COPY conf conf
+# A regular (not editable) install: every package must be listed in pyproject.toml,
+# which the import check below verifies at build time.
+RUN pip install --no-cache-dir . \
+ && python -c "import laketail.api.app, laketail.broker, laketail.jobs.compaction"
+
+# conf/laketail.toml is read from the working directory; the jobs' spark-defaults.conf
+# and log4j2.properties from here (an installed, not editable, laketail has no conf/).
+ENV LAKETAIL_CONF_DIR=/opt/laketail/conf \
+    PYTHONUNBUFFERED=1
+
+EXPOSE 8082
+CMD ["laketail", "serve", "--data", "/data", "--host", "0.0.0.0", "--port", "8082"]
