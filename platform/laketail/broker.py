@@ -206,7 +206,7 @@ class Broker:
         self._background.append(asyncio.create_task(self._internal_cleaner(), name="laketail-cleaner"))
         self._background.append(asyncio.create_task(self._transaction_timeouts(), name="laketail-txn-timeouts"))
         if self.settings.maintenance_enabled:  # retention and compaction of user topics (spark-submit)
-            maintenance = MaintenanceScheduler(self.settings).run()
+            maintenance = MaintenanceScheduler(self.settings, is_due=lambda: self.cluster.is_controller).run()
             self._background.append(asyncio.create_task(maintenance, name="laketail-maintenance"))
 
     async def load_coordinators(self) -> None:

@@ -34,7 +34,7 @@ from laketail.cluster.controller import Controller
 from laketail.cluster.metadata import NO_LEADER, BrokerRegistration, ClusterImage, PartitionRegistration
 from laketail.cluster.replicas import ReplicaManager
 from laketail.cluster.store import ClusterStore, Conflict
-from laketail.errors import LeaderNotAvailable, NotController, from_body
+from laketail.errors import LeaderNotAvailable, NotController, NotLeaderOrFollower, from_body
 
 if TYPE_CHECKING:
     from laketail.broker import Broker
@@ -236,17 +236,25 @@ class ClusterNode:
         return resp
 
     async def call_leader(self, topic: str, partition: int, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """Forward a request to the partition's leader (the gateway answers for it)."""
-        reg = self.image.partitions.get((topic, partition))
-        if reg is None or reg.leader == NO_LEADER:
-            raise LeaderNotAvailable(f"{topic}-{partition} has no leader right now")
-        url = await self._broker_url(reg.leader)
-        try:
-            resp = await self.http.request(method, url + path, **kwargs)
-        except httpx.TransportError as exc:
-            raise LeaderNotAvailable(f"the leader of {topic}-{partition} (broker {reg.leader}) is unreachable: {exc}") from exc
-        _raise_for_error(resp)
-        return resp
+        """Forward a request to the partition's leader (the gateway answers for it). When
+        that broker says it no longer leads, refresh the image and try once more."""
+        for attempt in range(2):
+            reg = self.image.partitions.get((topic, partition))
+            if reg is None or reg.leader == NO_LEADER:
+                raise LeaderNotAvailable(f"{topic}-{partition} has no leader right now")
+            url = await self._broker_url(reg.leader)
+            try:
+                resp = await self.http.request(method, url + path, **kwargs)
+            except httpx.TransportError as exc:
+                raise LeaderNotAvailable(
+                    f"the leader of {topic}-{partition} (broker {reg.leader}) is unreachable: {exc}"
+                ) from exc
+            if resp.status_code == NotLeaderOrFollower.http_status and attempt == 0:
+                await self.refresh_metadata()
+                continue
+            _raise_for_error(resp)
+            return resp
+        raise AssertionError("unreachable")
 
     async def call_controller(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         controller_id, _ = await asyncio.to_thread(self.store.controller)

@@ -98,7 +98,7 @@ class OffsetStore:
                 await self.broker.create_topic(
                     OFFSETS_TOPIC,
                     self.num_partitions,
-                    1,
+                    self.broker.settings.offsets_topic_replication_factor,  # capped at the live brokers
                     {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)},
                 )
             else:

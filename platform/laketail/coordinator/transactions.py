@@ -174,7 +174,7 @@ class TransactionCoordinator:
             return
         if TXN_TOPIC not in self.broker.list_topics():
             await self.broker.create_topic(
-                TXN_TOPIC, self.num_partitions, 1,
+                TXN_TOPIC, self.num_partitions, self.broker.settings.transaction_state_log_replication_factor,
                 {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)},
             )
         self.num_partitions = self.broker.topic(TXN_TOPIC).partitions

@@ -22,7 +22,7 @@ import asyncio
 import logging
 import os
 import signal
-from typing import Sequence
+from typing import Callable, Sequence
 
 from laketail.config import BrokerSettings
 from laketail.maintenance.spark_submit import DEFAULT_MASTER, job_env, spark_submit_argv
@@ -34,7 +34,13 @@ _KILL_AFTER_S = 10.0
 
 
 class MaintenanceScheduler:
-    def __init__(self, settings: BrokerSettings, master: str = DEFAULT_MASTER) -> None:
+    def __init__(
+        self,
+        settings: BrokerSettings,
+        master: str = DEFAULT_MASTER,
+        is_due: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.is_due = is_due  # in a cluster only the controller runs the jobs
         self.data = settings.data
         self.server = settings.url
         self.interval_s = settings.maintenance_interval_ms / 1000
@@ -48,7 +54,8 @@ class MaintenanceScheduler:
         """The scheduler's loop (an asyncio task of the broker)."""
         while True:
             await asyncio.sleep(self.interval_s)
-            await self.run_once()
+            if self.is_due():
+                await self.run_once()
 
     async def run_once(self, jobs: Sequence[str] = SCHEDULED_JOBS) -> dict[str, int]:
         """Run each job once, in order; their exit codes."""
