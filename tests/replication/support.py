@@ -97,6 +97,7 @@ class ClusterBroker(BrokerProcess):
         self.run_dir = base_dir / f"run-{broker_id}"
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.paused = False
+        self.starting = False
 
     @property
     def argv(self) -> list[str]:
@@ -104,8 +105,16 @@ class ClusterBroker(BrokerProcess):
 
     @property
     def live(self) -> bool:
-        """Started, not killed, not frozen: it should answer."""
-        return self.running and not self.paused
+        """Started and ready, not killed, not frozen: it should answer."""
+        return self.running and not self.paused and not self.starting
+
+    def start(self) -> "ClusterBroker":
+        self.starting = True
+        try:
+            super().start()
+        finally:
+            self.starting = False
+        return self
 
     def pause(self) -> None:
         """SIGSTOP: the process keeps its port but stops answering and heartbeating."""
@@ -121,7 +130,7 @@ class ClusterBroker(BrokerProcess):
         self.paused = False
 
     def __repr__(self) -> str:
-        state = "paused" if self.paused else "live" if self.running else "down"
+        state = "paused" if self.paused else "starting" if self.starting else "live" if self.running else "down"
         return f"<broker {self.broker_id} {self.url} {state}>"
 
 

@@ -49,7 +49,8 @@ def test_a_killed_follower_leaves_the_isr_and_a_second_one_stops_acks_all(cluste
     cluster[first].kill9()
     cluster.wait_view(topic, 0, lambda p: cluster.in_sync(p) == {leader, second} and p["leader"] == leader,
                       f"broker {first} out of the ISR, {leader} still leading")
-    assert first in cluster.replica_ids(cluster.partitions(topic)[0]), "the dead broker must stay a replica, only out of the ISR"
+    replicas = cluster.replica_ids(cluster.partitions(topic)[0])
+    assert first in replicas, f"the dead broker must stay a replica, only out of the ISR: {replicas}"
     _wait_isr_rows(cluster, topic, {leader: True, second: True, first: False})
     rows = cluster.replicas_table(topic)
     assert rows[(0, leader)]["role"] == "leader" and rows[(0, second)]["role"] == "follower", rows
