@@ -9,12 +9,12 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.laketail-installed
 PYTEST_ARGS ?=
 
-.PHONY: run test bench check-python check-java install
+.PHONY: run test bench check-python check-java check-compose install
 
 run: check-java install
 	$(VENV)/bin/laketail serve --data ./laketail-data --host 127.0.0.1 --port 8082
 
-test: check-java install
+test: check-java check-compose install
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 bench: check-java install
@@ -52,3 +52,12 @@ check-java:
 	  if [ -n "$$version" ]; then echo "(found Java $$version)" >&2; else echo "(no java on PATH)" >&2; fi; \
 	  exit 1; \
 	fi
+
+# tests/test_docker_compose.py validates docker-compose.yml with Debian's docker-compose
+# (`docker-compose config`; no Docker engine needed): install it when it is missing.
+check-compose:
+	@command -v docker-compose >/dev/null 2>&1 || { \
+	  echo "installing Debian's docker-compose (tests validate docker-compose.yml with it)"; \
+	  apt-get install -y -q docker-compose >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q docker-compose >/dev/null 2>&1; } || \
+	  echo "could not install docker-compose: tests/test_docker_compose.py will fail" >&2; }
