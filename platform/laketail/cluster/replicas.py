@@ -131,10 +131,17 @@ class ReplicaManager:
     async def _become_leader(self, reg: PartitionRegistration, plog: PartitionLog) -> None:
         key = (reg.topic, reg.partition)
         self.following.pop(key, None)
-        plog.assign_epoch(reg.leader_epoch)
         # Another leader may have tiered more than this broker saw as a follower.
         await asyncio.to_thread(self.broker.tables.refresh, reg.topic)
-        plog.mark_tiered(self.broker.tables.tiered_offset(reg.topic, reg.partition))
+        tiered = self.broker.tables.tiered_offset(reg.topic, reg.partition)
+        if tiered > plog.log_end_offset:
+            # Only after an unclean election: the table holds offsets this log never got.
+            # Continue after them rather than give the same offsets to other records.
+            log.warning("%s-%d: the table is tiered to %d, past this log's end %d; restarting the log there",
+                        reg.topic, reg.partition, tiered, plog.log_end_offset)
+            await asyncio.to_thread(plog.reset_to, tiered)
+        plog.mark_tiered(tiered)
+        plog.assign_epoch(reg.leader_epoch)
         followers = {r: FollowerState() for r in reg.replicas if r != self.me}
         old = self.leading.get(key)
         state = LeaderState(reg, plog, followers, old.waiters if old else [])
