@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: How often ``_system/replicas`` is rewritten just to refresh log end offsets.
+LEO_WRITE_INTERVAL_S = 10.0
+
 
 class Controller:
     def __init__(self, node: "ClusterNode", epoch: int) -> None:
@@ -127,8 +130,10 @@ class Controller:
             partitions={k: PartitionRegistration(**vars(v)) for k, v in self.partitions.items()},
         )
 
-    async def _persist(self, brokers_changed: bool = False) -> None:
-        """Write the decisions, then publish them (new version, applied locally)."""
+    async def _persist(self, brokers_changed: bool = False, publish: bool = True) -> None:
+        """Write the decisions, then publish them (a new image version, applied here and
+        pushed to the other brokers); ``publish=False`` only refreshes the table's log
+        end offsets."""
         try:
             if brokers_changed:
                 alive = {b.broker_id: b.alive for b in self.brokers.values()}
@@ -141,8 +146,9 @@ class Controller:
             raise
         self._leos_dirty = False
         self._last_leo_write = time.monotonic()
-        self.version += 1
-        await self.node.apply_image(self.image())
+        if publish:
+            self.version += 1
+            await self.node.apply_image(self.image())
 
     # -- heartbeats and liveness ------------------------------------------------------------------
 
@@ -196,8 +202,8 @@ class Controller:
         async with self._lock:
             if self._elect_offline():
                 await self._persist()
-            elif self._leos_dirty and now - self._last_leo_write > 5.0:
-                await self._persist()
+            elif self._leos_dirty and now - self._last_leo_write > LEO_WRITE_INTERVAL_S:
+                await self._persist(publish=False)
 
     def _alive(self, broker_id: int) -> bool:
         b = self.brokers.get(broker_id)
