@@ -221,21 +221,32 @@ async def _produce_v2(request: Request, topic: str, partition: int | None) -> Re
     state.broker.topic(topic)  # 404 before decoding anything
     records = decode_records(parse_json(await read_body(request)), embedded, partition)
     result = await produce(request, topic, records, acks, producer)
-    if result is None:
-        parts = records.partitions or [None] * len(records)
-        offsets = [{"partition": p, "offset": None, "error_code": None, "error": None} for p in parts]
+    if result is not None and result.dense is not None:
+        body = _dense_v2_answer(*result.dense, len(records))
     else:
-        offsets = [
-            {"partition": p, "offset": o, "error_code": None, "error": None}
-            for p, o in zip(result.partitions, result.offsets)
-        ]
+        if result is None:
+            parts = records.partitions or [None] * len(records)
+            offsets = [{"partition": p, "offset": None, "error_code": None, "error": None} for p in parts]
+        else:
+            offsets = [
+                {"partition": p, "offset": o, "error_code": None, "error": None}
+                for p, o in zip(result.partitions, result.offsets)
+            ]
+        body = _dumps({"key_schema_id": None, "value_schema_id": None, "offsets": offsets})
     state.metrics.observe_produce(
         "v2", topic, len(records), records.payload_bytes(), perf_counter() - started
     )
-    return Response(
-        _dumps({"key_schema_id": None, "value_schema_id": None, "offsets": offsets}),
-        media_type=V2_JSON,
-    )
+    return Response(body, media_type=V2_JSON)
+
+
+def _dense_v2_answer(partition: int, base: int, count: int) -> bytes:
+    """The v2 answer for ``count`` records at ``base``, ``base + 1``, ... of one
+    partition: the same JSON as the general case, joined from one template (about three
+    times faster than building and dumping a dict per record)."""
+    head = '{"partition":%d,"offset":' % partition
+    tail = ',"error_code":null,"error":null}'
+    offsets = (tail + "," + head).join(map(str, range(base, base + count)))
+    return ('{"key_schema_id":null,"value_schema_id":null,"offsets":[' + head + offsets + tail + "]}").encode()
 
 
 _TOPIC = path_param("topic", description="topic name")

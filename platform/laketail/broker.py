@@ -102,6 +102,9 @@ class ProduceResult:
     partitions: list[int]
     offsets: list[int]
     timestamps_ms: list[int]
+    #: ``(partition, base offset)`` when every record went to one partition, in order
+    #: (the common case, which responses can encode without a look at each record).
+    dense: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -653,7 +656,9 @@ class Broker:
         if len(plan.appends) == 1:
             partition, frame, _, max_ts = plan.appends[0]
             base = await self.append(plan.topic, partition, frame, acks, max_ts, plan.producer)
-            offsets = list(range(base, base + plan.count))
+            return ProduceResult(
+                plan.partitions, list(range(base, base + plan.count)), plan.timestamps_ms, (partition, base)
+            )
         else:
             bases = await asyncio.gather(*(
                 self.append(plan.topic, partition, frame, acks, max_ts)
