@@ -169,14 +169,17 @@ def test_retries_and_delivery_timeout_bound_the_retries():
         start = time.monotonic()
         reports = produce_all({"bootstrap.servers": cluster.url(0), "delivery.timeout.ms": 700,
                                "retry.backoff.ms": 50}, [b"c"])
-        assert [r[0] for r in reports] == [KafkaError.LEADER_NOT_AVAILABLE]
-        assert 0.6 < time.monotonic() - start < 10
+        # the last error when the next retry would be too late, _MSG_TIMED_OUT when the
+        # batch expires while it waits for that retry: whichever comes first
+        assert reports[0][0] in (KafkaError.LEADER_NOT_AVAILABLE, KafkaError._MSG_TIMED_OUT)
+        assert 0.6 < time.monotonic() - start < 60  # at least the timeout; the bound only fails a hang
 
 
 def test_a_leader_that_stops_answering_is_backed_off_and_the_batch_retried_elsewhere():
     with StubCluster(3, {"t": 1}) as cluster:
         cluster.leaders[("t", 0)] = 2
-        producer = Producer({"bootstrap.servers": cluster.url(0), "linger.ms": 0, "retry.backoff.ms": 10})
+        producer = Producer({"bootstrap.servers": cluster.url(0), "linger.ms": 0, "retry.backoff.ms": 10,
+                             "reconnect.backoff.ms": 60_000})  # still backed off when checked below
         reports: list[Any] = []
         try:
             producer.produce("t", b"a", partition=0, on_delivery=lambda err, msg: reports.append((err, msg.offset())))
@@ -207,6 +210,33 @@ def test_metadata_comes_from_any_bootstrap_server_that_answers():
         assert {b for b, _ in cluster.sent("GET", "/topics/t/partitions")} == {1}
 
 
+def test_with_its_only_bootstrap_server_gone_the_producer_asks_the_brokers_metadata_named():
+    with StubCluster(3, {"t": 1}) as cluster:
+        cluster.leaders[("t", 0)] = 1
+        producer = Producer({"bootstrap.servers": cluster.url(0), "linger.ms": 0, "retry.backoff.ms": 10,
+                             "reconnect.backoff.ms": 60_000})
+        reports: list[Any] = []
+
+        def send(value: bytes) -> None:
+            producer.produce("t", value, partition=0, on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+            assert producer.flush(30) == 0
+
+        try:
+            send(b"a")
+            cluster.brokers[0].stop()  # the bootstrap server
+            cluster.brokers[1].stop()  # the leader, the last to answer
+            cluster.leaders[("t", 0)] = 2
+            send(b"b")  # broker 2, the one left of those metadata named, takes it (and would forward it)
+            asked = len(cluster.sent("GET", "/topics/t/partitions"))
+            send(b"c")  # the leader is known to be unreachable: metadata first
+        finally:
+            producer.close()
+        assert reports == [(None, 0), (None, 1), (None, 2)]
+        assert [b for b, _ in cluster.sent("POST", RECORDS.format(0))] == [1, 2, 2]
+        assert [b for b, _ in cluster.sent("GET", "/topics/t/partitions")[asked:]] == [2]
+        assert producer._metadata.leader("t", 0) == 2
+
+
 def test_gateway_backs_off_an_unreachable_server_doubling_up_to_the_maximum():
     now = [100.0]
     gateway = Gateway(("http://127.0.0.1:1",), reconnect_backoff_ms=100, reconnect_backoff_max_ms=300,
@@ -230,7 +260,7 @@ def test_an_unreachable_leader_is_not_routed_to_and_its_topic_asked_for_again():
     with StubCluster(2, {"t": 1}) as cluster:
         cluster.leaders[("t", 0)] = 1
         cluster.advertised[1] = "http://127.0.0.1:1"  # advertises an address nobody listens on
-        gateway = Gateway((cluster.url(0),))
+        gateway = Gateway((cluster.url(0),), reconnect_backoff_ms=60_000)
         metadata = Metadata(gateway, 300_000, refresh_backoff_ms=0)
         try:
             assert metadata.leader_url("t", 0) == "http://127.0.0.1:1"

@@ -423,7 +423,8 @@ class Consumer:
         marks = []
         for spec in ("earliest", "latest"):
             params = {"timestamp": spec, "isolation_level": self._config.isolation_level}
-            answer = self._gateway.get_json(path, params=params, timeout_s=_timeout_s(timeout))
+            answer = self._gateway.get_json(path, params=params, timeout_s=_timeout_s(timeout),
+                                            broker=self._metadata.leader_url(partition.topic, partition.partition))
             marks.append(int(answer["offset"]))
         return marks[0], marks[1]
 
@@ -436,7 +437,7 @@ class Consumer:
             answer = self._gateway.get_json(
                 f"/v1/topics/{tp.topic}/partitions/{tp.partition}/offsets",
                 params={"timestamp": tp.offset, "isolation_level": self._config.isolation_level},
-                timeout_s=_timeout_s(timeout),
+                timeout_s=_timeout_s(timeout), broker=self._metadata.leader_url(tp.topic, tp.partition),
             )
             out.append(TopicPartition(tp.topic, tp.partition, int(answer["offset"])))
         return out

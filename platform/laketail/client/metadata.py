@@ -186,15 +186,16 @@ class Metadata:
         server (leader unknown, offline or unreachable). Refreshes what is stale on
         the caller's thread; never raises (a failed refresh keeps what is cached)."""
         self._refresh_topic(topic)
-        leader = self.leader(topic, partition)
-        if leader < 0:
-            return None
-        broker = self._broker(leader)
-        url = None if broker is None else broker.url
-        if url is not None and not self.gateway.reachable(url):
+        url = self._url_of(self.leader(topic, partition))
+        if url is not None and not self.gateway.reachable(url):  # has leadership moved on?
             self.invalidate(topic)
-            return None
-        return url
+            self._refresh_topic(topic)
+            url = self._url_of(self.leader(topic, partition))
+        return url if url is not None and self.gateway.reachable(url) else None
+
+    def _url_of(self, broker_id: int) -> str | None:
+        broker = None if broker_id < 0 else self._broker(broker_id)
+        return None if broker is None else broker.url
 
     def _refresh_topic(self, topic: str) -> None:
         now = self.monotonic()
