@@ -420,9 +420,7 @@ class ReplicaManager:
                 target = answer.get("hot_start", plog.log_end_offset)
                 await asyncio.to_thread(plog.reset_to, target)
             else:
-                _, mine = plog.end_offset_for_epoch(epoch)
-                target = min(end, mine if mine >= 0 else end, plog.log_end_offset)
-                await asyncio.to_thread(plog.truncate_to, target)
+                await asyncio.to_thread(plog.truncate_to, divergence_point(plog, epoch, end))
             return True
         error = answer.get("error")
         if error == "OFFSET_OUT_OF_RANGE":
@@ -438,3 +436,18 @@ class ReplicaManager:
                 plog.high_watermark = hw
             plog.advance_log_start(answer["log_start"])
         return bool(data)
+
+
+def divergence_point(plog: PartitionLog, epoch: int, end: int) -> int:
+    """Where a follower cuts its log when the leader says its epoch ``epoch`` ended at
+    ``end`` (Kafka's rule): if the follower had that epoch too, at the earlier of the two
+    ends; if the follower's nearest epoch is older, at that epoch's end here (then it
+    asks again about it); if it has no epoch that old, everything it holds diverges
+    (cut at its first epoch's start, never above ``end``)."""
+    mine_epoch, mine_end = plog.end_offset_for_epoch(epoch)
+    if mine_epoch == epoch:
+        return min(end, mine_end, plog.log_end_offset)
+    if mine_epoch >= 0:
+        return min(mine_end, plog.log_end_offset)
+    first = plog.epochs[0][1] if plog.epochs else plog.log_end_offset
+    return min(end, first, plog.log_end_offset)

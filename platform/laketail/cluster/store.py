@@ -20,7 +20,7 @@ import time
 from typing import Callable
 
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from laketail.cluster.metadata import NO_LEADER, BrokerRegistration, PartitionRegistration
@@ -91,11 +91,14 @@ class ClusterStore:
             if new_rows is None:
                 return rows
             table = pa.Table.from_pylist(new_rows, schema=schema)
+            # No retries inside delta-rs: it would rebase a losing commit onto the winner's
+            # (a racing create would even succeed), and the whole point is to lose.
+            once = CommitProperties(max_commit_retries=0)
             try:
                 if dt is None:
-                    write_deltalake(uri, table, mode="error")
+                    write_deltalake(uri, table, mode="error", commit_properties=once)
                 else:
-                    write_deltalake(dt, table, mode="overwrite")
+                    write_deltalake(dt, table, mode="overwrite", commit_properties=once)
                     version = dt.version()
                     if version and version % CHECKPOINT_EVERY == 0:
                         self._tidy(uri)
@@ -174,6 +177,9 @@ class ClusterStore:
             return [{"controller_id": broker_id, "controller_epoch": current + 1, "elected_ms": _now_ms()}]
 
         self.mutate(self.controller_uri, CONTROLLER_SCHEMA, change, attempts=1)
+        # Touch the replicas table too: a deposed controller that checked the epoch just
+        # before this claim now conflicts on its next write there, and re-checks.
+        self.mutate(self.replicas_uri, REPLICAS_SCHEMA, lambda rows: rows)
         return claimed[-1]
 
     # -- replicas -------------------------------------------------------------------------------

@@ -580,17 +580,20 @@ class PartitionLog:
         producer state; HW does not stay above LEO."""
         with self._lock:
             if offset >= self.log_end_offset:
+                # Nothing to cut, but an epoch this log led without appending (assigned at
+                # LEO) is not the leader's: forget it, or the next fetch asks about it again.
+                self.epochs = [(e, start) for e, start in self.epochs if start < offset]
                 return
-            log.warning("%s-%d: truncating from %d to %d (divergent suffix)",
-                        self.topic, self.partition, self.log_end_offset, offset)
             segments = self._segments
             keep = [s for s in segments if s.base_offset < offset or s is segments[0]]
-            for seg in segments[len(keep):]:
-                seg.delete()
             last = keep[-1]
             position = last.frame_position(offset) if offset > last.base_offset else 0
-            if position is None:
+            if position is None:  # checked before anything is deleted
                 raise ValueError(f"no frame of {self.topic}-{self.partition} starts at {offset}")
+            log.warning("%s-%d: truncating from %d to %d (divergent suffix)",
+                        self.topic, self.partition, self.log_end_offset, offset)
+            for seg in segments[len(keep):]:
+                seg.delete()
             last.truncate_to(position)
             last.flush()
             reopened, _ = Segment.open(last.path, verify_crc=False)
