@@ -161,7 +161,9 @@ def run(cluster: Cluster, idempotent: bool) -> None:
     assert not reports.twice, f"values reported twice: {reports.twice[:5]}"
     assert set(reports.by_value) == set(produced), "every record has one delivery report"
     failed = reports.failed()
-    print(f"{len(produced)} produced, {len(failed)} failed: {Counter(e.name() for e in failed.values())}")
+    by_partition = Counter((reports.by_value[v][1], e.name()) for v, e in failed.items())
+    print(f"{len(produced)} produced, {len(failed)} failed: {dict(by_partition)} (partition, error); "
+          f"killed broker {victim} leading partition {victim_partition}; now: {cluster.partitions(topic)}")
     delivered = reports.delivered()
     moved = [v for i, v in enumerate(after) if i % PARTITIONS == victim_partition]
     assert any(v in delivered for v in moved[len(moved) // 2:]), (
