@@ -32,6 +32,8 @@ _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"
 
 
 def is_coordinator_request(path: str, query: bytes) -> bool:
+    if path.startswith("/internal/"):
+        return False  # between brokers: already where it has to be
     if path.startswith(PREFIXES):
         return True
     if path.startswith("/v3/clusters/") and "/consumer-groups" in path:
