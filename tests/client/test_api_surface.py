@@ -137,3 +137,20 @@ def test_accumulator_keeps_order_while_the_partition_count_is_unknown():
     acc.assign("t", 3)
     ready, _ = acc.drain(now=1.0)
     assert sorted(r.key for b in ready for r in b.records) == [b"a", b"b"]
+
+
+def test_a_batch_sent_once_takes_no_more_records_while_it_waits_to_be_retried():
+    # Its retry must carry the very records (and sequence numbers) of the first try, or an
+    # idempotent leader that has the first try sees a new range and refuses it.
+    acc = RecordAccumulator(linger_ms=0, batch_size=1_000_000, batch_num_messages=1000, monotonic=lambda: 0.0)
+    acc.append(record("t", None, partition=0), 1)
+    (sent,), _ = acc.drain(now=1.0)
+    sent.attempts, sent.base_sequence = 1, 0
+    acc.requeue(sent, retry_at=2.0)
+    acc.append(record("t", None, partition=0), 1)
+    assert len(sent.records) == 1
+    (retried,), _ = acc.drain(now=3.0)
+    assert retried is sent
+    acc.done(retried)
+    (after,), _ = acc.drain(now=3.0)
+    assert after is not sent and len(after.records) == 1

@@ -127,7 +127,9 @@ class RecordAccumulator:
         key = (record.topic, record.partition)
         queue = self._batches.setdefault(key, deque())
         batch = queue[-1] if queue else None
-        if batch is None or self._full(batch) or (
+        # A batch that was sent once (a retry waiting at the head of the queue) is closed:
+        # its retries must carry exactly the records, and sequence numbers, of the first try.
+        if batch is None or batch.attempts or batch.base_sequence >= 0 or self._full(batch) or (
             batch.records and batch.size + record.size > self.batch_size
         ):
             batch = ProducerBatch(record.topic, record.partition, self.monotonic())
