@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
     def join() -> None:
         resp = http.post(groups + "/join", json={
             "member_id": member["member_id"], "client_id": f"crashing-{os.getpid()}",
-            "topics": [args.topic], "strategies": ["range"], "session_timeout_ms": 1000,
+            "topics": [args.topic], "strategies": ["range"], "session_timeout_ms": 3000,
             "rebalance_timeout_ms": 60_000,
         })
         resp.raise_for_status()
