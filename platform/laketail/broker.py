@@ -334,7 +334,7 @@ class Broker:
                 runtime.config = self.settings.topic_config(info.configs)
                 for plog in self.logs.partitions(name):
                     plog.config = runtime.config
-                self.tierer.schedule(name)
+                self.tierer.reschedule(name)
         for name in [n for n in self._topics if n not in image.topics]:
             await self._forget_topic(name, self._topics[name].info)
         await asyncio.to_thread(self.catalog._reload)

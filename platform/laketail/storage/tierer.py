@@ -74,8 +74,19 @@ class Tierer:
                 await self.tier_now(topic)
 
     def schedule(self, topic: str) -> None:
-        """Consider ``topic`` at the next pass (a new topic, a config change)."""
+        """Consider ``topic`` at the next pass (this broker just became its leader)."""
         self._due[topic] = 0.0
+        if self._wake is not None:
+            self._wake.set()
+
+    def reschedule(self, topic: str) -> None:
+        """The topic's config changed: its next pass is one interval, the new one, from
+        now (a longer interval set now holds from now, a shorter one starts now)."""
+        try:
+            interval = self.broker.topic_config(topic).table_flush_interval_ms / 1000.0
+        except Exception:
+            return
+        self._due[topic] = self.clock.monotonic() + interval
         if self._wake is not None:
             self._wake.set()
 
