@@ -285,9 +285,12 @@ class ClusterNode:
         controller_id = self.image.controller_id
         url = await self._broker_url(controller_id)
         try:
-            return await self.http.request(method, url + path, **kwargs)
+            # A join may wait a whole rebalance timeout: no read deadline of ours.
+            return await self.http.request(method, url + path, timeout=httpx.Timeout(None, connect=2.0), **kwargs)
         except httpx.TransportError as exc:
-            raise NotController(f"the controller (broker {controller_id}) is unreachable: {exc}") from exc
+            raise NotController(
+                f"the controller (broker {controller_id}) is unreachable: {type(exc).__name__} {exc}"
+            ) from exc
 
     async def alter_partition(self, reg: PartitionRegistration, isr: list[int]) -> PartitionRegistration:
         args = dict(topic=reg.topic, partition=reg.partition, leader=self.broker_id,
