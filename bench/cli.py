@@ -31,11 +31,12 @@ BENCHMARKS = {
     3: ("fetch", "3 fetch (hot and Delta tiers) vs bare endpoint"),
     4: ("flatness", "4 produce latency flatness vs naive Delta commits"),
     5: ("latency", "5 latency at 200 req/s"),
+    6: ("spark_reads", "6 Spark: register_topics, format('laketail'), streaming vs Parquet"),
     7: ("nats_peer", "7 NATS JetStream vs laketail from Python"),
     8: ("memory", "8 broker RSS under sustained produce"),
 }
 
-NOT_YET = [Skipped("6 Spark", "Spark integration (register_topics, format('laketail')) is not built yet")]
+NOT_YET: list[Skipped] = []
 
 
 def parse(argv: list[str]) -> tuple[Params, argparse.Namespace]:
@@ -48,6 +49,7 @@ def parse(argv: list[str]) -> tuple[Params, argparse.Namespace]:
     ap.add_argument("--naive-commits", type=int, help="commits the naive design makes in benchmark 4")
     ap.add_argument("--latency-seconds", type=float, help="length of each benchmark 5 window")
     ap.add_argument("--memory-seconds", type=float, help="sustained produce for benchmark 8")
+    ap.add_argument("--spark-records", type=int, help="records in benchmark 6's topic (default 10M)")
     ap.add_argument("--no-profile", action="store_true", help="do not re-run missed targets under py-spy")
     ap.add_argument("--results", type=Path, default=HERE / "results")
     ap.add_argument("--readme", type=Path, default=HERE / "README.md")
@@ -57,7 +59,7 @@ def parse(argv: list[str]) -> tuple[Params, argparse.Namespace]:
     args = ap.parse_args(argv)
     overrides = {}
     for flag in ("seconds", "flat_commits", "flat_records", "naive_commits", "latency_seconds",
-                 "memory_seconds"):
+                 "memory_seconds", "spark_records"):
         if getattr(args, flag) is not None:
             overrides[flag] = getattr(args, flag)
     if args.only:

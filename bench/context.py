@@ -48,6 +48,7 @@ class Params:
     memory_seconds: float = 120.0
     memory_rate: float = 100.0
     memory_batch: int = 100
+    spark_records: int = 10_000_000  # benchmark 6's topic (the issue's size, also by default)
     profile: bool = True
     only: tuple[int, ...] = ()
 

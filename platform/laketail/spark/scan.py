@@ -87,7 +87,8 @@ def _row_groups(pf: pq.ParquetFile, start: int, end: int, columns: list[str]) ->
         stats = meta.row_group(i).column(col).statistics
         if stats is not None and stats.has_min_max and (stats.max < start or stats.min >= end):
             continue
-        rows = pf.read_row_group(i, columns=columns)
+        # One task per core already: a thread pool per 8k-row group only costs CPU.
+        rows = pf.read_row_group(i, columns=columns, use_threads=False)
         offsets = rows.column("offset")
         if stats is None or not stats.has_min_max or stats.min < start or stats.max >= end:
             rows = rows.filter(pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)))
