@@ -105,9 +105,10 @@ def test_brokers_are_built_from_the_repository_dockerfile(config: dict) -> None:
     assert (ROOT / "Dockerfile").is_file()
     for name in BROKERS:
         build = config["services"][name]["build"]
-        context = build if isinstance(build, str) else build["context"]
-        assert Path(context).resolve() == ROOT
-        assert Path(build.get("dockerfile", "Dockerfile") if isinstance(build, dict) else "Dockerfile").name == "Dockerfile"
+        if isinstance(build, str):
+            build = {"context": build}
+        assert Path(build["context"]).resolve() == ROOT
+        assert build.get("dockerfile", "Dockerfile") == "Dockerfile"
 
 
 def test_brokers_publish_distinct_host_ports(config: dict) -> None:
