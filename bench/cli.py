@@ -34,6 +34,7 @@ BENCHMARKS = {
     6: ("spark_reads", "6 Spark: register_topics, format('laketail'), streaming vs Parquet"),
     7: ("nats_peer", "7 NATS JetStream vs laketail from Python"),
     8: ("memory", "8 broker RSS under sustained produce"),
+    9: ("replication", "9 replication (issue 7): acks=all on 3 replicas vs acks=1 on 1"),
 }
 
 NOT_YET: list[Skipped] = []
