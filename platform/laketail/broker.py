@@ -45,6 +45,7 @@ from laketail.errors import (
     NotLeaderOrFollower,
     OffsetOutOfRange,
     RecordTooLarge,
+    RequestTimedOut,
     UnknownTopicOrPartition,
 )
 from laketail.maintenance.compaction import execute_key_compaction, plan_key_compaction
@@ -440,6 +441,38 @@ class Broker:
 
     def leads(self, topic: str, partition: int) -> bool:
         return (topic, partition) in self.cluster.replicas.leading and not self.cluster.fenced
+
+    async def read_to_log_end(self, topic: str, partition: int):
+        """Yield every record of ``topic``-``partition`` (read_uncommitted) up to the log
+        end its leader had when the read began: how a coordinator loads its internal
+        topic when it takes over (Kafka reads to the log end, too).
+
+        A leader elected moments ago may not have its high watermark up to its log end
+        yet (it learns the followers' positions from their next fetches), and fetches
+        stop at HW; what it holds above HW was acknowledged by the old leader, so this
+        waits for HW to get there rather than load a state missing the last writes.
+        Raises :class:`RequestTimedOut` after ``request.timeout.ms`` (callers retry)."""
+        state = await self.partition_state_async(topic, partition)
+        target = state.log_end_offset
+        deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_ms / 1000
+        offset = state.log_start_offset
+        while offset < target:
+            if state.high_watermark <= offset:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise RequestTimedOut(
+                        f"{topic}-{partition}: high watermark {state.high_watermark} did not reach "
+                        f"the log end {target} within request.timeout.ms"
+                    )
+                await asyncio.sleep(0.1)
+                state = await self.partition_state_async(topic, partition)
+                continue
+            result = await self.fetch(topic, partition, offset, max_records=100_000, max_bytes=64 << 20,
+                                      isolation="read_uncommitted")
+            if result.next_offset <= offset:
+                break  # nothing readable there (a gap at the end): done
+            if result.records.num_rows:
+                yield result.records
+            offset = result.next_offset
 
     async def partition_state_async(self, topic: str, partition: int) -> PartitionState:
         """The partition's offsets as its leader knows them (asked over HTTP when the

@@ -77,9 +77,20 @@ def serve(
     except LaketailError as exc:
         raise CommandError(exc.message) from exc
 
+    import logging
+
     import uvicorn
 
     from laketail.api.app import create_app
+
+    # laketail's own loggers at the same level as uvicorn's (elections, ISR changes,
+    # tiering), with the time: a cluster's story is read across three brokers' logs.
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    laketail_log = logging.getLogger("laketail")
+    laketail_log.addHandler(handler)
+    laketail_log.setLevel(log_level.upper())
+    laketail_log.propagate = False
 
     app = create_app(settings)
     click.echo(

@@ -10,7 +10,8 @@ and new topics reach everyone without waiting for a heartbeat.
 When there is no controller yet, when the named one is this broker (restarted), or
 when the controller stayed unreachable for ``broker.session.timeout.ms``, the broker
 tries to become controller with a conflict-checked write of ``_system/controller``;
-the loser of a race simply follows the winner.
+the loser of a race simply follows the winner, which gets a whole session of its own
+to answer before anyone claims over it.
 
 A broker that could not reach any controller for a whole session is *fenced*: it
 stops acknowledging writes and answering replica fetches as a leader, since the
@@ -62,6 +63,8 @@ class ClusterNode:
         self._tasks: list[asyncio.Task] = []
         self._apply_lock = asyncio.Lock()
         self._claiming = False
+        self._heard_from: tuple[int, int] = (NO_LEADER, 0)  # the controller (id, epoch) last answering
+        self._learned: tuple[tuple[int, int], float] = ((NO_LEADER, 0), 0.0)  # one not heard from yet, and since when
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -178,17 +181,30 @@ class ClusterNode:
                          self.image.controller_id, silent, exc)
                 if silent > session:
                     controller_id, epoch = await asyncio.to_thread(self.store.controller)
-                    if controller_id != self.image.controller_id and self.image.controller_id != NO_LEADER:
-                        # A new controller was elected meanwhile: talk to it first.
-                        self.image.controller_id = controller_id
-                        continue
-                    await self._claim(epoch, presumed_dead={controller_id} - {NO_LEADER, self.broker_id})
+                    if self._gave_a_session(controller_id, epoch, session):
+                        await self._claim(epoch, presumed_dead={controller_id} - {NO_LEADER, self.broker_id})
+
+    def _gave_a_session(self, controller_id: int, epoch: int, session: float) -> bool:
+        """Whether the controller named in the catalog has had a whole session to answer.
+
+        The one this broker last heard from has (the silence is what brought us here). A
+        controller elected since (another broker claimed first) gets a session of its
+        own from the moment this broker learns of it: it may still be taking over, and
+        claiming over it would depose a healthy controller and declare it dead."""
+        if (controller_id, epoch) == self._heard_from or controller_id == NO_LEADER:
+            return True
+        now = time.monotonic()
+        if self._learned[0] != (controller_id, epoch):
+            self._learned = ((controller_id, epoch), now)
+            log.info("controller %d (epoch %d) was elected meanwhile: talking to it", controller_id, epoch)
+            return False
+        return now - self._learned[1] > session
 
     def _leos(self) -> dict[str, int]:
         return {f"{plog.topic}/{plog.partition}": plog.log_end_offset for plog in self.broker.logs.all()}
 
     async def _heartbeat(self) -> None:
-        controller_id, _ = await asyncio.to_thread(self.store.controller)
+        controller_id, epoch = await asyncio.to_thread(self.store.controller)
         if controller_id == NO_LEADER:
             raise NotController("no controller has been elected yet")
         body = {
@@ -205,6 +221,7 @@ class ClusterNode:
             answer = await self._post(url, f"{INTERNAL}/heartbeat", json=body, timeout=timeout)
             answer = answer.json()
         self._last_contact = time.monotonic()
+        self._heard_from = (controller_id, epoch)
         if "image" in answer:
             await self.apply_image(ClusterImage.from_json(answer["image"]))
 

@@ -113,17 +113,8 @@ class OffsetStore:
         self._exists = True
         cache: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         for partition in range(self.num_partitions):
-            state = await self.broker.partition_state_async(OFFSETS_TOPIC, partition)
-            offset = state.log_start_offset
-            while offset < state.high_watermark:
-                result = await self.broker.fetch(
-                    OFFSETS_TOPIC, partition, offset, max_records=100_000,
-                    max_bytes=64 << 20, isolation="read_uncommitted",
-                )
-                if result.records.num_rows == 0:
-                    break
-                self._apply(cache, result.records)
-                offset = result.next_offset
+            async for records in self.broker.read_to_log_end(OFFSETS_TOPIC, partition):
+                self._apply(cache, records)
         self._cache = cache
 
     @staticmethod

@@ -197,17 +197,9 @@ class TransactionCoordinator:
         self.num_partitions = self.broker.topic(TXN_TOPIC).partitions
         latest: dict[str, bytes | None] = {}
         for partition in range(self.num_partitions):
-            state = await self.broker.partition_state_async(TXN_TOPIC, partition)
-            offset = state.log_start_offset
-            while offset < state.high_watermark:
-                result = await self.broker.fetch(TXN_TOPIC, partition, offset, max_records=100_000,
-                                                 max_bytes=64 << 20, isolation="read_uncommitted")
-                if result.records.num_rows == 0:
-                    break
-                for key, value in zip(result.records.column("key").to_pylist(),
-                                      result.records.column("value").to_pylist()):
+            async for records in self.broker.read_to_log_end(TXN_TOPIC, partition):
+                for key, value in zip(records.column("key").to_pylist(), records.column("value").to_pylist()):
                     latest[key.decode()] = value
-                offset = result.next_offset
         for key, value in latest.items():
             if value is None:
                 continue
