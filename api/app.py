@@ -23,6 +23,7 @@ from starlette.responses import Response
 from laketail import __version__
 from laketail.api import errors
 from laketail.api.coordinator_proxy import CoordinatorProxy
+from laketail.api.hot_routes import HotRoutes
 from laketail.api.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from laketail.api.routes import ROUTERS, spark_v1
 from laketail.broker import Broker
@@ -85,6 +86,7 @@ def create_app(settings: BrokerSettings, broker: Broker | None = None) -> FastAP
     app.state.metrics = GatewayMetrics(broker)
     app.state.pending = set()
     app.state.consumers = ConsumerInstances(broker, settings.consumer_instance_timeout_ms)
+    app.add_middleware(HotRoutes, fastapi_app=app)  # innermost: produce and fetch skip FastAPI's routing
     errors.install(app, settings.socket_request_max_bytes)
     app.add_middleware(CoordinatorProxy, broker=broker)
     for router in ROUTERS:

@@ -46,7 +46,7 @@ from laketail.api.deps import (
 from laketail.api.encoding import ARROW_STREAM
 from laketail.broker import PRODUCE_SCHEMA
 from laketail.errors import InvalidRecord, InvalidRequest
-from laketail.records import RECORD_SCHEMA
+from laketail.records import RECORD_SCHEMA, payload_bytes
 
 router = APIRouter(tags=["v1 arrow"])
 
@@ -92,10 +92,6 @@ def to_produce_table(table: pa.Table, partition: int | None) -> pa.Table:
         columns.append(pa.repeat(pa.scalar(partition, pa.int32()), table.num_rows))
         names.append("partition")
     return pa.Table.from_arrays(columns, names=names).combine_chunks()
-
-
-def _lengths(array) -> pa.Array:
-    return pc.fill_null(pc.binary_length(array), 0).cast(pa.int64())
 
 
 def summarise(partitions: list[int], offsets: list[int]) -> list[dict]:
@@ -150,9 +146,9 @@ async def _produce_arrow(request: Request, topic: str, partition: int | None) ->
     broker.topic(topic)
     table = to_produce_table(read_ipc(await read_body(request)), partition)
     result = await produce(request, topic, table, acks, producer)
-    nbytes = pc.sum(_lengths(table.column("value"))).as_py() or 0
+    nbytes = payload_bytes(table.column("value"))
     if "key" in table.column_names:
-        nbytes += pc.sum(_lengths(table.column("key"))).as_py() or 0
+        nbytes += payload_bytes(table.column("key"))
     state.metrics.observe_produce("v1", topic, table.num_rows, nbytes, perf_counter() - started)
     offsets = None if result is None else summarise(result.partitions, result.offsets)
     return json_response({"offsets": offsets})
@@ -199,11 +195,7 @@ async def fetch_arrow(request: Request) -> Response:
     if table.schema != RECORD_SCHEMA:
         table = table.select(RECORD_SCHEMA.names).cast(RECORD_SCHEMA)
     body = write_ipc(table)
-    nbytes = 0
-    if table.num_rows:
-        nbytes = (pc.sum(_lengths(table.column("value"))).as_py() or 0) + (
-            pc.sum(_lengths(table.column("key"))).as_py() or 0
-        )
+    nbytes = payload_bytes(table.column("value")) + payload_bytes(table.column("key"))
     state.metrics.observe_fetch("v1", topic, table.num_rows, nbytes, perf_counter() - started)
     return Response(body, media_type=ARROW_STREAM, headers={
         "X-Laketail-Next-Offset": str(result.next_offset),

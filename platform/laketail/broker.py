@@ -61,6 +61,7 @@ from laketail.records import (
     IsolationLevel,
     build_frame_batch,
 )
+from laketail.storage.block_cache import BLOCKS, NotCached
 from laketail.storage.log_manager import LogManager
 from laketail.storage.partition_log import OffsetBelowHotTier, ProducerBatch
 from laketail.storage.table_reader import TableReader
@@ -170,6 +171,7 @@ class Broker:
         self.broker_id = settings.broker_id
         self.catalog = Catalog(settings.data)
         self.logs = LogManager(settings.hot_log_dir, clock=self.clock)
+        BLOCKS.resize(settings.fetch_cache_bytes)  # decoded blocks of both tiers, kept for fetches
         self.tables = TableReader(settings.data)
         self.tierer = Tierer(self, clock=self.clock)
         self._topics: dict[str, _TopicRuntime] = {}
@@ -875,12 +877,17 @@ class Broker:
     async def _read(self, topic, partition, plog, offset, end, limit_records, limit_bytes) -> pa.Table:
         if offset >= plog.hot_start_offset:
             try:
-                return await asyncio.to_thread(plog.read, offset, end, limit_records, limit_bytes, partition)
+                try:  # frames already decoded are only sliced: not worth a thread
+                    return plog.read(offset, end, limit_records, limit_bytes, partition, cached_only=True)
+                except NotCached:
+                    return await asyncio.to_thread(plog.read, offset, end, limit_records, limit_bytes, partition)
             except OffsetBelowHotTier:
                 pass  # local retention removed it meanwhile: the table has it
-        return await asyncio.to_thread(
-            self.tables.read, topic, partition, offset, min(end, plog.tiered_offset), limit_records, limit_bytes,
-        )
+        end = min(end, plog.tiered_offset)
+        try:
+            return self.tables.read(topic, partition, offset, end, limit_records, limit_bytes, cached_only=True)
+        except NotCached:
+            return await asyncio.to_thread(self.tables.read, topic, partition, offset, end, limit_records, limit_bytes)
 
     @staticmethod
     def _visible(plog, table: pa.Table, isolation: IsolationLevel) -> pa.Table:

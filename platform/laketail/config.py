@@ -221,6 +221,7 @@ class BrokerSettings:
     transaction_state_log_replication_factor: int = 3
     maintenance_enabled: bool = True
     maintenance_interval_ms: int = 300_000
+    fetch_cache_bytes: int = 134_217_728
     topic_defaults: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -278,6 +279,7 @@ _BROKER_KEYS = {
     # local mode) every interval; false leaves them to `laketail jobs run` or another scheduler.
     "laketail.maintenance.enable": "maintenance_enabled",
     "laketail.maintenance.interval.ms": "maintenance_interval_ms",
+    "laketail.fetch.cache.bytes": "fetch_cache_bytes",
 }
 
 

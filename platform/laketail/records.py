@@ -134,3 +134,17 @@ def to_record_batch(
     by_name["offset"] = pa.array(np.arange(base_offset, base_offset + n, dtype=np.int64))
     by_name["leader_epoch"] = pa.repeat(pa.scalar(leader_epoch, pa.int32()), n)
     return pa.RecordBatch.from_arrays([by_name[f.name] for f in RECORD_SCHEMA], schema=RECORD_SCHEMA)
+
+
+def payload_bytes(column: pa.Array | pa.ChunkedArray) -> int:
+    """Bytes of the values of a binary column (nulls count 0), from its offsets alone."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    total = 0
+    for chunk in chunks:
+        if len(chunk) == chunk.null_count:
+            continue
+        large = pa.types.is_large_binary(chunk.type) or pa.types.is_large_string(chunk.type)
+        width = np.int64 if large else np.int32
+        offsets = np.frombuffer(chunk.buffers()[1], width, len(chunk) + 1, chunk.offset * np.dtype(width).itemsize)
+        total += int(offsets[-1] - offsets[0])
+    return total

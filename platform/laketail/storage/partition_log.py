@@ -40,6 +40,7 @@ from laketail.config import TopicConfig
 from laketail.errors import KafkaStorageError
 from laketail.records import RECORD_SCHEMA, to_record_batch
 from laketail.storage import frame
+from laketail.storage.block_cache import BLOCKS, NotCached
 from laketail.storage.frame import FrameHeader
 from laketail.storage.producer_state import Duplicate, ProducerStateManager
 from laketail.storage.segment import SUFFIX, Segment
@@ -625,13 +626,20 @@ class PartitionLog:
     # -- reading -----------------------------------------------------------------------------------
 
     def read(
-        self, start: int, end: int, max_records: int, max_bytes: int, partition: int | None = None
+        self, start: int, end: int, max_records: int, max_bytes: int, partition: int | None = None,
+        keep: bool = True, cached_only: bool = False,
     ) -> pa.Table:
         """Records in ``[start, min(end, HW))`` from the hot tier, at most ``max_records``
         and about ``max_bytes`` (at least one record, so a consumer always progresses).
 
         Raises :class:`OffsetBelowHotTier` when ``start`` is below the first hot segment
-        (it may have been removed since the caller looked)."""
+        (it may have been removed since the caller looked).
+
+        Frames are widened to ``RECORD_SCHEMA`` once and kept in the block cache, so
+        the next fetches from the same frame only slice it; ``keep=False`` (the
+        tierer, which reads everything once) uses what is cached but adds nothing;
+        ``cached_only=True`` raises :class:`NotCached` instead of reading a frame from
+        disk (the caller then reads in a worker thread)."""
         end = min(end, self.high_watermark)
         partition = self.partition if partition is None else partition
         segments = self._segments
@@ -647,9 +655,7 @@ class PartitionLog:
         for segment in segments[i:]:
             if segment.base_offset >= end or taken >= max_records or nbytes >= max_bytes:
                 break
-            for header, _, fbatch in segment.read_frames(segment.position_for(start), segment.size):
-                if header.next_offset <= start:
-                    continue
+            for header, position in segment.headers(segment.position_for(start), segment.size, after=start):
                 if header.base_offset >= end:
                     break
                 lo = max(start - header.base_offset, 0)
@@ -660,15 +666,27 @@ class PartitionLog:
                     rows = min(rows, max(fit, 1 if taken == 0 else 0))
                 if rows <= 0:
                     break
-                # Widen only the rows returned (offsets are dense inside a frame).
-                batches.append(to_record_batch(
-                    fbatch.slice(lo, rows), partition, header.base_offset + lo, header.leader_epoch
-                ))
+                wide = self._record_batch(segment, header, position, partition, keep, cached_only)
+                batches.append(wide.slice(lo, rows))
                 taken += rows
                 nbytes += header.length * rows // max(header.record_count, 1)
                 if taken >= max_records or nbytes >= max_bytes:
                     break
         return pa.Table.from_batches(batches, RECORD_SCHEMA)
+
+    @staticmethod
+    def _record_batch(segment: Segment, header: FrameHeader, position: int, partition: int,
+                      keep: bool, cached_only: bool = False) -> pa.RecordBatch:
+        key = (segment.cache_key, position, partition)
+        batch = BLOCKS.get(key)
+        if batch is None:
+            if cached_only:
+                raise NotCached(header.base_offset)
+            batch = to_record_batch(segment.read_batch(header, position), partition,
+                                    header.base_offset, header.leader_epoch)
+            if keep:
+                BLOCKS.put(key, batch, header.length + 16 * header.record_count)
+        return batch
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """The earliest hot offset (below HW) whose timestamp is >= ``timestamp_ms``."""

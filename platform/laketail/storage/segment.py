@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from laketail.records import FRAME_SCHEMA
 from laketail.storage import frame
+from laketail.storage.block_cache import new_key as new_cache_key
 from laketail.storage.frame import CorruptFrame, FrameHeader
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class Segment:
         self._last_indexed_pos = -INDEX_INTERVAL_BYTES
         self.producer_frames: list[tuple[int, int]] = []  # (base offset, position) with a producer id
         self.epoch_starts: list[tuple[int, int]] = []  # (leader epoch, first offset) where it changes
+        self.cache_key = new_cache_key()  # names this file's current frames in the block cache
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
 
     # -- opening and recovery -------------------------------------------------------------
@@ -153,9 +155,12 @@ class Segment:
         self.last_append_ms = now_ms
 
     def truncate_to(self, size: int) -> None:
-        """Cut the file back to ``size`` bytes (undo a failed partial write)."""
+        """Cut the file back to ``size`` bytes (undo a failed partial write, or a
+        follower's divergent suffix). Cached frames are forgotten: new ones may be
+        written at the same positions."""
         os.ftruncate(self._fd, size)
         self.size = size
+        self.cache_key = new_cache_key()
 
     def flush(self) -> None:
         os.fdatasync(self._fd)
@@ -195,13 +200,25 @@ class Segment:
             position += header.size
         return None
 
-    def read_frames(self, position: int, limit: int):
-        """Yield ``(header, position, batch)`` from ``position`` up to byte ``limit``."""
+    def headers(self, position: int, limit: int, after: int = -1):
+        """Yield ``(header, position)`` of the frames from ``position`` up to byte
+        ``limit`` that hold an offset above ``after`` (the others are skipped by their
+        header alone)."""
         while position < limit:
             header = frame.decode_header(os.pread(self._fd, frame.HEADER_SIZE, position))
-            data = _pread_exact(self._fd, header.length, position + frame.HEADER_SIZE)
-            yield header, position, pa.ipc.read_record_batch(pa.py_buffer(data), FRAME_SCHEMA)
+            if header.next_offset > after:
+                yield header, position
             position += header.size
+
+    def read_batch(self, header: FrameHeader, position: int) -> pa.RecordBatch:
+        """The records of the frame at ``position`` (whose header is ``header``)."""
+        data = _pread_exact(self._fd, header.length, position + frame.HEADER_SIZE)
+        return pa.ipc.read_record_batch(pa.py_buffer(data), FRAME_SCHEMA)
+
+    def read_frames(self, position: int, limit: int):
+        """Yield ``(header, position, batch)`` from ``position`` up to byte ``limit``."""
+        for header, at in self.headers(position, limit):
+            yield header, at, self.read_batch(header, at)
 
     def close(self) -> None:
         try:

@@ -9,7 +9,8 @@ from the Delta log's add actions and their ``offset`` statistics, extended in pl
 the tierer after each of its commits, and reloaded when a read finds a hole (another
 writer, such as compaction, changed the table). A read opens only the files that
 overlap the wanted range, and in each only the row groups whose ``offset``
-statistics overlap it.
+statistics overlap it; decoded row groups stay in the block cache for the next
+fetches (see ``block_cache``).
 
 Thread-safety: one lock per topic guards that topic's ``DeltaTable`` object and index.
 """
@@ -23,6 +24,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -30,7 +32,8 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from laketail.catalog import remove_tree
-from laketail.records import RECORD_SCHEMA
+from laketail.records import RECORD_SCHEMA, payload_bytes
+from laketail.storage.block_cache import BLOCKS, NotCached
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +74,7 @@ class TableReader:
         self.root = str(root)
         self._topics: dict[str, _TopicTable] = {}
         self._topics_lock = threading.Lock()
-        self._parquet: OrderedDict[str, pq.ParquetFile] = OrderedDict()
+        self._parquet: OrderedDict[str, tuple[pq.ParquetFile, int]] = OrderedDict()  # file, its offset column
         self._parquet_lock = threading.Lock()
 
     def table_uri(self, topic: str) -> str:
@@ -138,7 +141,15 @@ class TableReader:
         with entry.lock:
             return entry.table.transaction_version(log_start_app_id(partition)) or 0
 
-    def _files(self, topic: str, partition: int) -> list[DataFile]:
+    def _files(self, topic: str, partition: int, cached_only: bool = False) -> list[DataFile]:
+        if cached_only:  # never wait for the lock (a tier commit holds it) nor read the log
+            entry = self._topics.get(topic)
+            if entry is None or entry.version < 0 or not entry.lock.acquire(blocking=False):
+                raise NotCached(topic)
+            try:
+                return entry.files.get(partition, [])
+            finally:
+                entry.lock.release()
         entry = self._get(topic)
         with entry.lock:
             if entry.version < 0:
@@ -210,18 +221,22 @@ class TableReader:
     # -- reads ------------------------------------------------------------------------------------
 
     def read(
-        self, topic: str, partition: int, start: int, end: int, max_records: int, max_bytes: int
+        self, topic: str, partition: int, start: int, end: int, max_records: int, max_bytes: int,
+        cached_only: bool = False,
     ) -> pa.Table:
         """Rows of ``[start, end)`` in offset order (gaps allowed), at most ``max_records``
-        and about ``max_bytes`` (at least one row)."""
+        and about ``max_bytes`` (at least one row). With ``cached_only``, raises
+        :class:`NotCached` rather than touch the disk or wait for a lock."""
         if end - start > max_records:
             # Offsets are dense outside compacted stretches: bound the read so row-group
             # pruning skips what cannot be returned; a stretch of gaps reads on unbounded.
-            rows = self.read(topic, partition, start, start + max_records, max_records, max_bytes)
+            rows = self.read(topic, partition, start, start + max_records, max_records, max_bytes, cached_only)
             if rows.num_rows:
                 return rows
-        files = self._overlapping(topic, partition, start, end)
+        files = self._overlapping(topic, partition, start, end, cached_only)
         if not files or files[0].first_offset > start:
+            if cached_only:
+                raise NotCached(topic)
             self.reload(topic)  # compaction or retention may have replaced files
             files = self._overlapping(topic, partition, start, end)
         uri = self.table_uri(topic)
@@ -231,30 +246,32 @@ class TableReader:
         for data_file in files:
             if taken >= max_records or nbytes >= max_bytes:
                 break
-            table = self._read_file(f"{uri}/{data_file.path}", start, end)
+            table = self._read_file(f"{uri}/{data_file.path}", partition, start, end, cached_only)
             if table.num_rows == 0:
                 continue
             table = table.slice(0, max_records - taken)
-            sizes = pc.add(
-                pc.fill_null(pc.binary_length(table.column("value")), 0),
-                pc.fill_null(pc.binary_length(table.column("key")), 0),
-            )
-            running = pc.cumulative_sum(sizes)
-            fits = pc.sum(pc.less_equal(running, max_bytes - nbytes)).as_py() or 0
-            table = table.slice(0, max(fits, 1 if taken == 0 else 0))
+            size = payload_bytes(table.column("value")) + payload_bytes(table.column("key"))
+            if size > max_bytes - nbytes:  # only then find where the byte bound cuts
+                sizes = pc.add(
+                    pc.fill_null(pc.binary_length(table.column("value")), 0),
+                    pc.fill_null(pc.binary_length(table.column("key")), 0),
+                )
+                running = pc.cumulative_sum(sizes)
+                fits = pc.sum(pc.less_equal(running, max_bytes - nbytes)).as_py() or 0
+                table = table.slice(0, max(fits, 1 if taken == 0 else 0))
+                size = pc.sum(sizes.slice(0, table.num_rows)).as_py() or 0
             if table.num_rows == 0:
                 break
             pieces.append(table)
             taken += table.num_rows
-            nbytes += pc.sum(sizes.slice(0, table.num_rows)).as_py() or 0
+            nbytes += size
         if not pieces:
             return pa.Table.from_batches([], RECORD_SCHEMA)
-        out = pa.concat_tables(pieces)
-        out = out.append_column("partition", pa.repeat(pa.scalar(partition, pa.int32()), out.num_rows))
-        return out.select(RECORD_SCHEMA.names).cast(RECORD_SCHEMA)
+        return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
 
-    def _overlapping(self, topic: str, partition: int, start: int, end: int) -> list[DataFile]:
-        files = self._files(topic, partition)
+    def _overlapping(self, topic: str, partition: int, start: int, end: int,
+                     cached_only: bool = False) -> list[DataFile]:
+        files = self._files(topic, partition, cached_only)
         lasts = [f.last_offset for f in files]
         i = bisect.bisect_left(lasts, start)
         out = []
@@ -264,35 +281,47 @@ class TableReader:
             out.append(data_file)
         return out
 
-    def _parquet_file(self, path: str) -> pq.ParquetFile:
+    def _parquet_file(self, path: str, cached_only: bool = False) -> tuple[pq.ParquetFile, int]:
+        """The open file (metadata read once) and the index of its ``offset`` column."""
         with self._parquet_lock:
-            pf = self._parquet.get(path)
-            if pf is not None:
+            found = self._parquet.get(path)
+            if found is not None:
                 self._parquet.move_to_end(path)
-                return pf
+                return found
+        if cached_only:
+            raise NotCached(path)
         pf = pq.ParquetFile(path)
+        found = (pf, pf.schema_arrow.get_field_index("offset"))
         with self._parquet_lock:
-            self._parquet[path] = pf
+            self._parquet[path] = found
             while len(self._parquet) > _PARQUET_CACHE:
                 self._parquet.popitem(last=False)
-        return pf
+        return found
 
-    def _read_file(self, path: str, start: int, end: int) -> pa.Table:
-        pf = self._parquet_file(path)
+    def _read_file(self, path: str, partition: int, start: int, end: int, cached_only: bool = False) -> pa.Table:
+        """Rows of ``[start, end)`` in one data file of ``partition``, as ``RECORD_SCHEMA``:
+        only the row groups whose offset statistics overlap, each decoded (and given its
+        partition column) once while it stays in :data:`BLOCKS`."""
+        pf, col = self._parquet_file(path, cached_only)
         meta = pf.metadata
-        col = pf.schema_arrow.get_field_index("offset")
-        groups = []
+        reader = None
+        pieces = []
         for i in range(meta.num_row_groups):
             stats = meta.row_group(i).column(col).statistics
             if stats is not None and stats.has_min_max and (stats.max < start or stats.min >= end):
                 continue
-            groups.append(i)
-        if not groups:
-            return pa.table({})
-        table = pq.ParquetFile(path, metadata=meta).read_row_groups(groups)
-        offsets = table.column("offset")
-        mask = pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end))
-        return table.filter(mask)
+            group = BLOCKS.get((path, i))
+            if group is None:
+                if cached_only:
+                    raise NotCached(path)
+                if reader is None:
+                    reader = pq.ParquetFile(path, metadata=meta)
+                group = _RowGroup.read(reader, i, partition)
+                BLOCKS.put((path, i), group, group.table.nbytes)
+            pieces.append(group.between(start, end))
+        if not pieces:
+            return RECORD_SCHEMA.empty_table()
+        return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
 
     def offset_for_timestamp(
         self, topic: str, partition: int, timestamp_ms: int, below: int
@@ -313,6 +342,30 @@ class TableReader:
                 row = hits[0].as_py()
                 return table.column("offset")[row].as_py(), ts[row].as_py() // 1000
         return None
+
+
+@dataclass(frozen=True)
+class _RowGroup:
+    """A decoded row group and its offsets as NumPy, for slicing by offset."""
+
+    table: pa.Table
+    offsets: np.ndarray
+    ordered: bool  # offsets strictly increasing: slice by binary search, not by a mask
+
+    @classmethod
+    def read(cls, reader: pq.ParquetFile, index: int, partition: int) -> "_RowGroup":
+        table = reader.read_row_group(index)
+        table = table.append_column("partition", pa.repeat(pa.scalar(partition, pa.int32()), table.num_rows))
+        table = table.select(RECORD_SCHEMA.names).cast(RECORD_SCHEMA).combine_chunks()
+        offsets = table.column("offset").to_numpy()
+        ordered = bool(np.all(offsets[1:] > offsets[:-1]))
+        return cls(table, offsets, ordered)
+
+    def between(self, start: int, end: int) -> pa.Table:
+        if self.ordered:
+            lo, hi = np.searchsorted(self.offsets, [start, end])
+            return self.table.slice(int(lo), int(hi - lo))
+        return self.table.filter(pa.array((self.offsets >= start) & (self.offsets < end)))
 
 
 def _ts_us(value) -> int:

@@ -208,7 +208,7 @@ class Tierer:
         written_paths: list[str] = []
         now_ms = self.clock.now_ms()
         for plog, start, end in work:
-            records = plog.read(start, end, MAX_RECORDS_PER_FILE, MAX_BYTES_PER_FILE)
+            records = plog.read(start, end, MAX_RECORDS_PER_FILE, MAX_BYTES_PER_FILE, keep=False)
             if records.num_rows == 0:
                 continue
             new_end = records.column("offset")[-1].as_py() + 1
