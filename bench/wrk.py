@@ -31,6 +31,7 @@ if path ~= nil then
   f:close()
 end
 %(headers)s
+%(walk)s
 function done(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
@@ -66,10 +67,25 @@ def _lua_string(s: str | None) -> str:
     return "nil" if s is None else json.dumps(s)
 
 
-def write_script(directory: Path, method: str, body_path: Path | None, headers: dict[str, str]) -> Path:
+_WALK = r"""
+local walk_format, walk_steps, walk_step, walk_i = %(format)s, %(steps)d, %(step)d, 0
+function request()
+  local path = string.format(walk_format, (walk_i %% walk_steps) * walk_step)
+  walk_i = walk_i + 1
+  return wrk.format(nil, path)
+end
+"""
+
+
+def write_script(directory: Path, method: str, body_path: Path | None, headers: dict[str, str],
+                 walk: tuple[str, int, int] | None = None) -> Path:
     lines = "\n".join(f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in headers.items())
+    walk_lua = ""
+    if walk is not None:
+        path_format, steps, step = walk
+        walk_lua = _WALK % {"format": json.dumps(path_format), "steps": steps, "step": step}
     text = _LUA % {"body_path": _lua_string(str(body_path) if body_path else None),
-                   "method": json.dumps(method), "headers": lines}
+                   "method": json.dumps(method), "headers": lines, "walk": walk_lua}
     fd, name = tempfile.mkstemp(suffix=".lua", dir=directory)
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
@@ -90,8 +106,13 @@ def run(
     warmup_s: float = 1.0,
     server_pid: int | None = None,
     timeout_s: float = 10.0,
+    walk: tuple[str, int, int] | None = None,
 ) -> WrkResult:
-    """Drive ``url`` for ``duration_s`` (after ``warmup_s`` of the same load, discarded)."""
+    """Drive ``url`` for ``duration_s`` (after ``warmup_s`` of the same load, discarded).
+
+    ``walk=(path_format, steps, step)`` requests ``path_format % offset`` for offsets 0,
+    step, 2 * step, ... (``steps`` of them, then again from 0) instead of ``url``'s
+    own path: a consumer reading a topic from the start, one per wrk thread."""
     body_path = None
     if body is not None:
         fd, name = tempfile.mkstemp(suffix=".body", dir=workdir)
@@ -101,7 +122,7 @@ def run(
     headers = dict(headers or {})
     if content_type:
         headers["Content-Type"] = content_type
-    script = write_script(workdir, method, body_path, headers)
+    script = write_script(workdir, method, body_path, headers, walk)
     try:
         if warmup_s > 0:
             _run_once(url, script, max(1, round(warmup_s)), connections, threads, None, timeout_s, workdir)
