@@ -150,7 +150,10 @@ class ReplicaManager:
         plog.on_append = lambda _plog, s=state: self._update_hw(s)
         log.info("%s-%d: leading at epoch %d (ISR %s)", reg.topic, reg.partition, reg.leader_epoch, reg.isr)
         self._update_hw(state)
-        self.broker.tierer.schedule(reg.topic)
+        if plog.log_end_offset > plog.tiered_offset:
+            # Records the previous leader left untiered: tier them at the next pass. (A new
+            # partition has none, and its first pass waits table.flush.interval.ms.)
+            self.broker.tierer.schedule(reg.topic)
 
     def _become_follower(self, reg: PartitionRegistration, plog: PartitionLog) -> None:
         key = (reg.topic, reg.partition)
