@@ -22,7 +22,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from laketail.api.routes import arrow, fetch, produce
+from laketail.api.routes import arrow, fetch, internal, produce
 
 HOT_ENDPOINTS = {
     produce.produce_to_topic,
@@ -31,6 +31,7 @@ HOT_ENDPOINTS = {
     arrow.produce_arrow,
     arrow.produce_arrow_partition,
     arrow.fetch_arrow,
+    internal.replica_fetch,  # a follower's fetch: hundreds a second under acks=all
 }
 
 

@@ -35,6 +35,7 @@ from laketail.cluster.controller import Controller
 from laketail.cluster.metadata import NO_LEADER, BrokerRegistration, ClusterImage, PartitionRegistration
 from laketail.cluster.replicas import ReplicaManager
 from laketail.cluster.store import ClusterStore, Conflict
+from laketail.cluster.wire import PeerLink
 from laketail.errors import LeaderNotAvailable, NotController, NotLeaderOrFollower, from_body
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class ClusterNode:
         self.controller: Controller | None = None
         self.replicas = ReplicaManager(self)
         self._http: httpx.AsyncClient | None = None
+        self._links: dict[int, PeerLink] = {}  # replica fetches, per leader broker
         self._last_contact = time.monotonic()
         self._tasks: list[asyncio.Task] = []
         self._apply_lock = asyncio.Lock()
@@ -114,6 +116,8 @@ class ClusterNode:
             task.cancel()
         if self.replicas._isr_task is not None:
             self.replicas._isr_task.cancel()
+        for link in self._links.values():
+            link.close()
         if self._http is not None:
             await self._http.aclose()
 
@@ -321,9 +325,13 @@ class ClusterNode:
         if leader == self.broker_id:
             raise LeaderNotAvailable("a broker does not fetch from itself")
         url = await self._broker_url(leader)
+        link = self._links.get(leader)
+        if link is None or link.url != url:
+            if link is not None:
+                link.close()
+            link = self._links[leader] = PeerLink(url)
         timeout = self.settings.replica_fetch_wait_max_ms / 1000 + 10
-        resp = await self._post(url, f"{INTERNAL}/replica-fetch", json=body, timeout=timeout)
-        return resp.content
+        return await link.post_json(f"{INTERNAL}/replica-fetch", body, timeout)
 
 
 def _raise_for_error(resp: httpx.Response) -> None:
