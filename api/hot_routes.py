@@ -32,6 +32,8 @@ HOT_ENDPOINTS = {
     arrow.produce_arrow_partition,
     arrow.fetch_arrow,
     internal.replica_fetch,  # a follower's fetch: hundreds a second under acks=all
+    internal.append,  # a produce forwarded by a broker that does not lead the partition
+    internal.records,  # a fetch forwarded likewise
 }
 
 

@@ -14,15 +14,14 @@ them back into the same exception (:func:`laketail.errors.from_body`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
 
 import pyarrow as pa
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from laketail.api.deps import broker_of, json_response
+from laketail.api.deps import broker_of, json_response, parse_acks, path_int, query_int
 from laketail.cluster.metadata import ClusterImage
-from laketail.errors import NotController
+from laketail.errors import InvalidRequest, NotController
 from laketail.storage.partition_log import ProducerBatch
 
 router = APIRouter(prefix="/internal/v1", include_in_schema=False)
@@ -94,47 +93,47 @@ async def replica_fetch(request: Request) -> Response:
     return Response(data, media_type="application/octet-stream")
 
 
+# The forwarded produce and fetch read their own parameters (no FastAPI dependencies),
+# so the gateway dispatches them ahead of its router like the public produce and fetch.
+
+
 @router.post("/partitions/{topic}/{partition}/append")
-async def append(
-    request: Request,
-    topic: str,
-    partition: int,
-    acks: str = Query("all"),
-    max_timestamp_us: int | None = Query(None),
-    producer_id: int | None = Query(None),
-    producer_epoch: int = Query(-1),
-    base_sequence: int = Query(-1),
-    transactional: bool = Query(False),
-    control: str | None = Query(None),
-) -> Response:
+async def append(request: Request) -> Response:
+    """Query: ``acks``, ``max_timestamp_us``, and for a producer's batch ``producer_id``,
+    ``producer_epoch``, ``base_sequence``, ``transactional``, ``control``."""
     broker = broker_of(request)
+    topic, partition = request.path_params["topic"], path_int(request, "partition")
+    query = request.query_params
     frame = pa.ipc.open_stream(await request.body()).read_next_batch()
     producer = None
+    producer_id = query_int(request, "producer_id")
     if producer_id is not None:
-        producer = ProducerBatch(producer_id, producer_epoch, base_sequence, transactional, control)
+        producer = ProducerBatch(
+            producer_id, query_int(request, "producer_epoch", -1), query_int(request, "base_sequence", -1),
+            query.get("transactional", "false") == "true", query.get("control"),
+        )
     if not broker.leads(topic, partition):
         broker.cluster.replicas.leader_state(topic, partition)  # NOT_LEADER / LEADER_NOT_AVAILABLE
-    base = await broker.append(topic, partition, frame, acks, max_timestamp_us, producer)  # type: ignore[arg-type]
+    acks = parse_acks(query.get("acks", "all"))
+    base = await broker.append(topic, partition, frame, acks, query_int(request, "max_timestamp_us"), producer)
     return json_response({"base_offset": base})
 
 
 @router.get("/partitions/{topic}/{partition}/records")
-async def records(
-    request: Request,
-    topic: str,
-    partition: int,
-    offset: int,
-    timeout_ms: int = 0,
-    isolation: Literal["read_committed", "read_uncommitted"] = "read_committed",
-    max_records: int | None = None,
-    max_bytes: int | None = None,
-) -> Response:
+async def records(request: Request) -> Response:
+    """Query: ``offset`` (required), ``timeout_ms``, ``isolation``, ``max_records``,
+    ``max_bytes``."""
     broker = broker_of(request)
+    topic, partition = request.path_params["topic"], path_int(request, "partition")
+    isolation = request.query_params.get("isolation", "read_committed")
+    if isolation not in ("read_committed", "read_uncommitted"):
+        raise InvalidRequest(f"isolation must be read_committed or read_uncommitted, got {isolation!r}")
     if not broker.leads(topic, partition):
         broker.cluster.replicas.leader_state(topic, partition)
     result = await broker.fetch(
-        topic, partition, offset, max_records=max_records, max_bytes=max_bytes,
-        timeout_ms=timeout_ms, isolation=isolation,
+        topic, partition, query_int(request, "offset", required=True),
+        max_records=query_int(request, "max_records"), max_bytes=query_int(request, "max_bytes"),
+        timeout_ms=query_int(request, "timeout_ms", 0), isolation=isolation,
     )
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, result.records.schema) as writer:

@@ -1,6 +1,7 @@
-"""The replica fetch loop's HTTP client against a real uvicorn server: answers, the
-gateway's errors as laketail exceptions, chunked bodies, one kept-alive connection,
-a connection the server closed replaced without losing the request, timeouts."""
+"""The brokers' lean HTTP client against a real uvicorn server: answers, the gateway's
+errors as laketail exceptions, chunked bodies, one kept-alive connection, a connection
+the server closed replaced without losing the request, timeouts; the pool's links per
+request in flight and its query strings and headers."""
 
 import asyncio
 import json
@@ -15,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from laketail.cluster.wire import PeerLink
+from laketail.cluster.wire import PeerLink, PeerPool
 from laketail.errors import NotLeaderOrFollower
 
 
@@ -23,7 +24,7 @@ class Peer:
     """A uvicorn server on a socket bound before it starts; remembers the client port
     of every request (one port = one connection)."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, keep_alive_s: float = 5.0) -> None:
         self.ports: list[int] = []
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -34,8 +35,11 @@ class Peer:
             Route("/base/fail", self.fail, methods=["POST"]),
             Route("/base/chunked", self.chunked, methods=["POST"]),
             Route("/base/slow", self.slow, methods=["POST"]),
+            Route("/base/query", self.query, methods=["GET"]),
+            Route("/base/arrow", self.arrow, methods=["POST"]),
         ])
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+        config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_keep_alive=keep_alive_s)
+        self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
         while not self.server.started:
@@ -58,8 +62,20 @@ class Peer:
         return StreamingResponse(parts(), media_type="application/octet-stream")
 
     async def slow(self, request: Request) -> Response:
-        await asyncio.sleep(5)
+        self.ports.append(request.client.port)
+        body = await request.body()
+        seconds = float(body) if body[:1].isdigit() else 5.0
+        await asyncio.sleep(seconds)
         return Response(b"late")
+
+    async def query(self, request: Request) -> Response:
+        self.ports.append(request.client.port)
+        return JSONResponse(dict(request.query_params), headers={"X-Next-Offset": "42"})
+
+    async def arrow(self, request: Request) -> Response:
+        self.ports.append(request.client.port)
+        body = await request.body()
+        return JSONResponse({"type": request.headers.get("content-type"), "size": len(body)})
 
     def stop(self) -> None:
         self.server.should_exit = True
@@ -156,3 +172,60 @@ def test_a_peer_that_is_gone_is_a_connection_error():
 
     with pytest.raises(OSError):
         asyncio.run(go())
+
+
+def test_the_pool_gives_each_request_in_flight_a_link_and_keeps_them_for_the_next(peer):
+    async def go():
+        pool = PeerPool(f"http://127.0.0.1:{peer.port}/base")
+        try:
+            slow = [pool.request("POST", "/slow", content=b"0.3", timeout_s=5) for _ in range(3)]
+            answers = await asyncio.gather(*slow)
+            after = [await pool.request("GET", "/query", params={"offset": i}, timeout_s=5) for i in range(3)]
+            return answers, after
+        finally:
+            pool.close()
+
+    answers, after = asyncio.run(go())
+    assert [a.content for a in answers] == [b"late"] * 3
+    assert len(set(peer.ports[:3])) == 3  # three at once: three connections
+    assert set(peer.ports[3:]) <= set(peer.ports[:3]) and len(set(peer.ports[3:])) == 1  # then one is enough
+    assert [a.json() for a in after] == [{"offset": str(i)} for i in range(3)]
+    assert after[0].headers["x-next-offset"] == "42"
+
+
+def test_a_request_carries_its_query_string_body_and_content_type(peer):
+    async def go():
+        pool = PeerPool(f"http://127.0.0.1:{peer.port}/base")
+        try:
+            q = await pool.request("GET", "/query", params={"offset": 7, "isolation": "read committed&x"}, timeout_s=5)
+            a = await pool.request("POST", "/arrow", content=b"\x00" * 70_000,
+                                   content_type="application/vnd.apache.arrow.stream", timeout_s=5)
+            return q, a
+        finally:
+            pool.close()
+
+    q, a = asyncio.run(go())
+    assert q.status_code == 200 and q.json() == {"offset": "7", "isolation": "read committed&x"}
+    assert a.json() == {"type": "application/vnd.apache.arrow.stream", "size": 70_000}
+
+
+def test_a_connection_the_peer_closed_while_idle_is_not_used_again():
+    peer = Peer(keep_alive_s=0.2)  # uvicorn closes connections idle for 0.2 s
+
+    async def go():
+        pool = PeerPool(f"http://127.0.0.1:{peer.port}/base")
+        try:
+            first = await pool.request("POST", "/arrow", content=b"1", timeout_s=5)
+            await asyncio.sleep(1.0)
+            # Not idempotent: it may not be sent twice, so it must not meet the dead connection.
+            second = await pool.request("POST", "/arrow", content=b"22", timeout_s=5)
+            return first, second
+        finally:
+            pool.close()
+
+    try:
+        first, second = asyncio.run(go())
+    finally:
+        peer.stop()
+    assert (first.json()["size"], second.json()["size"]) == (1, 2)
+    assert len(peer.ports) == 2 and peer.ports[0] != peer.ports[1]

@@ -35,7 +35,7 @@ from laketail.cluster.controller import Controller
 from laketail.cluster.metadata import NO_LEADER, BrokerRegistration, ClusterImage, PartitionRegistration
 from laketail.cluster.replicas import ReplicaManager
 from laketail.cluster.store import ClusterStore, Conflict
-from laketail.cluster.wire import PeerLink
+from laketail.cluster.wire import PeerLink, PeerPool, PeerResponse
 from laketail.errors import LeaderNotAvailable, NotController, NotLeaderOrFollower, from_body
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ class ClusterNode:
         self.replicas = ReplicaManager(self)
         self._http: httpx.AsyncClient | None = None
         self._links: dict[int, PeerLink] = {}  # replica fetches, per leader broker
+        self._pools: dict[int, PeerPool] = {}  # forwarded produce and fetch, per leader broker
         self._last_contact = time.monotonic()
         self._tasks: list[asyncio.Task] = []
         self._apply_lock = asyncio.Lock()
@@ -118,6 +119,8 @@ class ClusterNode:
             self.replicas._isr_task.cancel()
         for link in self._links.values():
             link.close()
+        for pool in self._pools.values():
+            pool.close()
         if self._http is not None:
             await self._http.aclose()
 
@@ -269,24 +272,37 @@ class ClusterNode:
         _raise_for_error(resp)
         return resp
 
-    async def call_leader(self, topic: str, partition: int, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    async def call_leader(
+        self, topic: str, partition: int, method: str, path: str, *,
+        params: dict[str, Any] | None = None, content: bytes = b"", headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> PeerResponse:
         """Forward a request to the partition's leader (the gateway answers for it). When
         that broker says it no longer leads, refresh the image and try once more."""
+        content_type = (headers or {}).get("Content-Type")
         for attempt in range(2):
             reg = self.image.partitions.get((topic, partition))
             if reg is None or reg.leader == NO_LEADER:
                 raise LeaderNotAvailable(f"{topic}-{partition} has no leader right now")
             url = await self._broker_url(reg.leader)
+            pool = self._pools.get(reg.leader)
+            if pool is None or pool.url != url:
+                if pool is not None:
+                    pool.close()
+                pool = self._pools[reg.leader] = PeerPool(url)
             try:
-                resp = await self.http.request(method, url + path, **kwargs)
-            except httpx.TransportError as exc:
+                resp = await pool.request(method, path, params=params, content=content, content_type=content_type,
+                                          timeout_s=timeout or 30.0)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
                 raise LeaderNotAvailable(
-                    f"the leader of {topic}-{partition} (broker {reg.leader}) is unreachable: {exc}"
+                    f"the leader of {topic}-{partition} (broker {reg.leader}) is unreachable: "
+                    f"{type(exc).__name__} {exc}"
                 ) from exc
             if resp.status_code == NotLeaderOrFollower.http_status and attempt == 0:
                 await self.refresh_metadata()
                 continue
-            _raise_for_error(resp)
+            if resp.status_code >= 400:
+                raise resp.error()
             return resp
         raise AssertionError("unreachable")
 
