@@ -750,7 +750,7 @@ class Broker:
         resp = await self.cluster.call_leader(
             topic, partition, "POST", f"{INTERNAL}/partitions/{topic}/{partition}/append",
             params=params, content=sink.getvalue().to_pybytes(),
-            headers={"Content-Type": "application/vnd.apache.arrow.stream"},
+            content_type="application/vnd.apache.arrow.stream",
             timeout=self.settings.request_timeout_ms / 1000 + 5,
         )
         return resp.json()["base_offset"]

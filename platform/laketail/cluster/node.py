@@ -35,8 +35,8 @@ from laketail.cluster.controller import Controller
 from laketail.cluster.metadata import NO_LEADER, BrokerRegistration, ClusterImage, PartitionRegistration
 from laketail.cluster.replicas import ReplicaManager
 from laketail.cluster.store import ClusterStore, Conflict
-from laketail.cluster.wire import PeerLink, PeerPool, PeerResponse
-from laketail.errors import LeaderNotAvailable, NotController, NotLeaderOrFollower, from_body
+from laketail.cluster.wire import PeerLink, PeerPool, PeerResponse, raise_for_error
+from laketail.errors import LeaderNotAvailable, NotController, NotLeaderOrFollower
 
 if TYPE_CHECKING:
     from laketail.broker import Broker
@@ -269,27 +269,22 @@ class ClusterNode:
 
     async def _post(self, url: str, path: str, timeout: float | None = None, **kwargs: Any) -> httpx.Response:
         resp = await self.http.post(url + path, timeout=timeout or httpx.USE_CLIENT_DEFAULT, **kwargs)
-        _raise_for_error(resp)
+        raise_for_error(resp)
         return resp
 
     async def call_leader(
         self, topic: str, partition: int, method: str, path: str, *,
-        params: dict[str, Any] | None = None, content: bytes = b"", headers: dict[str, str] | None = None,
+        params: dict[str, Any] | None = None, content: bytes = b"", content_type: str | None = None,
         timeout: float | None = None,
     ) -> PeerResponse:
         """Forward a request to the partition's leader (the gateway answers for it). When
         that broker says it no longer leads, refresh the image and try once more."""
-        content_type = (headers or {}).get("Content-Type")
         for attempt in range(2):
             reg = self.image.partitions.get((topic, partition))
             if reg is None or reg.leader == NO_LEADER:
                 raise LeaderNotAvailable(f"{topic}-{partition} has no leader right now")
             url = await self._broker_url(reg.leader)
-            pool = self._pools.get(reg.leader)
-            if pool is None or pool.url != url:
-                if pool is not None:
-                    pool.close()
-                pool = self._pools[reg.leader] = PeerPool(url)
+            pool = _peer(self._pools, reg.leader, url, PeerPool)
             try:
                 resp = await pool.request(method, path, params=params, content=content, content_type=content_type,
                                           timeout_s=timeout or 30.0)
@@ -301,8 +296,7 @@ class ClusterNode:
             if resp.status_code == NotLeaderOrFollower.http_status and attempt == 0:
                 await self.refresh_metadata()
                 continue
-            if resp.status_code >= 400:
-                raise resp.error()
+            raise_for_error(resp)
             return resp
         raise AssertionError("unreachable")
 
@@ -313,7 +307,7 @@ class ClusterNode:
             resp = await self.http.request(method, url + path, **kwargs)
         except httpx.TransportError as exc:
             raise NotController(f"the controller (broker {controller_id}) is unreachable: {exc}") from exc
-        _raise_for_error(resp)
+        raise_for_error(resp)
         return resp
 
     async def call_controller_raw(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -341,20 +335,17 @@ class ClusterNode:
         if leader == self.broker_id:
             raise LeaderNotAvailable("a broker does not fetch from itself")
         url = await self._broker_url(leader)
-        link = self._links.get(leader)
-        if link is None or link.url != url:
-            if link is not None:
-                link.close()
-            link = self._links[leader] = PeerLink(url)
+        link = _peer(self._links, leader, url, PeerLink)
         timeout = self.settings.replica_fetch_wait_max_ms / 1000 + 10
         return await link.post_json(f"{INTERNAL}/replica-fetch", body, timeout)
 
 
-def _raise_for_error(resp: httpx.Response) -> None:
-    if resp.status_code < 400:
-        return
-    try:
-        body = resp.json()
-    except ValueError:
-        body = {"error_code": resp.status_code * 100, "message": resp.text}
-    raise from_body(resp.status_code, body)
+def _peer(peers: dict, broker_id: int, url: str, make):
+    """The link or pool to ``broker_id`` in ``peers``, made anew when the broker's
+    advertised URL changed."""
+    peer = peers.get(broker_id)
+    if peer is None or peer.url != url:
+        if peer is not None:
+            peer.close()
+        peer = peers[broker_id] = make(url)
+    return peer

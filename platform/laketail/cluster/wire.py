@@ -26,7 +26,7 @@ import json
 from typing import Any, Mapping
 from urllib.parse import urlencode, urlsplit
 
-from laketail.errors import LaketailError, from_body
+from laketail.errors import from_body
 
 _MAX_HEAD = 64 * 1024
 
@@ -52,13 +52,18 @@ class PeerResponse:
     def json(self) -> Any:
         return json.loads(self.content)
 
-    def error(self) -> LaketailError:
-        """The gateway's ``{"error_code", "message"}`` answer as its laketail exception."""
-        try:
-            body = self.json()
-        except ValueError:
-            body = {"error_code": self.status_code * 100, "message": self.text}
-        return from_body(self.status_code, body)
+
+
+def raise_for_error(resp: Any) -> None:
+    """Raise a gateway's ``{"error_code", "message"}`` answer (status 400 and above) as
+    its laketail exception; ``resp`` is a :class:`PeerResponse` or an httpx response."""
+    if resp.status_code < 400:
+        return
+    try:
+        body = resp.json()
+    except ValueError:
+        body = {"error_code": resp.status_code * 100, "message": resp.text}
+    raise from_body(resp.status_code, body)
 
 
 class PeerLink:
@@ -88,8 +93,7 @@ class PeerLink:
         body = json.dumps(payload, separators=(",", ":")).encode()
         resp = await self.request("POST", path, content=body, content_type="application/json",
                                   timeout_s=timeout_s, idempotent=True)
-        if resp.status_code >= 400:
-            raise resp.error()
+        raise_for_error(resp)
         return resp.content
 
     async def request(
@@ -178,15 +182,8 @@ class PeerPool:
         self._idle: list[PeerLink] = []
 
     async def request(self, method: str, path: str, **kwargs: Any) -> PeerResponse:
-        link = None
-        while self._idle and link is None:
-            candidate = self._idle.pop()
-            if candidate.open:
-                link = candidate
-            else:
-                candidate.close()
-        if link is None:
-            link = PeerLink(self.url)
+        # An idle link the peer closed meanwhile reconnects by itself (PeerLink.request).
+        link = self._idle.pop() if self._idle else PeerLink(self.url)
         resp = await link.request(method, path, **kwargs)
         if link.open and len(self._idle) < self.max_idle:
             self._idle.append(link)
