@@ -6,6 +6,7 @@ partitions (eager and cooperative), ``auto.offset.reset=none``, leaving on
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
@@ -141,6 +142,44 @@ def test_auto_commit_on_close(url, clients, make_topic, group, group_broker):
     consumer.close()
     checker = clients(Consumer(consumer_conf(url, group)))
     assert checker.committed([TopicPartition(topic, 0)])[0].offset == 5
+
+
+class GatedLock:
+    """Stands in for the consumer's commit lock: says when a thread reaches it, and
+    lets nobody through while the test holds ``gate``."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Lock()
+        self.reached = threading.Event()
+
+    def __enter__(self) -> None:
+        self.reached.set()
+        self.gate.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.gate.release()
+
+
+def test_an_automatic_commit_sends_the_offsets_stored_when_it_goes_out(url, clients, make_topic, group,
+                                                                        group_broker):
+    """An automatic commit held up behind another commit must not send the offsets of
+    when it was due: the newer offsets the application stored (and may have committed)
+    meanwhile would be undone."""
+    topic = make_topic(broker=group_broker)
+    produce(url, topic, 10)
+    consumer = clients(Consumer(consumer_conf(url, group, auto_commit_interval_ms=600_000)))
+    basic_consume_loop(consumer, [topic], 4)
+    gated = GatedLock()
+    consumer._commit_lock = gated
+    gated.gate.acquire()
+    auto = threading.Thread(target=consumer._auto_commit)  # what the coordinator thread runs
+    auto.start()
+    assert gated.reached.wait(DEADLINE_S)
+    more = basic_consume_loop(consumer, [topic], 6)  # stored offset 4 -> 10 meanwhile
+    assert more[-1].offset() == 9
+    gated.gate.release()
+    auto.join(DEADLINE_S)
+    assert consumer.committed([TopicPartition(topic, 0)], timeout=30)[0].offset == 10
 
 
 def settle(consumers: list[Consumer], partitions: set[int]) -> list[set[int]]:

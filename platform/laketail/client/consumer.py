@@ -271,13 +271,10 @@ class Consumer:
             self._fetcher.assign({})
 
     def _commit_revoked(self, partitions: list[TopicPartition]) -> None:
-        wanted = {(tp.topic, tp.partition) for tp in partitions}
-        offsets = [TopicPartition(t, p, o, m) for (t, p), (o, m) in list(self._stored.items()) if (t, p) in wanted]
-        if offsets:
-            try:
-                self._commit_now(offsets)
-            except KafkaException as exc:
-                log.info("commit on revoke failed: %s", exc)
+        try:
+            self._commit_now(None, {(tp.topic, tp.partition) for tp in partitions})
+        except KafkaException as exc:
+            log.info("commit on revoke failed: %s", exc)
 
     # -- offsets ---------------------------------------------------------------------------------------
 
@@ -297,8 +294,8 @@ class Consumer:
         elif offsets is not None:
             to_commit = list(offsets)
         else:
-            to_commit = self._stored_for_assignment()
-            if not to_commit:
+            to_commit = None  # the stored offsets, read when the commit is sent
+            if not self._stored_for(None):
                 err = local_error("_NO_OFFSET")
                 if asynchronous:
                     self._commit_done(err, [])
@@ -311,30 +308,39 @@ class Consumer:
         self._committer.submit(self._commit_async, to_commit)
         return None
 
-    def _commit_async(self, offsets: list[TopicPartition]) -> None:
+    def _commit_async(self, offsets: list[TopicPartition] | None) -> None:
         try:
-            self._commit_now(offsets)
-            self._commit_done(None, offsets)
+            self._commit_done(None, self._commit_now(offsets))
         except KafkaException as exc:
-            self._commit_done(exc.args[0], offsets)
+            self._commit_done(exc.args[0], offsets or [])
 
     def _commit_done(self, err: KafkaError | None, offsets: list[TopicPartition]) -> None:
         callback = self._config.on_commit
         if callback is not None:
             self._post(lambda: callback(err, offsets))
 
-    def _commit_now(self, offsets: list[TopicPartition]) -> list[TopicPartition]:
-        """One synchronous commit (serialised with every other commit)."""
+    def _commit_now(self, offsets: list[TopicPartition] | None,
+                    partitions: set[TP] | None = None) -> list[TopicPartition]:
+        """One synchronous commit, serialised with every other commit.
+
+        ``offsets`` None commits the stored offsets (of ``partitions``, else of the
+        assignment) as they are when the commit goes out, read under the commit lock:
+        an automatic commit that waited behind the application's newer one then cannot
+        move the group's offsets back. Nothing stored: nothing is sent, [] returned."""
         if not self._config.group_id:
             raise KafkaException(local_error("_INVALID_ARG", 'Consumer group "group.id" must be configured'))
-        generation, member = self._coordinator.identity() if self._coordinator else (-1, "")
-        body = {
-            "generation_id": generation,
-            "member_id": member,
-            "offsets": [{"topic": tp.topic, "partition": tp.partition, "offset": tp.offset,
-                         "metadata": tp.metadata or ""} for tp in offsets],
-        }
         with self._commit_lock:
+            if offsets is None:
+                offsets = self._stored_for(partitions)
+                if not offsets:
+                    return []
+            generation, member = self._coordinator.identity() if self._coordinator else (-1, "")
+            body = {
+                "generation_id": generation,
+                "member_id": member,
+                "offsets": [{"topic": tp.topic, "partition": tp.partition, "offset": tp.offset,
+                             "metadata": tp.metadata or ""} for tp in offsets],
+            }
             try:
                 self._gateway.post_json(f"/v1/groups/{self._config.group_id}/commit", body)
             except KafkaException as exc:
@@ -345,13 +351,12 @@ class Consumer:
 
     def _auto_commit(self) -> None:
         """Called by the coordinator thread every ``auto.commit.interval.ms``."""
-        offsets = self._stored_for_assignment()
-        if offsets:
-            self._commit_now(offsets)
+        self._commit_now(None)
 
-    def _stored_for_assignment(self) -> list[TopicPartition]:
-        assigned = set(self._fetcher.assignment())
-        return [TopicPartition(t, p, o, m) for (t, p), (o, m) in list(self._stored.items()) if (t, p) in assigned]
+    def _stored_for(self, partitions: set[TP] | None) -> list[TopicPartition]:
+        """The stored offsets of ``partitions``, else of the assignment."""
+        wanted = set(self._fetcher.assignment()) if partitions is None else partitions
+        return [TopicPartition(t, p, o, m) for (t, p), (o, m) in list(self._stored.items()) if (t, p) in wanted]
 
     def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:
         """Store ``message.offset() + 1`` (or ``offsets`` as given) for the next commit."""
