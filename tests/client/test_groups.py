@@ -198,6 +198,42 @@ def settle(consumers: list[Consumer], partitions: set[int]) -> list[set[int]]:
         assert time.monotonic() < deadline, f"assignments never settled: {owned}"
 
 
+def test_a_member_told_by_its_heartbeat_to_rejoin_rejoins_at_once(url, clients, make_topic, group, group_broker):
+    """REBALANCE_IN_PROGRESS on a heartbeat sends the member straight to JoinGroup, as
+    Kafka's clients do (the coordinator thread used to sleep up to 0.5 s first, which
+    every rebalance paid)."""
+    topic = make_topic(partitions=2, broker=group_broker)
+    first = clients(Consumer(consumer_conf(url, group, enable_auto_commit=False)))
+    first.subscribe([topic])
+    settle([first], {0, 1})
+    coordinator = first._coordinator
+    done: list[tuple[str, int | None]] = []  # what first's coordinator thread did, in order
+    real_post, real_sleep = coordinator.gateway.post_json, coordinator._sleep
+
+    def post_json(path, *args, **kwargs):
+        mine = threading.current_thread().name.startswith("laketail-group-")
+        try:
+            answer = real_post(path, *args, **kwargs)
+        except KafkaException as exc:
+            if mine:
+                done.append((path.rsplit("/", 1)[1], exc.args[0].code()))
+            raise
+        if mine:
+            done.append((path.rsplit("/", 1)[1], None))
+        return answer
+
+    def sleep(seconds):
+        done.append(("sleep", None))
+        real_sleep(seconds)
+
+    coordinator.gateway.post_json, coordinator._sleep = post_json, sleep
+    second = clients(Consumer(consumer_conf(url, group, enable_auto_commit=False)))
+    second.subscribe([topic])
+    settle([first, second], {0, 1})
+    told = done.index(("heartbeat", KafkaError.REBALANCE_IN_PROGRESS))
+    assert done[told + 1] == ("join", None), done
+
+
 @pytest.mark.parametrize("strategy", ["range", "roundrobin", "cooperative-sticky"])
 def test_two_members_split_the_partitions(url, clients, make_topic, group, group_broker, strategy):
     topic = make_topic(partitions=4, broker=group_broker)

@@ -176,6 +176,8 @@ class ConsumerCoordinator:
             return
         if now >= self._next_heartbeat:
             self._heartbeat()
+            if self._need_join:  # the heartbeat said rejoin: do it now, not after a sleep
+                return
         if self.config.enable_auto_commit and now >= self._next_commit:
             self._next_commit = now + self.config.auto_commit_interval_ms / 1000.0
             self._auto_commit()
