@@ -35,6 +35,7 @@ BENCHMARKS = {
     7: ("nats_peer", "7 NATS JetStream vs laketail from Python"),
     8: ("memory", "8 broker RSS under sustained produce"),
     9: ("replication", "9 replication (issue 7): acks=all on 3 replicas vs acks=1 on 1"),
+    10: ("groups_txn", "10 consumer groups and transactions (Python client) vs the same client without them"),
 }
 
 NOT_YET: list[Skipped] = []
@@ -51,6 +52,7 @@ def parse(argv: list[str]) -> tuple[Params, argparse.Namespace]:
     ap.add_argument("--latency-seconds", type=float, help="length of each benchmark 5 window")
     ap.add_argument("--memory-seconds", type=float, help="sustained produce for benchmark 8")
     ap.add_argument("--spark-records", type=int, help="records in benchmark 6's topic (default 10M)")
+    ap.add_argument("--group-records", type=int, help="records per run in benchmark 10 (default 200,000)")
     ap.add_argument("--no-profile", action="store_true", help="do not re-run missed targets under py-spy")
     ap.add_argument("--results", type=Path, default=HERE / "results")
     ap.add_argument("--readme", type=Path, default=HERE / "README.md")
@@ -60,7 +62,7 @@ def parse(argv: list[str]) -> tuple[Params, argparse.Namespace]:
     args = ap.parse_args(argv)
     overrides = {}
     for flag in ("seconds", "flat_commits", "flat_records", "naive_commits", "latency_seconds",
-                 "memory_seconds", "spark_records"):
+                 "memory_seconds", "spark_records", "group_records"):
         if getattr(args, flag) is not None:
             overrides[flag] = getattr(args, flag)
     if args.only:

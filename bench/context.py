@@ -49,6 +49,9 @@ class Params:
     memory_rate: float = 100.0
     memory_batch: int = 100
     spark_records: int = 10_000_000  # benchmark 6's topic (the issue's size, also by default)
+    group_records: int = 200_000  # benchmark 10: records each producer, consumer and loop handles
+    txn_interval_ms: int = 100  # benchmark 10: the transactional producer commits this often
+    rebalance_rounds: int = 5
     profile: bool = True
     only: tuple[int, ...] = ()
 
