@@ -136,6 +136,26 @@ def to_record_batch(
     return pa.RecordBatch.from_arrays([by_name[f.name] for f in RECORD_SCHEMA], schema=RECORD_SCHEMA)
 
 
+def widen_frames(
+    frame_batches: list[pa.RecordBatch], leader_epochs: list[int], first_offset: int, partition: int
+) -> pa.Table:
+    """Widen consecutive frame batches (dense offsets from ``first_offset``, frame *i*
+    written at ``leader_epochs[i]``) to one ``RECORD_SCHEMA`` table, in a fixed number
+    of Arrow calls however many frames there are (:func:`to_record_batch` is one frame)."""
+    if not frame_batches:
+        return pa.Table.from_batches([], RECORD_SCHEMA)
+    narrow = pa.Table.from_batches(frame_batches, FRAME_SCHEMA)
+    n = narrow.num_rows
+    if len(frame_batches) > 1 and n < 64 * len(frame_batches):
+        narrow = narrow.combine_chunks()  # many small frames: one chunk per column, not one per frame
+    counts = np.fromiter((b.num_rows for b in frame_batches), np.int64, len(frame_batches))
+    by_name = {name: narrow.column(i) for i, name in enumerate(narrow.schema.names)}
+    by_name["partition"] = pa.repeat(pa.scalar(partition, pa.int32()), n)
+    by_name["offset"] = pa.array(np.arange(first_offset, first_offset + n, dtype=np.int64))
+    by_name["leader_epoch"] = pa.array(np.repeat(np.asarray(leader_epochs, np.int32), counts))
+    return pa.Table.from_arrays([by_name[f.name] for f in RECORD_SCHEMA], schema=RECORD_SCHEMA)
+
+
 def payload_bytes(column: pa.Array | pa.ChunkedArray) -> int:
     """Bytes of the values of a binary column (nulls count 0), from its offsets alone."""
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]

@@ -173,3 +173,40 @@ def test_offset_for_timestamp_finds_first_record_at_or_after(tmp_path):
         await plog.close()
 
     asyncio.run(run())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    frames=st.lists(st.tuples(st.integers(1, 12), st.integers(0, 250), st.integers(0, 3)), min_size=1, max_size=30),
+    segment_bytes=st.sampled_from([400, 3_000, 1 << 20]),
+    span=st.sampled_from([64, 700, 1 << 23]),
+    reads=st.lists(st.tuples(st.integers(0, 400), st.integers(0, 400), st.integers(1, 500),
+                             st.integers(1, 40_000)), min_size=1, max_size=8),
+)
+def test_read_once_returns_what_read_returns(tmp_path_factory, monkeypatch, frames, segment_bytes, span, reads):
+    """The tierer's bulk read (spans of bytes, one widening for all frames) against the
+    frame-by-frame read, over logs of many segments and leader epochs, with spans
+    smaller than a frame, limits that cut frames, and ranges past the end."""
+    import laketail.storage.partition_log as module
+
+    monkeypatch.setattr(module, "READ_ONCE_SPAN", span)
+    directory = tmp_path_factory.mktemp("plog")
+    clock = ManualClock()
+
+    async def run():
+        plog = _open(directory, TopicConfig(segment_bytes=segment_bytes), clock)
+        epoch = 0
+        for i, (count, size, bump) in enumerate(frames):
+            epoch += bump
+            await plog.append(_batch([bytes([i % 256]) * size for _ in range(count)]), leader_epoch=epoch)
+        for start, length, max_records, max_bytes in reads:
+            start = min(start, plog.high_watermark)
+            want = plog.read(start, start + length, max_records, max_bytes)
+            got = plog.read_once(start, start + length, max_records, max_bytes)
+            assert got.schema == want.schema
+            assert got.to_pylist() == want.to_pylist(), (start, length, max_records, max_bytes)
+            offsets = want.column("offset").to_pylist()
+            assert offsets == list(range(start, start + len(offsets)))  # dense: a limit never leaves a gap
+        await plog.close()
+
+    asyncio.run(run())

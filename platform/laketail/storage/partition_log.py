@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 from laketail.clock import Clock
 from laketail.config import TopicConfig
 from laketail.errors import KafkaStorageError
-from laketail.records import RECORD_SCHEMA, to_record_batch
+from laketail.records import RECORD_SCHEMA, to_record_batch, widen_frames
 from laketail.storage import frame
 from laketail.storage.block_cache import BLOCKS, NotCached
 from laketail.storage.frame import FrameHeader
@@ -46,6 +46,44 @@ from laketail.storage.producer_state import Duplicate, ProducerStateManager
 from laketail.storage.segment import SUFFIX, Segment
 
 log = logging.getLogger(__name__)
+
+
+#: bytes :meth:`PartitionLog.read_once` reads with one ``pread`` (a larger frame is read whole)
+READ_ONCE_SPAN = 8 * 1024 * 1024
+
+
+def _spans(segment: Segment, position: int, limit: int):
+    """Yield ``(header, buffer, at)`` for the frames of ``segment`` from byte
+    ``position`` up to ``limit``, reading ``READ_ONCE_SPAN`` bytes at a time."""
+    while position < limit:
+        span = pa.py_buffer(segment.read_raw(position, min(limit, position + READ_ONCE_SPAN)))
+        view = memoryview(span)
+        at = 0
+        while at + frame.HEADER_SIZE <= span.size:
+            header = frame.decode_header(view, at)
+            if at + header.size > span.size:
+                break
+            yield header, span, at
+            at += header.size
+        if at == 0:  # the next frame is larger than a span: read it whole
+            header = frame.decode_header(view, 0)
+            yield header, pa.py_buffer(segment.read_raw(position, position + header.size)), 0
+            at = header.size
+        position += at
+
+
+def _rows_to_take(header: FrameHeader, start: int, end: int, records_left: int, bytes_left: int,
+                  first: bool) -> int:
+    """How many records of the frame, from ``start`` on and below ``end``, fit in what
+    is left of a read's limits (the first frame gives at least one record, so a consumer
+    always progresses). A read stops at a frame it cannot take whole: continuing with
+    the next one would leave a gap in the offsets it returns."""
+    lo = max(start - header.base_offset, 0)
+    rows = min(min(end - header.base_offset, header.record_count) - lo, records_left)
+    if header.length:
+        fit = max(bytes_left, 0) * header.record_count // header.length
+        rows = min(rows, max(fit, 1 if first else 0))
+    return max(rows, 0)
 
 
 class OffsetBelowHotTier(Exception):
@@ -627,7 +665,7 @@ class PartitionLog:
 
     def read(
         self, start: int, end: int, max_records: int, max_bytes: int, partition: int | None = None,
-        keep: bool = True, cached_only: bool = False,
+        cached_only: bool = False,
     ) -> pa.Table:
         """Records in ``[start, min(end, HW))`` from the hot tier, at most ``max_records``
         and about ``max_bytes`` (at least one record, so a consumer always progresses).
@@ -636,10 +674,9 @@ class PartitionLog:
         (it may have been removed since the caller looked).
 
         Frames are widened to ``RECORD_SCHEMA`` once and kept in the block cache, so
-        the next fetches from the same frame only slice it; ``keep=False`` (the
-        tierer, which reads everything once) uses what is cached but adds nothing;
-        ``cached_only=True`` raises :class:`NotCached` instead of reading a frame from
-        disk (the caller then reads in a worker thread)."""
+        the next fetches from the same frame only slice it; ``cached_only=True`` raises
+        :class:`NotCached` instead of reading a frame from disk (the caller then reads
+        in a worker thread). A reader that reads everything once uses :meth:`read_once`."""
         end = min(end, self.high_watermark)
         partition = self.partition if partition is None else partition
         segments = self._segments
@@ -653,30 +690,25 @@ class PartitionLog:
         taken = 0
         nbytes = 0
         for segment in segments[i:]:
-            if segment.base_offset >= end or taken >= max_records or nbytes >= max_bytes:
+            if segment.base_offset >= end:
                 break
             for header, position in segment.headers(segment.position_for(start), segment.size, after=start):
                 if header.base_offset >= end:
                     break
                 lo = max(start - header.base_offset, 0)
-                hi = min(end - header.base_offset, header.record_count)
-                rows = min(hi - lo, max_records - taken)
-                if header.length:
-                    fit = (max_bytes - nbytes) * header.record_count // header.length
-                    rows = min(rows, max(fit, 1 if taken == 0 else 0))
-                if rows <= 0:
-                    break
-                wide = self._record_batch(segment, header, position, partition, keep, cached_only)
-                batches.append(wide.slice(lo, rows))
-                taken += rows
-                nbytes += header.length * rows // max(header.record_count, 1)
-                if taken >= max_records or nbytes >= max_bytes:
-                    break
+                rows = _rows_to_take(header, start, end, max_records - taken, max_bytes - nbytes, taken == 0)
+                if rows > 0:
+                    wide = self._record_batch(segment, header, position, partition, cached_only)
+                    batches.append(wide.slice(lo, rows))
+                    taken += rows
+                    nbytes += header.length * rows // max(header.record_count, 1)
+                if rows < min(end - header.base_offset, header.record_count) - lo:
+                    return pa.Table.from_batches(batches, RECORD_SCHEMA)  # cut short: no gap after it
         return pa.Table.from_batches(batches, RECORD_SCHEMA)
 
     @staticmethod
     def _record_batch(segment: Segment, header: FrameHeader, position: int, partition: int,
-                      keep: bool, cached_only: bool = False) -> pa.RecordBatch:
+                      cached_only: bool = False) -> pa.RecordBatch:
         key = (segment.cache_key, position, partition)
         batch = BLOCKS.get(key)
         if batch is None:
@@ -684,9 +716,47 @@ class PartitionLog:
                 raise NotCached(header.base_offset)
             batch = to_record_batch(segment.read_batch(header, position), partition,
                                     header.base_offset, header.leader_epoch)
-            if keep:
-                BLOCKS.put(key, batch, header.length + 16 * header.record_count)
+            BLOCKS.put(key, batch, header.length + 16 * header.record_count)
         return batch
+
+    def read_once(self, start: int, end: int, max_records: int, max_bytes: int) -> pa.Table:
+        """The records :meth:`read` would return, for a reader that reads each record
+        once (the tierer): frames come off disk a span at a time (one ``pread`` per
+        ``READ_ONCE_SPAN`` bytes, not two per frame), are widened to ``RECORD_SCHEMA``
+        all together rather than one by one, and are not kept in the block cache.
+
+        At one record per produce request a tier pass reads hundreds of one-record
+        frames; widening them one by one held the GIL long enough, in small steps, to
+        show in the produce path's p99."""
+        end = min(end, self.high_watermark)
+        if start >= end:
+            return pa.Table.from_batches([], RECORD_SCHEMA)
+        segments = self._segments
+        if start < segments[0].base_offset:
+            raise OffsetBelowHotTier(start)
+        i = bisect.bisect_right([s.base_offset for s in segments], start) - 1
+        batches: list[pa.RecordBatch] = []
+        epochs: list[int] = []
+        taken = 0
+        nbytes = 0
+        for segment in segments[i:]:
+            if segment.base_offset >= end:
+                break
+            for header, span, at in _spans(segment, segment.position_for(start), segment.size):
+                if header.next_offset <= start:
+                    continue
+                if header.base_offset >= end:
+                    break
+                lo = max(start - header.base_offset, 0)
+                rows = _rows_to_take(header, start, end, max_records - taken, max_bytes - nbytes, taken == 0)
+                if rows > 0:
+                    batches.append(frame.decode_batch(span, at, header).slice(lo, rows))
+                    epochs.append(header.leader_epoch)
+                    taken += rows
+                    nbytes += header.length * rows // max(header.record_count, 1)
+                if rows < min(end - header.base_offset, header.record_count) - lo:
+                    return widen_frames(batches, epochs, start, self.partition)
+        return widen_frames(batches, epochs, start, self.partition)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """The earliest hot offset (below HW) whose timestamp is >= ``timestamp_ms``."""

@@ -251,7 +251,8 @@ class TableReader:
                 continue
             table = table.slice(0, max_records - taken)
             size = payload_bytes(table.column("value")) + payload_bytes(table.column("key"))
-            if size > max_bytes - nbytes:  # only then find where the byte bound cuts
+            cut = size > max_bytes - nbytes
+            if cut:  # only then find where the byte bound cuts
                 sizes = pc.add(
                     pc.fill_null(pc.binary_length(table.column("value")), 0),
                     pc.fill_null(pc.binary_length(table.column("key")), 0),
@@ -265,6 +266,8 @@ class TableReader:
             pieces.append(table)
             taken += table.num_rows
             nbytes += size
+            if cut:  # a smaller record of the next file may fit, but taking it would leave a gap
+                break
         if not pieces:
             return pa.Table.from_batches([], RECORD_SCHEMA)
         return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)

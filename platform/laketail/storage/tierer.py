@@ -151,13 +151,19 @@ class Tierer:
         """Another writer (retention, compaction) committed to the table: pick up its
         files and advance the log start offset retention moved."""
         try:
-            await asyncio.to_thread(self.broker.tables.refresh, topic)
-            for plog in self.broker.logs.partitions(topic):
-                plog.advance_log_start(self.broker.tables.log_start_offset(topic, plog.partition))
-                if not self.broker.leads(topic, plog.partition):  # a follower: the leader tiers
-                    plog.mark_tiered(min(self.broker.tables.tiered_offset(topic, plog.partition), plog.log_end_offset))
+            await asyncio.to_thread(self._follow_table_sync, topic)
         except Exception:
             log.exception("following the table of %s failed", topic)
+
+    def _follow_table_sync(self, topic: str) -> None:
+        """In a worker thread: every step reads the Delta table (and may wait for its
+        lock while a tier commit holds it), which must not stall the event loop."""
+        tables = self.broker.tables
+        tables.refresh(topic)
+        for plog in self.broker.logs.partitions(topic):
+            plog.advance_log_start(tables.log_start_offset(topic, plog.partition))
+            if not self.broker.leads(topic, plog.partition):  # a follower: the leader tiers
+                plog.mark_tiered(min(tables.tiered_offset(topic, plog.partition), plog.log_end_offset))
 
     async def tier_now(self, topic: str) -> int:
         """Tier ``topic`` now; returns how many records went into the table."""
@@ -208,7 +214,7 @@ class Tierer:
         written_paths: list[str] = []
         now_ms = self.clock.now_ms()
         for plog, start, end in work:
-            records = plog.read(start, end, MAX_RECORDS_PER_FILE, MAX_BYTES_PER_FILE, keep=False)
+            records = plog.read_once(start, end, MAX_RECORDS_PER_FILE, MAX_BYTES_PER_FILE)
             if records.num_rows == 0:
                 continue
             new_end = records.column("offset")[-1].as_py() + 1
