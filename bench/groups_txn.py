@@ -64,6 +64,31 @@ class DeliveryErrors(Exception):
     """A benchmark run lost or failed records: its number would mean nothing."""
 
 
+def _producer(url: str, transactional_prefix: str | None):
+    """A producer (transactional when a prefix is given, its id made unique) and the list
+    its delivery callback appends failures to."""
+    from laketail.client import Producer
+
+    failed: list[str] = []
+
+    def report(err, _msg) -> None:
+        if err is not None:
+            failed.append(str(err))
+
+    conf = {"bootstrap.servers": url, "on_delivery": report}
+    if transactional_prefix is not None:
+        conf["transactional.id"] = _unique(transactional_prefix)
+    return Producer(conf), failed
+
+
+def _committed_total(consumer, topic: str) -> int:
+    """The group's committed offsets of ``topic`` summed (a partition without one counts 0)."""
+    from laketail.client import TopicPartition
+
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    return sum(max(0, tp.offset) for tp in consumer.committed(tps, timeout=10))
+
+
 # -- producing ------------------------------------------------------------------------------
 
 
@@ -71,19 +96,8 @@ def produce_n(url: str, topic: str, n: int, values: list[bytes], *, txn_every_s:
               txn_every_records: int | None = None) -> dict:
     """Produce ``n`` records; with either ``txn_every_*`` inside transactions committed
     that often. Returns seconds and the number of transactions."""
-    from laketail.client import Producer
-
     transactional = txn_every_s is not None or txn_every_records is not None
-    conf = {"bootstrap.servers": url}
-    if transactional:
-        conf["transactional.id"] = _unique("bench-txn")
-    producer = Producer(conf)
-    failed: list[str] = []
-
-    def report(err, _msg) -> None:
-        if err is not None:
-            failed.append(str(err))
-
+    producer, failed = _producer(url, "bench-txn" if transactional else None)
     try:
         producer.list_topics(topic, timeout=10)  # metadata cached before the clock starts
         if transactional:
@@ -98,7 +112,7 @@ def produce_n(url: str, topic: str, n: int, values: list[bytes], *, txn_every_s:
         for i in range(n):
             while True:
                 try:
-                    producer.produce(topic, values[i % count], on_delivery=report)
+                    producer.produce(topic, values[i % count])
                     break
                 except BufferError:
                     producer.poll(0.005)
@@ -169,8 +183,7 @@ def consume_n(url: str, topic: str, n: int, mode: str) -> dict:
         committed = None
         if mode != "assign":
             consumer.commit(asynchronous=False)
-            committed = sum(max(0, tp.offset) for tp in consumer.committed(
-                [TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10))
+            committed = _committed_total(consumer, topic)
     finally:
         consumer.close()
     if len(seen) != n or (committed is not None and committed != n):
@@ -257,21 +270,12 @@ def rebalances(url: str, topic: str, rounds: int, heartbeat_s: float) -> dict:
 def read_process_write(url: str, source: str, output: str, n: int, exactly_once: bool) -> dict:
     """Consume ``n`` records, produce each again to ``output`` (same partition): per batch
     a transaction with the offsets in it, or produce + flush + synchronous commit."""
-    from laketail.client import Consumer, KafkaException, Producer, TopicPartition
+    from laketail.client import Consumer, KafkaException
 
     group = _unique("bench-eos" if exactly_once else "bench-alo")
     consumer = Consumer({"bootstrap.servers": url, "group.id": group, "auto.offset.reset": "earliest",
                          "enable.auto.commit": False, "isolation.level": "read_committed"})
-    conf = {"bootstrap.servers": url}
-    if exactly_once:
-        conf["transactional.id"] = _unique("bench-eos-txn")
-    producer = Producer(conf)
-    failed: list[str] = []
-
-    def report(err, _msg) -> None:
-        if err is not None:
-            failed.append(str(err))
-
+    producer, failed = _producer(url, "bench-eos-txn" if exactly_once else None)
     seen = 0
     batches = 0
     try:
@@ -294,7 +298,7 @@ def read_process_write(url: str, source: str, output: str, n: int, exactly_once:
             for msg in batch:
                 if msg.error() is not None:
                     raise KafkaException(msg.error())
-                producer.produce(output, b"out:" + msg.value(), partition=msg.partition(), on_delivery=report)
+                producer.produce(output, b"out:" + msg.value(), partition=msg.partition())
             if exactly_once:
                 producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
                                                      consumer.consumer_group_metadata())
@@ -305,8 +309,7 @@ def read_process_write(url: str, source: str, output: str, n: int, exactly_once:
             seen += len(batch)
             batches += 1
         elapsed = time.monotonic() - first
-        committed = sum(max(0, tp.offset) for tp in consumer.committed(
-            [TopicPartition(source, p) for p in range(PARTITIONS)], timeout=10))
+        committed = _committed_total(consumer, source)
     finally:
         consumer.close()
         producer.close()

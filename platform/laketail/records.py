@@ -129,11 +129,9 @@ def to_record_batch(
 ) -> pa.RecordBatch:
     """Widen a frame batch to ``RECORD_SCHEMA`` with its partition, offsets and epoch."""
     n = frame_batch.num_rows
-    by_name = {name: frame_batch.column(i) for i, name in enumerate(frame_batch.schema.names)}
-    by_name["partition"] = pa.repeat(pa.scalar(partition, pa.int32()), n)
-    by_name["offset"] = pa.array(np.arange(base_offset, base_offset + n, dtype=np.int64))
-    by_name["leader_epoch"] = pa.repeat(pa.scalar(leader_epoch, pa.int32()), n)
-    return pa.RecordBatch.from_arrays([by_name[f.name] for f in RECORD_SCHEMA], schema=RECORD_SCHEMA)
+    epochs = pa.repeat(pa.scalar(leader_epoch, pa.int32()), n)
+    return pa.RecordBatch.from_arrays(_wide_columns(frame_batch, partition, base_offset, epochs),
+                                      schema=RECORD_SCHEMA)
 
 
 def widen_frames(
@@ -145,15 +143,23 @@ def widen_frames(
     if not frame_batches:
         return pa.Table.from_batches([], RECORD_SCHEMA)
     narrow = pa.Table.from_batches(frame_batches, FRAME_SCHEMA)
-    n = narrow.num_rows
-    if len(frame_batches) > 1 and n < 64 * len(frame_batches):
+    if len(frame_batches) > 1 and narrow.num_rows < 64 * len(frame_batches):
         narrow = narrow.combine_chunks()  # many small frames: one chunk per column, not one per frame
     counts = np.fromiter((b.num_rows for b in frame_batches), np.int64, len(frame_batches))
+    epochs = pa.array(np.repeat(np.asarray(leader_epochs, np.int32), counts))
+    return pa.Table.from_arrays(_wide_columns(narrow, partition, first_offset, epochs), schema=RECORD_SCHEMA)
+
+
+def _wide_columns(narrow: pa.RecordBatch | pa.Table, partition: int, first_offset: int,
+                  leader_epochs: pa.Array) -> list:
+    """The ``RECORD_SCHEMA`` columns of ``narrow`` (``FRAME_SCHEMA``): its own, plus the
+    partition, dense offsets from ``first_offset`` and the given epochs."""
+    n = narrow.num_rows
     by_name = {name: narrow.column(i) for i, name in enumerate(narrow.schema.names)}
     by_name["partition"] = pa.repeat(pa.scalar(partition, pa.int32()), n)
     by_name["offset"] = pa.array(np.arange(first_offset, first_offset + n, dtype=np.int64))
-    by_name["leader_epoch"] = pa.array(np.repeat(np.asarray(leader_epochs, np.int32), counts))
-    return pa.Table.from_arrays([by_name[f.name] for f in RECORD_SCHEMA], schema=RECORD_SCHEMA)
+    by_name["leader_epoch"] = leader_epochs
+    return [by_name[f.name] for f in RECORD_SCHEMA]
 
 
 def payload_bytes(column: pa.Array | pa.ChunkedArray) -> int:

@@ -53,7 +53,7 @@ READ_ONCE_SPAN = 8 * 1024 * 1024
 
 
 def _spans(segment: Segment, position: int, limit: int):
-    """Yield ``(header, buffer, at)`` for the frames of ``segment`` from byte
+    """Yield ``(header, (buffer, at))`` for the frames of ``segment`` from byte
     ``position`` up to ``limit``, reading ``READ_ONCE_SPAN`` bytes at a time."""
     while position < limit:
         span = pa.py_buffer(segment.read_raw(position, min(limit, position + READ_ONCE_SPAN)))
@@ -63,27 +63,40 @@ def _spans(segment: Segment, position: int, limit: int):
             header = frame.decode_header(view, at)
             if at + header.size > span.size:
                 break
-            yield header, span, at
+            yield header, (span, at)
             at += header.size
         if at == 0:  # the next frame is larger than a span: read it whole
             header = frame.decode_header(view, 0)
-            yield header, pa.py_buffer(segment.read_raw(position, position + header.size)), 0
+            yield header, (pa.py_buffer(segment.read_raw(position, position + header.size)), 0)
             at = header.size
         position += at
 
 
-def _rows_to_take(header: FrameHeader, start: int, end: int, records_left: int, bytes_left: int,
-                  first: bool) -> int:
-    """How many records of the frame, from ``start`` on and below ``end``, fit in what
-    is left of a read's limits (the first frame gives at least one record, so a consumer
-    always progresses). A read stops at a frame it cannot take whole: continuing with
-    the next one would leave a gap in the offsets it returns."""
-    lo = max(start - header.base_offset, 0)
-    rows = min(min(end - header.base_offset, header.record_count) - lo, records_left)
-    if header.length:
-        fit = max(bytes_left, 0) * header.record_count // header.length
-        rows = min(rows, max(fit, 1 if first else 0))
-    return max(rows, 0)
+def _window(frames, start: int, end: int, max_records: int, max_bytes: int):
+    """From ``(header, where)`` pairs in offset order, yield ``(header, where, lo, rows)``:
+    the records ``[lo, lo + rows)`` of each frame that fall in ``[start, end)`` and fit
+    what is left of the limits (the first frame gives at least one record, so a consumer
+    always progresses). It stops at a frame it cannot take whole: going on to the next
+    one would leave a gap in the offsets read."""
+    taken = 0
+    nbytes = 0
+    for header, where in frames:
+        if header.next_offset <= start:
+            continue
+        if header.base_offset >= end:
+            return
+        lo = max(start - header.base_offset, 0)
+        wanted = min(end - header.base_offset, header.record_count) - lo
+        rows = min(wanted, max_records - taken)
+        if header.length:
+            fit = max(max_bytes - nbytes, 0) * header.record_count // header.length
+            rows = min(rows, max(fit, 1 if taken == 0 else 0))
+        if rows > 0:
+            yield header, where, lo, rows
+            taken += rows
+            nbytes += header.length * rows // max(header.record_count, 1)
+        if rows < wanted:
+            return
 
 
 class OffsetBelowHotTier(Exception):
@@ -679,32 +692,23 @@ class PartitionLog:
         in a worker thread). A reader that reads everything once uses :meth:`read_once`."""
         end = min(end, self.high_watermark)
         partition = self.partition if partition is None else partition
+        frames = ((header, (segment, position))
+                  for segment in self._segments_for(start, end)
+                  for header, position in segment.headers(segment.position_for(start), segment.size, after=start))
+        batches = [self._record_batch(segment, header, position, partition, cached_only).slice(lo, rows)
+                   for header, (segment, position), lo, rows in _window(frames, start, end, max_records, max_bytes)]
+        return pa.Table.from_batches(batches, RECORD_SCHEMA)
+
+    def _segments_for(self, start: int, end: int) -> list[Segment]:
+        """The segments holding ``[start, end)`` (none when the range is empty); raises
+        :class:`OffsetBelowHotTier` when ``start`` is below the first one."""
         segments = self._segments
-        batches: list[pa.RecordBatch] = []
         if start >= end:
-            return pa.Table.from_batches([], RECORD_SCHEMA)
+            return []
         if start < segments[0].base_offset:
             raise OffsetBelowHotTier(start)
-        bases = [s.base_offset for s in segments]
-        i = bisect.bisect_right(bases, start) - 1
-        taken = 0
-        nbytes = 0
-        for segment in segments[i:]:
-            if segment.base_offset >= end:
-                break
-            for header, position in segment.headers(segment.position_for(start), segment.size, after=start):
-                if header.base_offset >= end:
-                    break
-                lo = max(start - header.base_offset, 0)
-                rows = _rows_to_take(header, start, end, max_records - taken, max_bytes - nbytes, taken == 0)
-                if rows > 0:
-                    wide = self._record_batch(segment, header, position, partition, cached_only)
-                    batches.append(wide.slice(lo, rows))
-                    taken += rows
-                    nbytes += header.length * rows // max(header.record_count, 1)
-                if rows < min(end - header.base_offset, header.record_count) - lo:
-                    return pa.Table.from_batches(batches, RECORD_SCHEMA)  # cut short: no gap after it
-        return pa.Table.from_batches(batches, RECORD_SCHEMA)
+        i = bisect.bisect_right([s.base_offset for s in segments], start) - 1
+        return [s for s in segments[i:] if s.base_offset < end]
 
     @staticmethod
     def _record_batch(segment: Segment, header: FrameHeader, position: int, partition: int,
@@ -729,33 +733,14 @@ class PartitionLog:
         frames; widening them one by one held the GIL long enough, in small steps, to
         show in the produce path's p99."""
         end = min(end, self.high_watermark)
-        if start >= end:
-            return pa.Table.from_batches([], RECORD_SCHEMA)
-        segments = self._segments
-        if start < segments[0].base_offset:
-            raise OffsetBelowHotTier(start)
-        i = bisect.bisect_right([s.base_offset for s in segments], start) - 1
+        frames = ((header, where)
+                  for segment in self._segments_for(start, end)
+                  for header, where in _spans(segment, segment.position_for(start), segment.size))
         batches: list[pa.RecordBatch] = []
         epochs: list[int] = []
-        taken = 0
-        nbytes = 0
-        for segment in segments[i:]:
-            if segment.base_offset >= end:
-                break
-            for header, span, at in _spans(segment, segment.position_for(start), segment.size):
-                if header.next_offset <= start:
-                    continue
-                if header.base_offset >= end:
-                    break
-                lo = max(start - header.base_offset, 0)
-                rows = _rows_to_take(header, start, end, max_records - taken, max_bytes - nbytes, taken == 0)
-                if rows > 0:
-                    batches.append(frame.decode_batch(span, at, header).slice(lo, rows))
-                    epochs.append(header.leader_epoch)
-                    taken += rows
-                    nbytes += header.length * rows // max(header.record_count, 1)
-                if rows < min(end - header.base_offset, header.record_count) - lo:
-                    return widen_frames(batches, epochs, start, self.partition)
+        for header, (span, at), lo, rows in _window(frames, start, end, max_records, max_bytes):
+            batches.append(frame.decode_batch(span, at, header).slice(lo, rows))
+            epochs.append(header.leader_epoch)
         return widen_frames(batches, epochs, start, self.partition)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
