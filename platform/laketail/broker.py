@@ -825,10 +825,12 @@ class Broker:
     ) -> FetchResult:
         """Records from ``offset`` on, from the hot tier where present, else the table.
 
-        Long-polls up to ``timeout_ms`` when ``offset`` is the high watermark. An offset
-        below the log start or above the high watermark is OFFSET_OUT_OF_RANGE.
+        Long-polls up to ``timeout_ms``, capped at ``fetch.max.wait.ms``, when ``offset``
+        is the high watermark. An offset below the log start or above the high
+        watermark is OFFSET_OUT_OF_RANGE.
         """
         self._check_partition(topic, partition)
+        timeout_ms = max(0, min(timeout_ms, self.settings.fetch_max_wait_ms))
         if offset < 0:
             raise OffsetOutOfRange(f"offset {offset} is negative")
         if not self.leads(topic, partition):
