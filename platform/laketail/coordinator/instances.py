@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import uuid
 from typing import TYPE_CHECKING, Literal
 
@@ -74,6 +73,8 @@ from laketail.errors import (
     UnknownMemberId,
     UnknownTopicOrPartition,
 )
+
+from laketail.topic_pattern import TopicPattern
 
 if TYPE_CHECKING:
     from laketail.broker import Broker
@@ -135,7 +136,7 @@ class ConsumerInstance:
         self.closed = False
         self._lock = asyncio.Lock()
         self._topics: list[str] = []
-        self._pattern: re.Pattern[str] | None = None
+        self._pattern: TopicPattern | None = None
         self._manual = False
         self.assignment: list[TopicPartition] = []
         self._assigned: set[TopicPartition] = set()
@@ -180,10 +181,7 @@ class ConsumerInstance:
         if topics is None and pattern is None:
             raise InvalidRequest("a subscription needs 'topics' or 'topic_pattern'")
         if pattern is not None:
-            try:
-                self._pattern = re.compile(pattern)
-            except re.error as exc:
-                raise InvalidRequest(f"topic_pattern {pattern!r} is not a valid regular expression: {exc}") from None
+            self._pattern = TopicPattern(pattern)  # RE2: linear time; INVALID_REQUEST if refused
             wanted = self._matching_topics()
         else:
             self._pattern = None
