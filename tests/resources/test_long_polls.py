@@ -8,12 +8,11 @@ one of its polls is still waiting.
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
-import pytest
 
-from conftest import BINARY_V2, BrokerProcess, running_broker
+from conftest import BINARY_V2
 from groups.support import V2Consumer, unique
 from integration.support import wait_until
 
@@ -21,12 +20,6 @@ from integration.support import wait_until
 HUGE_MS = 2**31 - 1
 #: The HTTP client's bound: a fetch still waiting after this has not been capped.
 CLIENT_TIMEOUT_S = 30.0
-
-
-@pytest.fixture(scope="module")
-def patient_broker(tmp_path_factory) -> Iterator[BrokerProcess]:
-    """A broker whose fetch.max.wait.ms lets a poll wait a minute."""
-    yield from running_broker(tmp_path_factory, "patient", {"LAKETAIL_FETCH_MAX_WAIT_MS": "60000"})
 
 
 def test_fetch_timeout_is_capped_at_fetch_max_wait_ms(broker, make_topic):
@@ -50,8 +43,8 @@ def test_instance_records_timeout_is_capped(broker, make_topic):
         consumer.close()
 
 
-def test_commit_seek_and_delete_never_wait_behind_a_poll(patient_broker):
-    broker = patient_broker
+def test_commit_seek_and_delete_never_wait_behind_a_poll(limited_broker):
+    broker = limited_broker
     topic = unique("polled")
     assert broker.rest.create_topic(topic, 1).status_code in (200, 201)
     group = unique("g-polled")
