@@ -226,6 +226,8 @@ class PartitionLog:
             segments = [Segment.create(directory, tiered_offset, now)]
         plog = cls(directory, topic, partition, config, clock, segments)
         plog._rebuild_producer_state()
+        for seg in segments:
+            seg.release()  # reopened on first use: idle partitions hold no file handles
         plog.tiered_offset = tiered_offset
         # The table's log start (moved by retention) wins even while hot segments still
         # hold what retention deleted; without one, the hot log's first offset.

@@ -6,7 +6,8 @@
 (``(max_timestamp_so_far, base_offset)`` at the same points), rebuilt from the file's
 frame headers on open.
 
-Not thread-safe: :class:`laketail.storage.partition_log.PartitionLog` holds the lock.
+Not thread-safe: :class:`laketail.storage.partition_log.PartitionLog` holds the lock
+(only the lazy open of the file descriptor is guarded here, as reads run in threads).
 Appends happen on one writer thread; reads use ``os.pread`` below the positions the
 writer has published, so they never see a half-written frame.
 """
@@ -14,8 +15,10 @@ writer has published, so they never see a half-written frame.
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +33,7 @@ log = logging.getLogger(__name__)
 
 INDEX_INTERVAL_BYTES = 4096
 _IOV_MAX = 1024
+_OPENING = threading.Lock()  # two threads' first use of a segment open its file once
 SUFFIX = ".log"
 
 
@@ -61,7 +65,34 @@ class Segment:
         self.producer_frames: list[tuple[int, int]] = []  # (base offset, position) with a producer id
         self.epoch_starts: list[tuple[int, int]] = []  # (leader epoch, first offset) where it changes
         self.cache_key = new_cache_key()  # names this file's current frames in the block cache
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd_open: int | None = None
+        self._closed = False
+        self._fd  # creates the file now; release() closes it until the next use
+
+    @property
+    def _fd(self) -> int:
+        """The file's descriptor, opened on first use: a partition nobody writes or
+        reads holds no file handle (:meth:`release` after recovery)."""
+        fd = self._fd_open
+        if fd is None:
+            with _OPENING:
+                fd = self._fd_open
+                if fd is None:
+                    if self._closed:  # never recreate a closed (perhaps deleted) segment's file
+                        raise OSError(errno.EBADF, f"segment {self.path.name} is closed")
+                    fd = self._fd_open = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        return fd
+
+    def release(self) -> None:
+        """Close the descriptor until the next use. Only while nothing else uses the
+        segment (its partition log is being opened): a read in another thread could
+        otherwise pread a reused descriptor number."""
+        fd, self._fd_open = self._fd_open, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     # -- opening and recovery -------------------------------------------------------------
 
@@ -221,10 +252,8 @@ class Segment:
             yield header, at, self.read_batch(header, at)
 
     def close(self) -> None:
-        try:
-            os.close(self._fd)
-        except OSError:
-            pass
+        self._closed = True
+        self.release()
 
     def delete(self) -> None:
         self.close()

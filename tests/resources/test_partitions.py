@@ -1,0 +1,64 @@
+"""Partition limits, and partitions nobody uses hold no file handles (issue 14,
+section 3). The limited broker allows 8 partitions per topic and 20 in all."""
+
+from __future__ import annotations
+
+import os
+
+from groups.support import unique
+from integration.support import wait_until
+
+PER_TOPIC = 8
+TOTAL = 20
+
+
+def client_partitions(rest) -> int:
+    resp = rest.http.get("/topics")
+    assert resp.status_code == 200, resp.text
+    return sum(len(rest.partition_ids(t)) for t in resp.json() if not t.startswith("__"))
+
+
+def assert_refused(resp, rest, name: str) -> None:
+    assert 400 <= resp.status_code < 500, resp.text
+    assert resp.json()["message"].startswith("INVALID_PARTITIONS"), resp.text
+    assert rest.http.get(f"/topics/{name}").status_code == 404  # nothing created
+
+
+def test_a_topic_above_the_per_topic_limit_is_refused(limited_broker):
+    rest = limited_broker.rest
+    name = unique("too-wide")
+    assert_refused(rest.create_topic(name, PER_TOPIC + 1), rest, name)
+
+
+def test_topics_past_the_broker_limit_are_refused(limited_broker):
+    rest = limited_broker.rest
+    room = TOTAL - client_partitions(rest)
+    assert room >= 0
+    while room > 0:  # fill the broker up to its limit exactly
+        size = min(room, PER_TOPIC)
+        assert rest.create_topic(unique("fill"), size).status_code in (200, 201)
+        room -= size
+    name = unique("one-more")
+    assert_refused(rest.create_topic(name, 1), rest, name)
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_partitions_without_traffic_hold_no_file_handles(broker, make_topic):
+    pid = broker.proc.pid
+    make_topic(partitions=1)  # warm up: first topic create, catalog handles and all
+    before = open_fds(pid)
+    make_topic(partitions=16)
+    make_topic(partitions=16)
+    after = open_fds(pid)
+    # 32 idle partitions: before lazy opening each held its segment file (+32)
+    assert after - before < 16, (before, after)
+
+    # traffic opens what it needs, and serving it works
+    topic = make_topic(partitions=2)
+    resp = broker.rest.produce_binary(topic, [{"value": b"x", "partition": 1}])
+    assert resp.status_code == 200, resp.text
+    got = wait_until(lambda: broker.rest.fetch(topic, 1, 0).json(), "the record fetched")
+    assert len(got) == 1
