@@ -51,7 +51,7 @@ def test_uvicorn_style_formatters_are_escaped_in_place():
 def test_a_group_name_cannot_forge_a_broker_log_line(broker, make_topic):
     topic = make_topic(partitions=1)
     group = unique("g") + "\n" + FORGED
-    member = V1Member(broker.url, quote(group, safe=""), [topic])
+    member = V1Member(broker.url, quote(group, safe=""), [topic], session_timeout_ms=10_000)
     try:
         member.join()
     finally:
