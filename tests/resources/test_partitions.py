@@ -62,3 +62,45 @@ def test_partitions_without_traffic_hold_no_file_handles(broker, make_topic):
     assert resp.status_code == 200, resp.text
     got = wait_until(lambda: broker.rest.fetch(topic, 1, 0).json(), "the record fetched")
     assert len(got) == 1
+
+
+def test_the_tierer_reads_nothing_for_a_topic_whose_table_did_not_move(tmp_path):
+    """Every table.flush.interval.ms the tierer follows each topic's table; for an idle
+    topic it used to read two Delta transactions per partition each time (500 idle
+    partitions: a fifth of a CPU)."""
+    import asyncio
+
+    import pyarrow as pa
+
+    from laketail.broker import Broker
+    from laketail.config import load_settings
+
+    async def scenario() -> None:
+        broker = Broker(load_settings(None, env={}, data=str(tmp_path)))
+        await broker.start()
+        try:
+            await broker.create_topic("idle", 8)
+            tables = broker.tables
+            reads: list[int] = []
+            real = tables.log_start_offset
+
+            def counted(topic: str, partition: int) -> int:
+                reads.append(partition)
+                return real(topic, partition)
+
+            tables.log_start_offset = counted  # counts the real reads; the real method answers
+            await broker.tierer._follow_table("idle")
+            reads.clear()
+            for _ in range(3):
+                await broker.tierer._follow_table("idle")
+            assert reads == []
+
+            batch = pa.RecordBatch.from_pydict({"value": [b"v"], "partition": pa.array([3], pa.int32())})
+            await broker.produce("idle", batch)
+            await broker.tierer.tier_now("idle")  # a commit: the table moved
+            await broker.tierer._follow_table("idle")
+            assert sorted(reads) == list(range(8))
+        finally:
+            await broker.close()
+
+    asyncio.run(scenario())
