@@ -73,7 +73,6 @@ from laketail.errors import (
     UnknownMemberId,
     UnknownTopicOrPartition,
 )
-
 from laketail.topic_pattern import TopicPattern
 
 if TYPE_CHECKING:
