@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from groups.support import unique
 from integration.support import wait_until
 
@@ -104,3 +106,26 @@ def test_the_tierer_reads_nothing_for_a_topic_whose_table_did_not_move(tmp_path)
             await broker.close()
 
     asyncio.run(scenario())
+
+
+def test_an_idle_segment_closes_its_file_and_reopens_it_on_use(tmp_path):
+    import time
+
+    from laketail.storage.segment import Segment
+
+    segment = Segment.create(tmp_path, 0, 0)  # creating it opens the file
+    opened = open_fds(os.getpid())
+    later = time.monotonic() + 120
+
+    with segment._using():  # an I/O call in flight: its descriptor stays open
+        assert not segment.release_if_idle(later, 60)
+    assert not segment.release_if_idle(time.monotonic(), 60)  # used just now
+    assert segment.release_if_idle(later, 60)
+    assert open_fds(os.getpid()) == opened - 1
+
+    assert segment.read_raw(0, 0) == b""  # the next use opens it again
+    assert open_fds(os.getpid()) == opened
+    segment.close()
+    assert open_fds(os.getpid()) == opened - 1
+    with pytest.raises(OSError):  # a closed segment never recreates its file
+        segment.read_raw(0, 0)

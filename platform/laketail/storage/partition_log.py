@@ -461,6 +461,11 @@ class PartitionLog:
             fresh = Segment.create(self.directory, self.log_end_offset, now)
             self._segments = self._segments + [fresh]
 
+    def release_idle_handles(self, now: float, idle_s: float) -> int:
+        """Close the file descriptors of segments nobody used for ``idle_s`` monotonic
+        seconds (reopened on the next use); returns how many closed. Any thread."""
+        return sum(segment.release_if_idle(now, idle_s) for segment in list(self._segments))
+
     def flush_if_due(self, now: int) -> None:
         """Honour ``flush.ms`` when no further append comes to do it."""
         if self._unflushed and now - self._last_flush_ms >= self.config.flush_ms:
@@ -838,7 +843,7 @@ class PartitionLog:
 def _headers(segment: Segment, position: int, limit: int):
     """``(header, position)`` of each frame in ``[position, limit)`` (headers only)."""
     while position < limit:
-        header = frame.decode_header(os.pread(segment._fd, frame.HEADER_SIZE, position))
+        header = segment.read_header(position)
         yield header, position
         position += header.size
 
