@@ -45,16 +45,29 @@ from laketail.api.deps import (
 )
 from laketail.api.encoding import ARROW_STREAM
 from laketail.broker import PRODUCE_SCHEMA
-from laketail.errors import InvalidRecord, InvalidRequest
+from laketail.errors import InvalidRecord, InvalidRequest, RecordTooLarge
+from laketail.ipc_bounds import IpcTooLarge, decoded_size
 from laketail.records import RECORD_SCHEMA, payload_bytes
 
 router = APIRouter(tags=["v1 arrow"])
 
 
-def read_ipc(body: bytes) -> pa.Table:
-    """The request's Arrow IPC stream as a table (INVALID_REQUEST when it is not one)."""
+def read_ipc(body: bytes, limit: int) -> pa.Table:
+    """The request's Arrow IPC stream as a table (INVALID_REQUEST when it is not one).
+
+    Before anything is decoded, the sizes the stream declares (compressed buffers carry
+    their decoded length) are summed and checked against ``limit``
+    (``socket.request.max.bytes``): a small ZSTD body that would decode to gigabytes is
+    MESSAGE_TOO_LARGE, and pyarrow never allocates it.
+    """
+    buffer = pa.py_buffer(body)
     try:
-        return pa.ipc.open_stream(pa.py_buffer(body)).read_all()
+        decoded_size(buffer, limit)
+        return pa.ipc.open_stream(buffer).read_all()
+    except IpcTooLarge as exc:
+        raise RecordTooLarge(
+            f"the Arrow IPC body {exc}: socket.request.max.bytes applies to the decoded stream"
+        ) from None
     except (pa.ArrowInvalid, pa.ArrowIOError, pa.ArrowNotImplementedError, ValueError) as exc:
         raise InvalidRequest(f"body is not an Arrow IPC stream: {exc}") from None
 
@@ -72,6 +85,10 @@ def to_produce_table(table: pa.Table, partition: int | None) -> pa.Table:
     columns, names = [], []
     for name in table.column_names:
         column = table.column(name)
+        if pa.types.is_dictionary(column.type) or pa.types.is_run_end_encoded(column.type):
+            # casting either expands it: a small body could decode to any size
+            raise InvalidRecord(f"column '{name}' of type {column.type}: send plain (not "
+                                "dictionary or run-end encoded) arrays")
         if column.type != known[name]:
             try:
                 column = column.cast(known[name])
@@ -144,7 +161,8 @@ async def _produce_arrow(request: Request, topic: str, partition: int | None) ->
     state = request.app.state
     broker = state.broker
     broker.topic(topic)
-    table = to_produce_table(read_ipc(await read_body(request)), partition)
+    limit = state.settings.socket_request_max_bytes
+    table = to_produce_table(read_ipc(await read_body(request), limit), partition)
     result = await produce(request, topic, table, acks, producer)
     nbytes = payload_bytes(table.column("value"))
     if "key" in table.column_names:

@@ -132,6 +132,22 @@ class ConfigEntry:
     sensitive: bool = False
 
 
+def check_partition_limits(name: str, partitions: int, existing: int, settings: BrokerSettings) -> None:
+    """INVALID_PARTITIONS when a new topic of ``partitions`` would pass
+    ``laketail.topic.max.partitions`` or bring the ``existing`` partitions of client
+    topics past ``laketail.max.partitions``. Pure: the caller counts ``existing``."""
+    if partitions > settings.max_partitions_per_topic:
+        raise InvalidPartitions(
+            f"topic '{name}' asks for {partitions} partitions, above "
+            f"laketail.topic.max.partitions={settings.max_partitions_per_topic}"
+        )
+    if existing + partitions > settings.max_partitions:
+        raise InvalidPartitions(
+            f"topic '{name}' with {partitions} partitions would bring the broker's topics to "
+            f"{existing + partitions} partitions, above laketail.max.partitions={settings.max_partitions}"
+        )
+
+
 @dataclass(frozen=True)
 class BrokerInfo:
     broker_id: int
@@ -512,6 +528,8 @@ class Broker:
         )
         if not isinstance(partitions, int) or partitions < 1:
             raise InvalidPartitions(f"partitions must be at least 1, got {partitions}")
+        if not name.startswith("__"):  # the internal topics are sized by their own settings
+            check_partition_limits(name, partitions, self._client_partitions(), self.settings)
         if not isinstance(rf, int) or rf < 1:
             raise InvalidReplicationFactor(f"replication factor must be at least 1, got {rf}")
         if rf > len(self.brokers()) and not name.startswith("__"):
@@ -534,6 +552,10 @@ class Broker:
                 await self._ask_controller("POST", f"{INTERNAL}/topics", json=body)
                 info = self.topic(name)
         return info
+
+    def _client_partitions(self) -> int:
+        """Partitions of every topic clients created (what ``laketail.max.partitions`` bounds)."""
+        return sum(self.topic(t).partitions for t in self.list_topics(include_internal=False))
 
     async def _ask_controller(self, method: str, path: str, **kwargs):
         """An admin change made by the controller; its answer is the new image."""
@@ -825,10 +847,12 @@ class Broker:
     ) -> FetchResult:
         """Records from ``offset`` on, from the hot tier where present, else the table.
 
-        Long-polls up to ``timeout_ms`` when ``offset`` is the high watermark. An offset
-        below the log start or above the high watermark is OFFSET_OUT_OF_RANGE.
+        Long-polls up to ``timeout_ms``, capped at ``fetch.max.wait.ms``, when ``offset``
+        is the high watermark. An offset below the log start or above the high
+        watermark is OFFSET_OUT_OF_RANGE.
         """
         self._check_partition(topic, partition)
+        timeout_ms = max(0, min(timeout_ms, self.settings.fetch_max_wait_ms))
         if offset < 0:
             raise OffsetOutOfRange(f"offset {offset} is negative")
         if not self.leads(topic, partition):

@@ -222,6 +222,12 @@ class BrokerSettings:
     maintenance_enabled: bool = True
     maintenance_interval_ms: int = 300_000
     fetch_cache_bytes: int = 134_217_728
+    # Slow clients and resource bounds (laketail.api.connections; partition limits).
+    max_connections: int = 1000
+    request_header_timeout_ms: int = 10_000
+    request_body_timeout_ms: int = 30_000
+    max_partitions_per_topic: int = 1000
+    max_partitions: int = 10_000
     topic_defaults: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -280,6 +286,11 @@ _BROKER_KEYS = {
     "laketail.maintenance.enable": "maintenance_enabled",
     "laketail.maintenance.interval.ms": "maintenance_interval_ms",
     "laketail.fetch.cache.bytes": "fetch_cache_bytes",
+    "max.connections": "max_connections",
+    "laketail.request.header.timeout.ms": "request_header_timeout_ms",
+    "laketail.request.body.timeout.ms": "request_body_timeout_ms",
+    "laketail.topic.max.partitions": "max_partitions_per_topic",
+    "laketail.max.partitions": "max_partitions",
 }
 
 

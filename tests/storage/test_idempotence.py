@@ -104,7 +104,7 @@ def test_a_failed_write_leaves_producer_state_as_it_was(tmp_path):
         plog = PartitionLog.open(tmp_path, "t", 0, TopicConfig(), clock)
         await _append(plog, [b"a"], seq=0)
         before = [(b.first_seq, b.base_offset) for b in plog.producer_state.producers[7].batches]
-        os.close(plog.segments[-1]._fd)  # the disk goes away under the writer
+        os.close(plog.segments[-1]._fd_open)  # the disk goes away under the writer
         with pytest.raises(KafkaStorageError):
             await _append(plog, [b"b"], seq=1)
         after = [(b.first_seq, b.base_offset) for b in plog.producer_state.producers[7].batches]

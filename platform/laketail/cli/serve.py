@@ -82,11 +82,13 @@ def serve(
     import uvicorn
 
     from laketail.api.app import create_app
+    from laketail.api.connections import guarded_protocol
+    from laketail.log_format import EscapingFormatter, escape_handlers
 
     # laketail's own loggers at the same level as uvicorn's (elections, ISR changes,
     # tiering), with the time: a cluster's story is read across three brokers' logs.
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(EscapingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     laketail_log = logging.getLogger("laketail")
     laketail_log.addHandler(handler)
     laketail_log.setLevel(log_level.upper())
@@ -99,11 +101,18 @@ def serve(
         + (f" (config {config_path})" if config_path else ""),
         err=True,
     )
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         log_level=log_level,
         access_log=access_log,
         lifespan="on",
+        http=guarded_protocol(settings),  # read deadlines and max.connections
     )
+    # uvicorn set up its handlers in Config(): escape what they log, as laketail's own
+    escape_handlers("uvicorn", "uvicorn.error", "uvicorn.access")
+    server = uvicorn.Server(config)
+    server.run()
+    if not server.started:
+        raise SystemExit(3)  # as uvicorn.run: the socket could not be bound

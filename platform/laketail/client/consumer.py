@@ -39,6 +39,8 @@ from laketail.client.errors import KafkaError, KafkaException, local_error
 from laketail.client.fetcher import Fetcher
 from laketail.client.gateway import Gateway
 from laketail.client.message import OFFSET_INVALID, OFFSET_STORED, Message, TopicPartition
+from laketail.errors import InvalidRequest
+from laketail.topic_pattern import TopicPattern
 from laketail.client.metadata import Metadata, cluster_metadata
 
 log = logging.getLogger(__name__)
@@ -102,6 +104,12 @@ class Consumer:
             raise KafkaException(local_error("_INVALID_ARG", 'Consumer group "group.id" must be configured'))
         if not isinstance(topics, (list, tuple)) or not topics:
             raise TypeError("expected a non-empty list of topic names")
+        for topic in topics:
+            if isinstance(topic, str) and topic.startswith("^"):
+                try:
+                    TopicPattern(topic)  # refused here, not later in the background thread
+                except InvalidRequest as exc:
+                    raise KafkaException(local_error("_INVALID_ARG", str(exc))) from None
         self._callbacks = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost}
         if self._coordinator is None:
             self._coordinator = ConsumerCoordinator(

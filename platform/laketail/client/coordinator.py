@@ -36,7 +36,6 @@ Thread-safety: the membership fields are read by the application thread under
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from laketail.client.config import ConsumerConfig
 from laketail.client.errors import KafkaError, KafkaException, local_error
 from laketail.client.gateway import Gateway
 from laketail.client.message import Message, TopicPartition, error_message
+from laketail.topic_pattern import TopicPattern
 
 log = logging.getLogger(__name__)
 
@@ -346,7 +346,7 @@ class ConsumerCoordinator:
         self._next_refresh = now + self.config.metadata_max_age_ms / 1000.0
         with self.cond:
             subscription = list(self._subscription)
-        patterns = [re.compile(s) for s in subscription if s.startswith("^")]
+        patterns = [TopicPattern(s) for s in subscription if s.startswith("^")]
         topics = sorted({s for s in subscription if not s.startswith("^")})
         if patterns:
             try:
@@ -355,7 +355,7 @@ class ConsumerCoordinator:
                 log.debug("topic list for %s: %s", self.group, exc)
                 self._next_refresh = now + self.config.retry_backoff_ms / 1000.0
                 return
-            topics = sorted(set(topics) | {n for n in names if any(p.match(n) for p in patterns)})
+            topics = sorted(set(topics) | {n for n in names if any(p.search(n) for p in patterns)})
         if topics != self._topics:
             self._topics = topics
             if self.member_id and not self._need_join:

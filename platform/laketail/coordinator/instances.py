@@ -36,16 +36,17 @@ offset, else per ``auto.offset.reset``: ``earliest`` (log start offset), ``lates
 retention, or a seek past the end) is reset the same way.
 
 Time: idle expiry and the auto commit interval use the broker's clock (``now``);
-long-poll deadlines use the event loop's own clock. Thread-safety: event loop thread
-only; one request at a time per instance (an asyncio lock), membership changes land
-between awaits.
+long-poll deadlines use the event loop's own clock, and a poll waits at most the
+broker's ``fetch.max.wait.ms``. Thread-safety: event loop thread only; an asyncio lock
+per instance serialises changes of positions (one fetch round, one commit, one seek,
+close) but is never held while a poll waits for records, so no operation waits behind
+a long poll; membership changes land between awaits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import uuid
 from typing import TYPE_CHECKING, Literal
 
@@ -72,6 +73,7 @@ from laketail.errors import (
     UnknownMemberId,
     UnknownTopicOrPartition,
 )
+from laketail.topic_pattern import TopicPattern
 
 if TYPE_CHECKING:
     from laketail.broker import Broker
@@ -133,7 +135,7 @@ class ConsumerInstance:
         self.closed = False
         self._lock = asyncio.Lock()
         self._topics: list[str] = []
-        self._pattern: re.Pattern[str] | None = None
+        self._pattern: TopicPattern | None = None
         self._manual = False
         self.assignment: list[TopicPartition] = []
         self._assigned: set[TopicPartition] = set()
@@ -178,10 +180,7 @@ class ConsumerInstance:
         if topics is None and pattern is None:
             raise InvalidRequest("a subscription needs 'topics' or 'topic_pattern'")
         if pattern is not None:
-            try:
-                self._pattern = re.compile(pattern)
-            except re.error as exc:
-                raise InvalidRequest(f"topic_pattern {pattern!r} is not a valid regular expression: {exc}") from None
+            self._pattern = TopicPattern(pattern)  # RE2: linear time; INVALID_REQUEST if refused
             wanted = self._matching_topics()
         else:
             self._pattern = None
@@ -371,32 +370,41 @@ class ConsumerInstance:
 
         Answers once at least ``fetch.min.bytes`` key+value bytes (any record, by
         default) are there, once ``max_bytes`` is reached, or at the timeout
-        (``consumer.request.timeout.ms`` unless given) with what it has.
+        (``consumer.request.timeout.ms`` unless given, capped at the broker's
+        ``fetch.max.wait.ms``) with what it has; at once with what it has when the
+        instance is destroyed meanwhile. The instance's lock is held for one fetch
+        round at a time, never while waiting, so commit, seek and DELETE never wait
+        behind a long poll.
         """
         self.touch()
         if not self.subscribed and not self._manual:
             raise IllegalConsumerState("Consumer is not subscribed to any topics or assigned any partitions")
         loop = asyncio.get_running_loop()
-        wait_s = (self.config.request_timeout_ms if timeout_ms is None or timeout_ms < 0 else timeout_ms) / 1000.0
+        requested = self.config.request_timeout_ms if timeout_ms is None or timeout_ms < 0 else timeout_ms
+        wait_s = min(requested, self._broker.settings.fetch_max_wait_ms) / 1000.0
         deadline = loop.time() + wait_s
         limit = min(max_bytes, MAX_RESPONSE_BYTES) if max_bytes and max_bytes > 0 else MAX_RESPONSE_BYTES
         async with self._lock:
             await self._maybe_auto_commit()
-            self._ensure_membership()
-            out: list[tuple[str, pa.Table]] = []
-            size = 0
-            while True:
-                if self._join_task is not None:  # poll completes a rebalance before fetching
-                    await asyncio.wait({self._join_task}, timeout=max(deadline - loop.time(), 0.0))
-                got, nbytes = await self._fetch_round(limit - size)
-                out.extend(got)
-                size += nbytes
-                remaining = deadline - loop.time()
-                if (out and size >= self.config.fetch_min_bytes) or size >= limit or remaining <= 0:
+        self._ensure_membership()
+        out: list[tuple[str, pa.Table]] = []
+        size = 0
+        while not self.closed:
+            join = self._join_task
+            if join is not None:  # poll completes a rebalance before fetching
+                await asyncio.wait({join}, timeout=max(deadline - loop.time(), 0.0))
+            async with self._lock:  # one round at a time; never held across a wait
+                if self.closed:
                     break
-                await self._wait_for_records(min(remaining, WAIT_SLICE_S))
-            self.touch()
-            return out
+                got, nbytes = await self._fetch_round(limit - size)
+            out.extend(got)
+            size += nbytes
+            remaining = deadline - loop.time()
+            if (out and size >= self.config.fetch_min_bytes) or size >= limit or remaining <= 0:
+                break
+            await self._wait_for_records(min(remaining, WAIT_SLICE_S))
+        self.touch()
+        return out
 
     async def _fetch_round(self, budget: int) -> tuple[list[tuple[str, pa.Table]], int]:
         """One pass over the assigned partitions, starting one further each time."""

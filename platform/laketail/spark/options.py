@@ -38,14 +38,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from laketail.errors import InvalidConfig
+from laketail.errors import InvalidConfig, InvalidRequest
 from laketail.records import IsolationLevel
 from laketail.spark.gateway import parse_servers
+from laketail.topic_pattern import TopicPattern
 
 EARLIEST = -2
 LATEST = -1
@@ -91,7 +91,7 @@ class Subscription:
         if self.assignment is not None:
             return topic in self.assignment
         if self.pattern is not None:
-            return re.fullmatch(self.pattern, topic) is not None
+            return TopicPattern(self.pattern).fullmatch(topic)
         return topic in self.topics
 
 
@@ -230,9 +230,9 @@ def _subscription(opts: dict[str, str]) -> Subscription:
         return Subscription(topics=topics)
     if kind == "subscribepattern":
         try:
-            re.compile(opts["subscribepattern"])
-        except re.error as exc:
-            raise InvalidConfig(f"option 'subscribePattern' is not a regular expression: {exc}") from None
+            TopicPattern(opts["subscribepattern"])
+        except InvalidRequest as exc:
+            raise InvalidConfig(f"option 'subscribePattern': {exc}") from None
         return Subscription(pattern=opts["subscribepattern"])
     doc = _json(opts, "assign", "assign")
     if not isinstance(doc, dict) or not all(

@@ -11,12 +11,16 @@ Thread-safety: the map is only changed from the event loop thread.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 from laketail.clock import Clock
 from laketail.config import TopicConfig
 from laketail.errors import UnknownTopicOrPartition
 from laketail.storage.partition_log import PartitionLog
+
+#: A segment file nobody wrote or read for this long is closed (reopened on next use).
+IDLE_HANDLE_S = 60.0
 
 
 class LogManager:
@@ -88,10 +92,13 @@ class LogManager:
                 directory.rmdir()
 
     def housekeeping(self, now_ms: int) -> None:
-        """``flush.ms`` and local retention for every partition (runs in a worker thread)."""
+        """``flush.ms``, local retention, and closing segment files idle for
+        ``IDLE_HANDLE_S``, for every partition (runs in a worker thread)."""
+        idle_since = time.monotonic()
         for plog in list(self._logs.values()):
             plog.flush_if_due(now_ms)
             plog.enforce_local_retention(now_ms)
+            plog.release_idle_handles(idle_since, IDLE_HANDLE_S)
 
     async def close(self) -> None:
         await asyncio.gather(*(plog.close() for plog in self._logs.values()))

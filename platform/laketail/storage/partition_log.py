@@ -226,6 +226,8 @@ class PartitionLog:
             segments = [Segment.create(directory, tiered_offset, now)]
         plog = cls(directory, topic, partition, config, clock, segments)
         plog._rebuild_producer_state()
+        for seg in segments:
+            seg.release()  # reopened on first use: idle partitions hold no file handles
         plog.tiered_offset = tiered_offset
         # The table's log start (moved by retention) wins even while hot segments still
         # hold what retention deleted; without one, the hot log's first offset.
@@ -458,6 +460,11 @@ class PartitionLog:
             active.flush()
             fresh = Segment.create(self.directory, self.log_end_offset, now)
             self._segments = self._segments + [fresh]
+
+    def release_idle_handles(self, now: float, idle_s: float) -> int:
+        """Close the file descriptors of segments nobody used for ``idle_s`` monotonic
+        seconds (reopened on the next use); returns how many closed. Any thread."""
+        return sum(segment.release_if_idle(now, idle_s) for segment in list(self._segments))
 
     def flush_if_due(self, now: int) -> None:
         """Honour ``flush.ms`` when no further append comes to do it."""
@@ -836,7 +843,7 @@ class PartitionLog:
 def _headers(segment: Segment, position: int, limit: int):
     """``(header, position)`` of each frame in ``[position, limit)`` (headers only)."""
     while position < limit:
-        header = frame.decode_header(os.pread(segment._fd, frame.HEADER_SIZE, position))
+        header = segment.read_header(position)
         yield header, position
         position += header.size
 

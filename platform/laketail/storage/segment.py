@@ -7,6 +7,9 @@
 frame headers on open.
 
 Not thread-safe: :class:`laketail.storage.partition_log.PartitionLog` holds the lock.
+The one exception is the file descriptor: it is opened on first use and closed when
+idle (:meth:`Segment.release_if_idle`), and every I/O call holds it through
+``_using()``, so a descriptor is never closed under a read in another thread.
 Appends happen on one writer thread; reads use ``os.pread`` below the positions the
 writer has published, so they never see a half-written frame.
 """
@@ -14,10 +17,15 @@ writer has published, so they never see a half-written frame.
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
 import os
+import threading
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pyarrow as pa
 
@@ -61,7 +69,49 @@ class Segment:
         self.producer_frames: list[tuple[int, int]] = []  # (base offset, position) with a producer id
         self.epoch_starts: list[tuple[int, int]] = []  # (leader epoch, first offset) where it changes
         self.cache_key = new_cache_key()  # names this file's current frames in the block cache
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd_open: int | None = None
+        self._fd_lock = threading.Lock()  # guards _fd_open, _users, _closed
+        self._users = 0  # I/O calls holding the descriptor right now
+        self._closed = False
+        self.last_used = time.monotonic()
+        with self._using():  # creates the file now; release() closes it until the next use
+            pass
+
+    @contextmanager
+    def _using(self) -> Iterator[int]:
+        """The file's descriptor for one I/O call, opened on first use. While any call
+        holds it, :meth:`release_if_idle` leaves it open, so no call can see its number
+        closed (and reused by another file) under it."""
+        with self._fd_lock:
+            fd = self._fd_open
+            if fd is None:
+                if self._closed:  # never recreate a closed (perhaps deleted) segment's file
+                    raise OSError(errno.EBADF, f"segment {self.path.name} is closed")
+                fd = self._fd_open = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            self._users += 1
+            self.last_used = time.monotonic()
+        try:
+            yield fd
+        finally:
+            with self._fd_lock:
+                self._users -= 1
+
+    def release_if_idle(self, now: float, idle_s: float) -> bool:
+        """Close the descriptor when no call holds it and none used it for ``idle_s``
+        (monotonic seconds); the next use opens it again. True when it closed one."""
+        with self._fd_lock:
+            if self._fd_open is None or self._users or now - self.last_used < idle_s:
+                return False
+            fd, self._fd_open = self._fd_open, None
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        return True
+
+    def release(self) -> None:
+        """Close the descriptor now if no call holds it (after recovery, at close)."""
+        self.release_if_idle(float("inf"), 0.0)
 
     # -- opening and recovery -------------------------------------------------------------
 
@@ -69,8 +119,9 @@ class Segment:
     def create(cls, directory: Path, base_offset: int, now_ms: int) -> "Segment":
         path = segment_path(directory, base_offset)
         seg = cls(path, base_offset, now_ms)
-        if seg.size == 0 and os.fstat(seg._fd).st_size:
-            os.ftruncate(seg._fd, 0)
+        with seg._using() as fd:
+            if seg.size == 0 and os.fstat(fd).st_size:
+                os.ftruncate(fd, 0)
         _fsync_dir(directory)
         return seg
 
@@ -85,7 +136,8 @@ class Segment:
         stat = path.stat()
         seg = cls(path, base, int(stat.st_mtime * 1000))
         seg.last_append_ms = int(stat.st_mtime * 1000)
-        data = _read_all(seg._fd, stat.st_size)
+        with seg._using() as fd:
+            data = _read_all(fd, stat.st_size)
         pos, frames, reason = 0, 0, None
         expected = base
         while pos < len(data):
@@ -109,8 +161,9 @@ class Segment:
         truncated = len(data) - pos
         if truncated:
             log.warning("truncating %d bytes of %s at %d: %s", truncated, path, pos, reason)
-            os.ftruncate(seg._fd, pos)
-            os.fsync(seg._fd)
+            with seg._using() as fd:
+                os.ftruncate(fd, pos)
+                os.fsync(fd)
         seg.size = pos
         seg.next_offset = expected
         return seg, RecoveryReport(pos, truncated, frames, reason)
@@ -141,7 +194,8 @@ class Segment:
         written = 0
         while buffers:
             chunk = buffers[:_IOV_MAX]
-            n = os.writev(self._fd, chunk)
+            with self._using() as fd:
+                n = os.writev(fd, chunk)
             written += n
             want = sum(len(b) for b in chunk)
             if n != want:
@@ -158,12 +212,14 @@ class Segment:
         """Cut the file back to ``size`` bytes (undo a failed partial write, or a
         follower's divergent suffix). Cached frames are forgotten: new ones may be
         written at the same positions."""
-        os.ftruncate(self._fd, size)
+        with self._using() as fd:
+            os.ftruncate(fd, size)
         self.size = size
         self.cache_key = new_cache_key()
 
     def flush(self) -> None:
-        os.fdatasync(self._fd)
+        with self._using() as fd:
+            os.fdatasync(fd)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -183,7 +239,8 @@ class Segment:
     def read_raw(self, position: int, limit: int) -> bytes:
         """The bytes of ``[position, limit)`` as written (whole frames when both ends are
         frame boundaries): what a follower copies."""
-        return _pread_exact(self._fd, max(limit - position, 0), position)
+        with self._using() as fd:
+            return _pread_exact(fd, max(limit - position, 0), position)
 
     def frame_position(self, offset: int) -> int | None:
         """File position of the frame whose base offset is ``offset`` (``size`` for the
@@ -192,7 +249,7 @@ class Segment:
             return self.size
         position = self.position_for(offset)
         while position < self.size:
-            header = frame.decode_header(os.pread(self._fd, frame.HEADER_SIZE, position))
+            header = self.read_header(position)
             if header.base_offset == offset:
                 return position
             if header.base_offset > offset:
@@ -205,14 +262,20 @@ class Segment:
         ``limit`` that hold an offset above ``after`` (the others are skipped by their
         header alone)."""
         while position < limit:
-            header = frame.decode_header(os.pread(self._fd, frame.HEADER_SIZE, position))
+            header = self.read_header(position)
             if header.next_offset > after:
                 yield header, position
             position += header.size
 
+    def read_header(self, position: int) -> FrameHeader:
+        """The header of the frame at ``position``."""
+        with self._using() as fd:
+            return frame.decode_header(os.pread(fd, frame.HEADER_SIZE, position))
+
     def read_batch(self, header: FrameHeader, position: int) -> pa.RecordBatch:
         """The records of the frame at ``position`` (whose header is ``header``)."""
-        data = _pread_exact(self._fd, header.length, position + frame.HEADER_SIZE)
+        with self._using() as fd:
+            data = _pread_exact(fd, header.length, position + frame.HEADER_SIZE)
         return pa.ipc.read_record_batch(pa.py_buffer(data), FRAME_SCHEMA)
 
     def read_frames(self, position: int, limit: int):
@@ -221,10 +284,14 @@ class Segment:
             yield header, at, self.read_batch(header, at)
 
     def close(self) -> None:
-        try:
-            os.close(self._fd)
-        except OSError:
-            pass
+        with self._fd_lock:
+            self._closed = True
+            fd, self._fd_open = self._fd_open, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def delete(self) -> None:
         self.close()

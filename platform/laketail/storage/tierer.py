@@ -54,6 +54,8 @@ class Tierer:
         self._busy: dict[str, asyncio.Future] = {}
         self._stopping = False
         self._tier_locks: dict[str, threading.Lock] = {}
+        # per topic: (table version, partitions, followed partitions) last followed
+        self._followed: dict[str, tuple] = {}
         self.commits = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -107,6 +109,7 @@ class Tierer:
     async def forget(self, topic: str) -> None:
         """Wait for an in-flight tiering of ``topic`` to end; stop scheduling it."""
         self._due.pop(topic, None)
+        self._followed.pop(topic, None)
         busy = self._busy.get(topic)
         if busy is not None:
             await asyncio.gather(busy, return_exceptions=True)
@@ -160,10 +163,19 @@ class Tierer:
         lock while a tier commit holds it), which must not stall the event loop."""
         tables = self.broker.tables
         tables.refresh(topic)
-        for plog in self.broker.logs.partitions(topic):
+        table, lock = tables.delta_table(topic)
+        with lock:
+            version = table.version()
+        plogs = list(self.broker.logs.partitions(topic))
+        followers = tuple(plog.partition for plog in plogs if not self.broker.leads(topic, plog.partition))
+        seen = (version, tuple(plog.partition for plog in plogs), followers)
+        if self._followed.get(topic) == seen:
+            return  # neither the table nor our replicas changed: an idle topic reads nothing
+        for plog in plogs:
             plog.advance_log_start(tables.log_start_offset(topic, plog.partition))
-            if not self.broker.leads(topic, plog.partition):  # a follower: the leader tiers
+            if plog.partition in followers:  # a follower: the leader tiers
                 plog.mark_tiered(min(tables.tiered_offset(topic, plog.partition), plog.log_end_offset))
+        self._followed[topic] = seen
 
     async def tier_now(self, topic: str) -> int:
         """Tier ``topic`` now; returns how many records went into the table."""

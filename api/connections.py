@@ -1,0 +1,115 @@
+"""Slow and idle clients cannot hold the broker's connections: read deadlines and a
+connection limit, enforced in uvicorn's HTTP protocol.
+
+uvicorn closes a keep-alive connection idle between requests (``timeout_keep_alive``)
+but waits forever for a request that has begun: a client that sends half a request
+line, or half a body, and stalls holds a socket and a file handle for good, and a few
+thousand of them exhaust the broker's descriptors. :class:`GuardedHttpProtocol` is
+uvicorn's httptools protocol with three rules on top:
+
+* ``laketail.request.header.timeout.ms`` -- a request's line and headers must be
+  complete within this long of the connection opening or of the request's first
+  byte; else the connection is closed.
+* ``laketail.request.body.timeout.ms`` -- while a body is incomplete, the client must
+  send a byte at least this often; else the connection is closed. Time during which
+  the broker itself stopped reading (flow control: the app has not consumed what
+  came) does not count against the client.
+* ``max.connections`` (Kafka's key) -- a connection accepted while this many are open
+  is closed at once.
+
+:func:`guarded_protocol` binds the three values from the broker's settings into a
+subclass that ``uvicorn.Config(http=...)`` takes. Thread-safety: each protocol object
+lives on the event loop thread, like uvicorn's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+if TYPE_CHECKING:
+    from laketail.config import BrokerSettings
+
+log = logging.getLogger("laketail.api.connections")
+
+
+class GuardedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with read deadlines and a connection limit."""
+
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_connections: int = 1000
+
+    _read_timer: asyncio.TimerHandle | None = None
+
+    # -- the connection --------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            log.warning("refusing a connection from %s: max.connections=%d are open",
+                        self._peer(), self.max_connections)
+            transport.close()
+            return
+        self._arm(self.header_timeout_s, "its request line and headers")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    # -- parser callbacks: where a request stands ------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._read_timer is None:
+            self._arm(self.header_timeout_s, "its request line and headers")
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        self._arm(self.body_timeout_s, "a byte of its body")
+
+    def on_body(self, body: bytes) -> None:
+        super().on_body(body)
+        self._arm(self.body_timeout_s, "a byte of its body")
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._disarm()
+
+    # -- the deadline ----------------------------------------------------------------
+
+    def _arm(self, timeout_s: float, waiting_for: str) -> None:
+        self._disarm()
+        self._read_timer = self.loop.call_later(timeout_s, self._timed_out, timeout_s, waiting_for)
+
+    def _disarm(self) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+
+    def _timed_out(self, timeout_s: float, waiting_for: str) -> None:
+        self._read_timer = None
+        if self.transport.is_closing():
+            return
+        if self.flow is not None and self.flow.read_paused:
+            self._arm(timeout_s, waiting_for)  # the broker stopped reading, not the client
+            return
+        log.info("closing the connection from %s: it sent no %s within %d ms",
+                 self._peer(), waiting_for, int(timeout_s * 1000))
+        self.transport.close()
+
+    def _peer(self) -> str:
+        client = getattr(self, "client", None)
+        return "%s:%d" % client if client else "?"
+
+
+def guarded_protocol(settings: "BrokerSettings") -> type[GuardedHttpProtocol]:
+    """:class:`GuardedHttpProtocol` with the broker's timeouts and connection limit."""
+    return type("GuardedHttpProtocol", (GuardedHttpProtocol,), {
+        "header_timeout_s": settings.request_header_timeout_ms / 1000.0,
+        "body_timeout_s": settings.request_body_timeout_ms / 1000.0,
+        "max_connections": settings.max_connections,
+    })
