@@ -100,3 +100,10 @@ SEEK_TO_OPENAPI = _body(_PARTITIONS)
 COMMIT_OPENAPI = _body(_COMMIT, required=False)
 #: A GET with a body, as Confluent's v2 defines it (OpenAPI 3.1 allows describing one).
 COMMITTED_OPENAPI = _body(_PARTITIONS)
+#: ``GET .../records``: its query parameters (read by the route itself).
+RECORDS_OPENAPI = {"parameters": [
+    {"name": "timeout", "in": "query", "required": False, "schema": {"type": "integer"},
+     "description": "ms to wait for records (default: the instance's consumer.request.timeout.ms)"},
+    {"name": "max_bytes", "in": "query", "required": False, "schema": {"type": "integer"},
+     "description": "stop adding records past this many bytes"},
+]}

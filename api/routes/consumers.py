@@ -230,7 +230,8 @@ def accepted_format(accept: str | None, instance_format: EmbeddedFormat) -> Embe
     )
 
 
-@router.get(INSTANCE + "/records", summary="Fetch records of the assigned partitions (a poll)")
+@router.get(INSTANCE + "/records", summary="Fetch records of the assigned partitions (a poll)",
+            openapi_extra=bodies.RECORDS_OPENAPI)
 async def read_records(request: Request, group: str, instance: str) -> Response:
     consumer = instance_of(request)
     fmt = accepted_format(request.headers.get("accept"), consumer.config.format)
