@@ -37,6 +37,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from laketail.api import consumer_schemas as bodies
 from laketail.api.deps import json_response, parse_json, query_int, read_body
 from laketail.api.encoding import MEDIA_TYPES, V2_JSON, EmbeddedFormat, format_of
 from laketail.api.routes.clusters import base_url
@@ -113,7 +114,8 @@ def partitions_of(doc: dict) -> list[tuple[str, int]]:
 # -- instances ------------------------------------------------------------------------------
 
 
-@router.post("/consumers/{group}", summary="Create a consumer instance in the group")
+@router.post("/consumers/{group}", summary="Create a consumer instance in the group",
+             openapi_extra=bodies.CREATE_OPENAPI)
 async def create_instance(request: Request, group: str) -> Response:
     doc = await _body(request, required=False)
     name = doc.get("name") if doc.get("name") is not None else doc.get("id")
@@ -134,7 +136,8 @@ async def delete_instance(request: Request, group: str, instance: str) -> Respon
 
 
 @router.post(INSTANCE + "/subscription", status_code=204,
-             summary="Subscribe to topics or a topic pattern (group-managed partitions)")
+             summary="Subscribe to topics or a topic pattern (group-managed partitions)",
+             openapi_extra=bodies.SUBSCRIBE_OPENAPI)
 async def subscribe(request: Request, group: str, instance: str) -> Response:
     consumer = instance_of(request)
     doc = await _body(request)
@@ -158,7 +161,8 @@ async def unsubscribe(request: Request, group: str, instance: str) -> Response:
     return _no_content()
 
 
-@router.post(INSTANCE + "/assignments", status_code=204, summary="Assign partitions by hand")
+@router.post(INSTANCE + "/assignments", status_code=204, summary="Assign partitions by hand",
+             openapi_extra=bodies.ASSIGN_OPENAPI)
 async def assign(request: Request, group: str, instance: str) -> Response:
     consumer = instance_of(request)
     await consumer.assign(partitions_of(await _body(request)))
@@ -175,7 +179,8 @@ async def get_assignments(request: Request, group: str, instance: str) -> Respon
 # -- positions --------------------------------------------------------------------------------
 
 
-@router.post(INSTANCE + "/positions", status_code=204, summary="Seek: where the next records start")
+@router.post(INSTANCE + "/positions", status_code=204, summary="Seek: where the next records start",
+             openapi_extra=bodies.SEEK_OPENAPI)
 async def seek(request: Request, group: str, instance: str) -> Response:
     consumer = instance_of(request)
     offsets = [
@@ -187,14 +192,16 @@ async def seek(request: Request, group: str, instance: str) -> Response:
     return _no_content()
 
 
-@router.post(INSTANCE + "/positions/beginning", status_code=204, summary="Seek to the log start offsets")
+@router.post(INSTANCE + "/positions/beginning", status_code=204, summary="Seek to the log start offsets",
+             openapi_extra=bodies.SEEK_TO_OPENAPI)
 async def seek_to_beginning(request: Request, group: str, instance: str) -> Response:
     consumer = instance_of(request)
     await consumer.seek_to(partitions_of(await _body(request)), "beginning")
     return _no_content()
 
 
-@router.post(INSTANCE + "/positions/end", status_code=204, summary="Seek to the ends of the partitions")
+@router.post(INSTANCE + "/positions/end", status_code=204, summary="Seek to the ends of the partitions",
+             openapi_extra=bodies.SEEK_TO_OPENAPI)
 async def seek_to_end(request: Request, group: str, instance: str) -> Response:
     consumer = instance_of(request)
     await consumer.seek_to(partitions_of(await _body(request)), "end")
@@ -223,7 +230,8 @@ def accepted_format(accept: str | None, instance_format: EmbeddedFormat) -> Embe
     )
 
 
-@router.get(INSTANCE + "/records", summary="Fetch records of the assigned partitions (a poll)")
+@router.get(INSTANCE + "/records", summary="Fetch records of the assigned partitions (a poll)",
+            openapi_extra=bodies.RECORDS_OPENAPI)
 async def read_records(request: Request, group: str, instance: str) -> Response:
     consumer = instance_of(request)
     fmt = accepted_format(request.headers.get("accept"), consumer.config.format)
@@ -239,7 +247,8 @@ async def read_records(request: Request, group: str, instance: str) -> Response:
 # -- offsets ------------------------------------------------------------------------------------
 
 
-@router.post(INSTANCE + "/offsets", summary="Commit offsets (N stores N+1; no body: every position)")
+@router.post(INSTANCE + "/offsets", summary="Commit offsets (N stores N+1; no body: every position)",
+             openapi_extra=bodies.COMMIT_OPENAPI)
 async def commit_offsets(request: Request, group: str, instance: str) -> Response:
     consumer = instance_of(request)
     doc = await _body(request, required=False)
@@ -258,7 +267,8 @@ async def commit_offsets(request: Request, group: str, instance: str) -> Respons
     return _v2([])
 
 
-@router.get(INSTANCE + "/offsets", summary="Committed offsets of the given partitions (body: {partitions})")
+@router.get(INSTANCE + "/offsets", summary="Committed offsets of the given partitions (body: {partitions})",
+            openapi_extra=bodies.COMMITTED_OPENAPI)
 async def committed_offsets(request: Request, group: str, instance: str) -> Response:
     consumer = instance_of(request)
     partitions = partitions_of(await _body(request))

@@ -21,7 +21,7 @@ from starlette.responses import Response
 
 from laketail.api.deps import broker_of, json_response, parse_acks, path_int, query_int
 from laketail.cluster.metadata import ClusterImage
-from laketail.errors import InvalidRequest, NotController
+from laketail.errors import InvalidRequest, NotController, UnknownTopicOrPartition
 from laketail.storage.partition_log import ProducerBatch
 
 router = APIRouter(prefix="/internal/v1", include_in_schema=False)
@@ -34,6 +34,17 @@ def _controller(request: Request):
     if not node.is_controller:
         raise NotController(f"broker {node.broker_id} is not the controller")
     return node.controller
+
+
+def _check_leads(broker, topic: str, partition: int) -> None:
+    """Return when this broker leads the partition; else raise Kafka's answer: a
+    partition this broker's cluster image does not have is UNKNOWN_TOPIC_OR_PARTITION
+    (404), a known one NOT_LEADER_OR_FOLLOWER or LEADER_NOT_AVAILABLE."""
+    if broker.leads(topic, partition):
+        return
+    if (topic, partition) not in broker.cluster.image.partitions:
+        raise UnknownTopicOrPartition.partition(topic, partition)
+    broker.cluster.replicas.leader_state(topic, partition)
 
 
 def _image(request: Request) -> Response:
@@ -112,8 +123,7 @@ async def append(request: Request) -> Response:
             producer_id, query_int(request, "producer_epoch", -1), query_int(request, "base_sequence", -1),
             query.get("transactional", "false") == "true", query.get("control"),
         )
-    if not broker.leads(topic, partition):
-        broker.cluster.replicas.leader_state(topic, partition)  # NOT_LEADER / LEADER_NOT_AVAILABLE
+    _check_leads(broker, topic, partition)
     acks = parse_acks(query.get("acks", "all"))
     base = await broker.append(topic, partition, frame, acks, query_int(request, "max_timestamp_us"), producer)
     return json_response({"base_offset": base})
@@ -128,8 +138,7 @@ async def records(request: Request) -> Response:
     isolation = request.query_params.get("isolation", "read_committed")
     if isolation not in ("read_committed", "read_uncommitted"):
         raise InvalidRequest(f"isolation must be read_committed or read_uncommitted, got {isolation!r}")
-    if not broker.leads(topic, partition):
-        broker.cluster.replicas.leader_state(topic, partition)
+    _check_leads(broker, topic, partition)
     result = await broker.fetch(
         topic, partition, query_int(request, "offset", required=True),
         max_records=query_int(request, "max_records"), max_bytes=query_int(request, "max_bytes"),
@@ -150,15 +159,13 @@ async def records(request: Request) -> Response:
 @router.get("/partitions/{topic}/{partition}/state")
 async def state(request: Request, topic: str, partition: int) -> Response:
     broker = broker_of(request)
-    if not broker.leads(topic, partition):
-        broker.cluster.replicas.leader_state(topic, partition)
+    _check_leads(broker, topic, partition)
     return json_response(dataclasses.asdict(broker.partition_state(topic, partition)))
 
 
 @router.get("/partitions/{topic}/{partition}/offset-for-timestamp")
 async def offset_for_timestamp(request: Request, topic: str, partition: int, timestamp: int) -> Response:
     broker = broker_of(request)
-    if not broker.leads(topic, partition):
-        broker.cluster.replicas.leader_state(topic, partition)
+    _check_leads(broker, topic, partition)
     found = await broker.offset_for_timestamp(topic, partition, timestamp)
     return json_response(None if found is None else list(found))

@@ -36,7 +36,7 @@ from laketail.cluster.metadata import NO_LEADER, BrokerRegistration, ClusterImag
 from laketail.cluster.replicas import ReplicaManager
 from laketail.cluster.store import ClusterStore, Conflict
 from laketail.cluster.wire import PeerLink, PeerPool, PeerResponse, raise_for_error
-from laketail.errors import LeaderNotAvailable, NotController, NotLeaderOrFollower
+from laketail.errors import LeaderNotAvailable, NotController, NotLeaderOrFollower, UnknownTopicOrPartition
 
 if TYPE_CHECKING:
     from laketail.broker import Broker
@@ -44,6 +44,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 INTERNAL = "/internal/v1"
+
+
+def _unknown_partition(resp: PeerResponse) -> bool:
+    """The leader answered UNKNOWN_TOPIC_OR_PARTITION for a partition (its cluster image
+    does not have it yet: a topic created a moment ago)."""
+    if resp.status_code != UnknownTopicOrPartition.http_status:
+        return False
+    try:
+        return resp.json().get("error_code") == 40402
+    except (ValueError, AttributeError):
+        return False
 
 
 class ClusterNode:
@@ -293,8 +304,8 @@ class ClusterNode:
                     f"the leader of {topic}-{partition} (broker {reg.leader}) is unreachable: "
                     f"{type(exc).__name__} {exc}"
                 ) from exc
-            if resp.status_code == NotLeaderOrFollower.http_status and attempt == 0:
-                await self.refresh_metadata()
+            if attempt == 0 and (resp.status_code == NotLeaderOrFollower.http_status or _unknown_partition(resp)):
+                await self.refresh_metadata()  # the leader's image may be a step behind ours
                 continue
             raise_for_error(resp)
             return resp
