@@ -17,10 +17,8 @@ import base64
 import json
 
 import orjson
-import pyarrow as pa
 import pytest
 
-from laketail.coordinator.transactions import decode_key, encode_key
 from tests.fault.support import commit_offset, committed, enlist, inject, sink_state, skipped_metric
 from tests.transactions.support import ARROW, BINARY_V2, V2, Session, arrow_body, unique
 
@@ -28,24 +26,6 @@ pytestmark = pytest.mark.integration
 
 OFFSETS = "__consumer_offsets"
 TXNS = "__transaction_state"
-
-
-# -- internal key spaces (pure) -----------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", ["__producer_id_block", "__sink:evil", "__sink:s:0:0123456789ab",
-                                  '{"sink": "x"}', '{"producer_id_block": 1}', "plain"])
-def test_a_transactional_id_never_reads_back_as_another_kind_of_state(name: str) -> None:
-    assert decode_key(encode_key("txn", name)) == ("txn", name)
-    assert decode_key(encode_key("sink", name)) == ("sink", name)
-    assert decode_key(encode_key("producer_id_block")) == ("producer_id_block", "")
-
-
-def test_keys_of_the_previous_format_still_read() -> None:
-    assert decode_key(b"__producer_id_block") == ("producer_id_block", "")
-    assert decode_key(b"__sink:spark-sink") == ("sink", "spark-sink")
-    assert decode_key(b"__sink:spark-sink:0:0123456789ab") == ("txn", "__sink:spark-sink:0:0123456789ab")
-    assert decode_key(b"orders-writer") == ("txn", "orders-writer")
 
 
 # -- restarts ------------------------------------------------------------------------------------
