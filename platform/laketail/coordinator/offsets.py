@@ -46,6 +46,10 @@ MAX_METADATA_BYTES = 4096  # Kafka's offset.metadata.max.bytes
 
 TopicPartition = tuple[str, int]
 
+#: What decoding a malformed record of an internal topic raises (orjson's errors and
+#: UnicodeDecodeError are ValueErrors): such a record is skipped at load.
+UNDECODABLE = (ValueError, KeyError, TypeError, AttributeError)
+
 
 def java_string_hash(text: str) -> int:
     """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
@@ -164,7 +168,7 @@ class OffsetStore:
             try:
                 group_id, tp = decode_key(key)
                 committed = decode_value(value) if value is not None else None
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            except UNDECODABLE as exc:
                 skipped += 1
                 log.warning("%s-%d offset %d: skipping a record that cannot be decoded (%r)",
                             OFFSETS_TOPIC, partition, offset, str(exc)[:200])

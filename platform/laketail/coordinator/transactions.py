@@ -67,6 +67,7 @@ import pyarrow as pa
 
 from laketail.coordinator.offsets import (
     MAX_METADATA_BYTES,
+    UNDECODABLE,
     CommittedOffset,
     TopicPartition,
     partition_for_group,
@@ -157,10 +158,6 @@ def _int(doc: dict, name: str) -> int:
     if type(value) is not int:
         raise TypeError(f"{name} is {type(value).__name__}, not int")
     return value
-
-
-#: What decoding a malformed record raises (orjson's and UnicodeDecodeError are ValueErrors).
-UNDECODABLE = (ValueError, KeyError, TypeError, AttributeError)
 
 
 @dataclass
