@@ -9,7 +9,9 @@ deletes of internal topics, which must be refused), and restarts by SIGTERM and 
 offsets, topics and their configs, transactions, sink state and the records a
 read_committed consumer sees are what the model says.
 
-Bounded for CI: derandomized, no example database, a few short runs.
+Bounded for CI: derandomized, no example database, three runs of at most 12 steps
+(Hypothesis's first runs repeat one rule; the machine restarts the broker at least every
+``RESTART_EVERY`` steps itself, so each run restarts whatever it drew).
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ import json
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from conftest import QUICK_GROUPS, TEST_TABLE_FLUSH_MS
 from tests.transactions.support import BINARY_V2, V2, Session, read_values
@@ -34,6 +43,7 @@ INTERNAL = ("__consumer_offsets", "__transaction_state")
 SINK = "restart-sink"
 TXN_TOPIC = "txn-out"
 SINK_TOPIC = "sink-out"
+RESTART_EVERY = 4
 
 
 def run_machine(proc) -> None:
@@ -52,6 +62,8 @@ def run_machine(proc) -> None:
             self.open_txn: tuple[Session, list[bytes]] | None = None
             self.sink_batch = sink_state(self.http, SINK)
             self.pending_batch: tuple[int, list[dict], list[bytes]] | None = None
+            self.steps_since_restart = 0
+            self.forced_restarts = 0
             for name in (TXN_TOPIC, SINK_TOPIC):
                 if name not in self._topics_on_broker():
                     self._create(name, 1)
@@ -252,16 +264,28 @@ def run_machine(proc) -> None:
 
         # -- restarts ---------------------------------------------------------------------------------
 
-        @rule()
-        def restart_sigterm(self) -> None:
-            assert proc.stop() is not None, proc.output()  # not killed after the timeout
-            proc.start()
-            self.check()
+        # Hypothesis's first examples repeat one rule, so the machine also restarts the
+        # broker itself every RESTART_EVERY steps (alternating SIGTERM and kill -9): every
+        # example restarts, whichever rules it drew; the rule adds restarts anywhere else.
+        @precondition(lambda self: self.steps_since_restart >= 2)
+        @rule(kill9=st.booleans())
+        def restart(self, kill9: bool) -> None:
+            self._restart(kill9)
 
-        @rule()
-        def restart_kill9(self) -> None:
-            proc.kill9()
+        @invariant()
+        def restart_when_due(self) -> None:
+            self.steps_since_restart += 1
+            if self.steps_since_restart > RESTART_EVERY:
+                self.forced_restarts += 1
+                self._restart(kill9=self.forced_restarts % 2 == 0)
+
+        def _restart(self, kill9: bool) -> None:
+            if kill9:
+                proc.kill9()
+            else:
+                assert proc.stop() is not None, proc.output()  # SIGTERM, not killed after the timeout
             proc.start()
+            self.steps_since_restart = 0
             self.check()
 
         def check(self) -> None:
@@ -289,15 +313,17 @@ def run_machine(proc) -> None:
                 assert read_values(http, topic, partition) == values, (topic, partition)
 
         def teardown(self) -> None:
-            if proc.running:
-                if self.open_txn is not None:
-                    self.open_txn[0].http = self.http
-                    self.open_txn[0].abort()
-                if self.pending_batch is not None:
-                    self.http.post(f"/v1/sinks/{SINK}/batches/{self.pending_batch[0]}/abort")
+            if proc.running:  # leave nothing open for the next run on the same broker
+                open_txn = getattr(self, "open_txn", None)
+                if open_txn is not None:
+                    open_txn[0].http = self.http
+                    open_txn[0].abort()
+                pending = getattr(self, "pending_batch", None)
+                if pending is not None:
+                    self.http.post(f"/v1/sinks/{SINK}/batches/{pending[0]}/abort")
 
     run_state_machine_as_test(RestartMachine, settings=settings(
-        max_examples=2, stateful_step_count=20, deadline=None, derandomize=True, database=None,
+        max_examples=3, stateful_step_count=12, deadline=None, derandomize=True, database=None,
         suppress_health_check=list(HealthCheck),
     ))
 
