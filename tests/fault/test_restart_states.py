@@ -71,6 +71,11 @@ def run_machine(proc) -> None:
                     self.topics[name] = 1
                     self.values[(name, 0)] = read_values(self.http, name, 0)
             self._create(f"t{next(counter)}", 2)
+            # Every run starts with what bricked a restart before (issue 14): a sink batch
+            # enlisted and not committed, and the hostile requests (which must be refused).
+            self.sink_enlist(1)
+            self.reserved_transactional_id("__producer_id_block")
+            self.produce_to_internal_topic("__transaction_state", b"garbage")
 
         # -- helpers --------------------------------------------------------------------------
 
