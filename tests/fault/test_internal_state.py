@@ -31,6 +31,7 @@ TXNS = "__transaction_state"
 # -- restarts ------------------------------------------------------------------------------------
 
 
+@pytest.mark.fault
 def test_restart_with_a_sink_batch_enlisted_but_not_committed(broker_factory, make_topic) -> None:
     """The crash-recovery path the exactly-once sink exists for."""
     proc = broker_factory()
