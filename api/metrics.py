@@ -17,6 +17,10 @@ can never go stale: ``laketail_partition_log_start_offset``,
 ``laketail_partition_last_stable_offset``, ``laketail_partition_tiered_offset``
 (labels ``topic``, ``partition``).
 
+``laketail_internal_records_skipped_total{topic}`` counts the records of an internal
+topic (``__consumer_offsets``, ``__transaction_state``) that the coordinators' last load
+could not decode and skipped (read from the coordinators at scrape time).
+
 Each app has its own registry, so several gateways (tests) live in one process.
 Scrapes run on the event loop thread, as every broker call must.
 """
@@ -26,7 +30,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from laketail.errors import LaketailError
@@ -75,6 +79,26 @@ class PartitionCollector(Collector):
         yield from families.values()
 
 
+class InternalLoadCollector(Collector):
+    """Records of the internal topics the coordinators skipped at their last load."""
+
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "laketail_internal_records_skipped",
+            "Records of an internal topic that could not be decoded at load and were skipped.",
+            labels=["topic"],
+        )
+        for topic, count in self.broker.internal_records_skipped().items():
+            family.add_metric([topic], count)
+        yield family
+
+
 class GatewayMetrics:
     """The gateway's metric objects and its registry."""
 
@@ -114,6 +138,7 @@ class GatewayMetrics:
             ["error"], registry=r,
         )
         r.register(PartitionCollector(broker))
+        r.register(InternalLoadCollector(broker))
         # labelled children, looked up once per (api, topic): .labels() is not free
         self._produce: dict[tuple[str, str], tuple] = {}
         self._fetch: dict[tuple[str, str], tuple] = {}

@@ -68,8 +68,9 @@ async def alter_partition(request: Request) -> Response:
 async def create_topic(request: Request) -> Response:
     body = await request.json()
     _controller(request)
-    await broker_of(request).create_topic(
-        body["name"], body["partitions"], body["replication_factor"], body["configs"]
+    await broker_of(request).create_topic(  # the forwarding broker checked the client's request
+        body["name"], body["partitions"], body["replication_factor"], body["configs"],
+        internal_topics_allowed=True,
     )
     return _image(request)
 
@@ -77,7 +78,7 @@ async def create_topic(request: Request) -> Response:
 @router.delete("/topics/{topic}")
 async def delete_topic(request: Request, topic: str) -> Response:
     _controller(request)
-    await broker_of(request).delete_topic(topic)
+    await broker_of(request).delete_topic(topic, internal_topics_allowed=True)  # checked by the forwarder
     return _image(request)
 
 

@@ -29,14 +29,14 @@ import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from laketail.catalog import Catalog, TopicInfo, validate_topic_name
+from laketail.catalog import Catalog, TopicInfo, check_not_internal, validate_topic_name
 from laketail.clock import Clock, SystemClock
 from laketail.cluster.metadata import NO_LEADER, ClusterImage
 from laketail.cluster.node import INTERNAL, ClusterNode
 from laketail.config import TOPIC_CONFIGS, BrokerSettings, TopicConfig
 from laketail.coordinator.groups import GroupCoordinator
-from laketail.coordinator.offsets import OffsetStore
-from laketail.coordinator.transactions import TransactionCoordinator
+from laketail.coordinator.offsets import OFFSETS_TOPIC, OffsetStore
+from laketail.coordinator.transactions import TXN_TOPIC, TransactionCoordinator
 from laketail.errors import (
     InvalidPartitions,
     InvalidReplicationFactor,
@@ -238,6 +238,13 @@ class Broker:
         await self.transactions.load()
         await self.transactions.recover()
         self.coordinators_loaded = True
+
+    def internal_records_skipped(self) -> dict[str, int]:
+        """Per internal topic, the records its coordinator's last load could not decode."""
+        return {
+            OFFSETS_TOPIC: self.offsets.skipped_records,
+            TXN_TOPIC: self.transactions.skipped_records,
+        }
 
     async def close(self) -> None:
         for task in self._background:
@@ -518,8 +525,13 @@ class Broker:
         configs: dict[str, str] | None = None,
         *,
         validate_only: bool = False,
+        internal_topics_allowed: bool = False,
     ) -> TopicInfo:
+        """Create a topic (on the controller). Only the coordinators create the internal
+        topics (``internal_topics_allowed``); a client gets INVALID_TOPIC_EXCEPTION."""
         validate_topic_name(name)
+        if not internal_topics_allowed:
+            check_not_internal(name, "create")
         partitions = self.settings.num_partitions if partitions in (None, -1) else partitions
         rf = (
             self.settings.default_replication_factor
@@ -563,9 +575,13 @@ class Broker:
         await self.cluster.apply_image(ClusterImage.from_json(resp.json()))
         return resp
 
-    async def delete_topic(self, name: str) -> None:
+    async def delete_topic(self, name: str, *, internal_topics_allowed: bool = False) -> None:
         """The catalog commit is the point of no return; the table and hot logs go after
-        it (a crash in between leaves leftovers that the next create of the name clears)."""
+        it (a crash in between leaves leftovers that the next create of the name clears).
+        The internal topics are refused (INVALID_TOPIC_EXCEPTION) unless
+        ``internal_topics_allowed`` (a request another broker already checked)."""
+        if not internal_topics_allowed:
+            check_not_internal(name, "delete")
         async with self._admin_lock:
             self.topic(name)
             if self.cluster.is_controller:
@@ -581,6 +597,8 @@ class Broker:
     async def alter_topic_configs(
         self, name: str, set_configs: dict[str, str] | None = None, delete: list[str] | None = None
     ) -> TopicInfo:
+        """A client's config change; the internal topics are refused (INVALID_TOPIC_EXCEPTION)."""
+        check_not_internal(name, "alter the configs of")
         info = self.topic(name)
         merged = dict(info.configs)
         merged.update(self.catalog.normalise_configs(set_configs or {}))
@@ -605,14 +623,20 @@ class Broker:
         batch: pa.RecordBatch | pa.Table,
         acks: Acks = "all",
         producer: ProducerBatch | None = None,
+        *,
+        internal_topics_allowed: bool = False,
     ) -> ProduceResult:
         """Validate, partition, append; return each record's partition and offset.
 
         ``batch`` has ``PRODUCE_SCHEMA``'s columns (any but ``value`` may be missing).
         Nothing is written unless every record passes validation. With ``producer`` (an
         idempotent or transactional batch) every record must go to one partition; a
-        retried batch gets its original offsets back.
+        retried batch gets its original offsets back. Only the coordinators append to
+        the internal topics (``internal_topics_allowed``, Kafka's flag of the same name);
+        a client gets INVALID_TOPIC_EXCEPTION.
         """
+        if not internal_topics_allowed:
+            check_not_internal(topic, "append to")
         if producer is not None and producer.producer_id >= 0:
             if producer.transactional:
                 partition = self._single_partition(topic, batch)
@@ -639,6 +663,7 @@ class Broker:
         """acks=0: validate now (raising what ``produce`` would), append in the background.
 
         The caller keeps the returned task referenced until it ends."""
+        check_not_internal(topic, "append to")  # only clients produce with acks=0
         plan = self._plan_produce(topic, batch)
         return asyncio.get_running_loop().create_task(self._execute(plan, "0"))
 

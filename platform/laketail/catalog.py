@@ -62,6 +62,18 @@ def validate_topic_name(name: Any) -> str:
     return name
 
 
+#: The coordinators' topics (Kafka's ``Topic.INTERNAL_TOPICS``): only the group and
+#: transaction coordinators write, alter or delete them; clients may read them.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def check_not_internal(name: str, action: str) -> None:
+    """INVALID_TOPIC_EXCEPTION when a client asks to ``action`` (``append to``,
+    ``delete``, ...) one of :data:`INTERNAL_TOPICS`, as Kafka answers an append."""
+    if name in INTERNAL_TOPICS:
+        raise InvalidTopic(f"Cannot {action} internal topic {name}")
+
+
 def _collision_key(name: str) -> str:
     return name.replace(".", "_")
 

@@ -124,7 +124,7 @@ def test_a_prepared_transaction_is_completed_after_a_restart(tmp_path):
         await _send(broker, [b"p1"], pid, epoch, 0, partition=1)
         meta = txns.describe("app")
         meta.state = "PrepareCommit"  # the crash comes after PREPARE, before any marker
-        await txns._write("app", meta.to_json())
+        await txns._write(("txn", "app"), meta.to_json())
         await broker.close()
         again = await _start(tmp_path, clock)
         assert await _values(again, "read_committed", partition=0) == [b"p0"]

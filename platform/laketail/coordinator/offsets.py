@@ -17,6 +17,10 @@ A committed offset is the next offset the group will read.
 The topic is ``cleanup.policy=compact``; the broker compacts it itself
 (:meth:`OffsetStore.compact`), it never needs Spark to stay small.
 
+Loading is forgiving: a record whose key or value cannot be decoded is skipped, logged
+and counted (:attr:`OffsetStore.skipped_records`); it never stops a start. Only the
+coordinator writes the topic (clients get INVALID_TOPIC_EXCEPTION).
+
 Thread-safety: used from the event loop thread only.
 """
 
@@ -41,6 +45,10 @@ OFFSETS_TOPIC = "__consumer_offsets"
 MAX_METADATA_BYTES = 4096  # Kafka's offset.metadata.max.bytes
 
 TopicPartition = tuple[str, int]
+
+#: What decoding a malformed record of an internal topic raises (orjson's errors and
+#: UnicodeDecodeError are ValueErrors): such a record is skipped at load.
+UNDECODABLE = (ValueError, KeyError, TypeError, AttributeError)
 
 
 def java_string_hash(text: str) -> int:
@@ -69,6 +77,29 @@ def encode_key(group: str, topic: str, partition: int) -> bytes:
     return orjson.dumps({"group": group, "topic": topic, "partition": partition})
 
 
+def decode_key(raw: bytes | None) -> tuple[str, TopicPartition]:
+    """(group, (topic, partition)) of a key :func:`encode_key` wrote; ValueError,
+    KeyError or TypeError for anything else."""
+    if raw is None:
+        raise ValueError("null key")
+    k = orjson.loads(raw)
+    group, topic, partition = k["group"], k["topic"], k["partition"]
+    if not isinstance(group, str) or not isinstance(topic, str) or type(partition) is not int:
+        raise TypeError("key fields are not (string, string, int)")
+    return group, (topic, partition)
+
+
+def decode_value(raw: bytes) -> CommittedOffset:
+    """The committed offset :func:`encode_value` wrote; ValueError, KeyError or TypeError
+    for anything else."""
+    v = orjson.loads(raw)
+    offset, timestamp = v["offset"], v.get("commit_timestamp", -1)
+    metadata = v.get("metadata") or ""
+    if type(offset) is not int or type(timestamp) is not int or not isinstance(metadata, str):
+        raise TypeError("value fields are not (int, string, int)")
+    return CommittedOffset(offset, metadata, timestamp)
+
+
 def encode_value(committed: CommittedOffset) -> bytes:
     return orjson.dumps(
         {
@@ -86,6 +117,8 @@ class OffsetStore:
         self._cache: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self._ready = asyncio.Lock()
         self._exists = False
+        #: Records of ``__consumer_offsets`` the last :meth:`load` could not decode.
+        self.skipped_records = 0
 
     # -- the topic -----------------------------------------------------------------------------
 
@@ -100,6 +133,7 @@ class OffsetStore:
                     self.num_partitions,
                     self.broker.settings.offsets_topic_replication_factor,  # capped at the live brokers
                     {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)},
+                    internal_topics_allowed=True,
                 )
             else:
                 self.num_partitions = self.broker.topic(OFFSETS_TOPIC).partitions
@@ -112,30 +146,41 @@ class OffsetStore:
         self.num_partitions = self.broker.topic(OFFSETS_TOPIC).partitions
         self._exists = True
         cache: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        skipped = 0
         for partition in range(self.num_partitions):
             async for records in self.broker.read_to_log_end(OFFSETS_TOPIC, partition):
-                self._apply(cache, records)
+                skipped += self._apply(cache, records, partition)
         self._cache = cache
+        self.skipped_records = skipped
 
     @staticmethod
-    def _apply(cache: dict, records: pa.Table) -> None:
-        for key, value, control in zip(
+    def _apply(cache: dict, records: pa.Table, partition: int = -1) -> int:
+        """Apply ``records`` to ``cache``; returns how many could not be decoded (skipped)."""
+        skipped = 0
+        for key, value, control, offset in zip(
             records.column("key").to_pylist(),
             records.column("value").to_pylist(),
             records.column("control").to_pylist(),
+            records.column("offset").to_pylist(),
         ):
-            if control is not None or key is None:
+            if control is not None:
                 continue
-            k = orjson.loads(key)
-            tp = (k["topic"], k["partition"])
-            group = cache.setdefault(k["group"], {})
-            if value is None:
+            try:
+                group_id, tp = decode_key(key)
+                committed = decode_value(value) if value is not None else None
+            except UNDECODABLE as exc:
+                skipped += 1
+                log.warning("%s-%d offset %d: skipping a record that cannot be decoded (%r)",
+                            OFFSETS_TOPIC, partition, offset, str(exc)[:200])
+                continue
+            group = cache.setdefault(group_id, {})
+            if committed is None:
                 group.pop(tp, None)
                 if not group:
-                    cache.pop(k["group"], None)
+                    cache.pop(group_id, None)
             else:
-                v = orjson.loads(value)
-                group[tp] = CommittedOffset(v["offset"], v.get("metadata") or "", v.get("commit_timestamp", -1))
+                group[tp] = committed
+        return skipped
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -197,7 +242,7 @@ class OffsetStore:
                 "partition": pa.array([partition] * len(keys), pa.int32()),
             }
         )
-        await self.broker.produce(OFFSETS_TOPIC, batch, acks="all")
+        await self.broker.produce(OFFSETS_TOPIC, batch, acks="all", internal_topics_allowed=True)
 
     async def expire(self, now_ms: int, retention_ms: int, active_groups: set[str]) -> int:
         """Kafka's ``offsets.retention.minutes``: a group with no members loses the

@@ -30,9 +30,26 @@ PrepareCommit/PrepareAbort is in ``__transaction_state`` and before any marker i
 written, so a test can kill the broker at exactly that point. Unset (the default), it
 costs nothing.
 
-State lives in the internal compacted topic ``__transaction_state`` (key: the
-transactional id, or ``__sink:<id>`` / ``__producer_id_block``), JSON values, cached in
-memory and rebuilt from the log at start. Thread-safety: event loop thread only.
+State lives in the internal compacted topic ``__transaction_state``, JSON values,
+cached in memory and rebuilt from the log at start. Its keys are typed JSON objects, so
+no client-chosen name can ever be read back as another kind of record:
+
+* ``{"txn": "<transactional id>"}`` -- a :class:`TxnMetadata`;
+* ``{"sink": "<sink id>"}`` -- a :class:`SinkState`;
+* ``{"producer_id_block": 1}`` -- ``{"end": n}``, the producer ids handed out so far.
+
+A record goes to the partition ``partition_for_group`` gives for its *legacy name* (the
+transactional id, ``__sink:<id>``, ``__producer_id_block``): the bare-string keys written
+before typed keys existed, which :func:`decode_key` still reads, so an old record and a
+new one of the same state share a partition and the later one wins at load.
+
+Transactional ids starting with ``__`` are reserved (the sink's sessions are named
+``__sink:<sink>:<batch>:<hex>``): a client asking for one gets INVALID_REQUEST.
+
+Loading is forgiving: a record whose key or value cannot be decoded is skipped, logged
+and counted (:attr:`TransactionCoordinator.skipped_records`); it never stops a start.
+
+Thread-safety: event loop thread only.
 """
 
 from __future__ import annotations
@@ -40,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
@@ -49,6 +67,7 @@ import pyarrow as pa
 
 from laketail.coordinator.offsets import (
     MAX_METADATA_BYTES,
+    UNDECODABLE,
     CommittedOffset,
     TopicPartition,
     partition_for_group,
@@ -58,6 +77,7 @@ from laketail.errors import (
     InvalidProducerIdMapping,
     InvalidRequest,
     InvalidTxnState,
+    LaketailError,
     OffsetMetadataTooLarge,
     ProducerFenced,
     TransactionalIdNotFound,
@@ -72,13 +92,72 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TXN_TOPIC = "__transaction_state"
-PID_BLOCK_KEY = "__producer_id_block"
+PID_BLOCK_KEY = "__producer_id_block"  # the legacy (bare string) key of the producer-id block
 PID_BLOCK_SIZE = 1000
-SINK_PREFIX = "__sink:"
+SINK_PREFIX = "__sink:"  # sink sessions' transactional ids; the legacy key prefix of sink state
+#: Transactional ids a client may not choose: laketail's own sessions live there.
+RESERVED_TRANSACTIONAL_ID_PREFIX = "__"
+_LEGACY_SESSION = re.compile(r"__sink:.*:\d+:[0-9a-f]{12}", re.DOTALL)
 #: See the module docstring: a test-only pause between PREPARE and the markers.
 FAULT_PAUSE_AFTER_PREPARE_ENV = "LAKETAIL_FAULT_PAUSE_AFTER_PREPARE_MS"
 
 TxnState = Literal["Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort"]
+_TXN_STATES = frozenset(TxnState.__args__)  # type: ignore[attr-defined]
+
+#: What a record of ``__transaction_state`` is about: ("txn", transactional id),
+#: ("sink", sink id) or ("producer_id_block", "").
+StateKey = tuple[Literal["txn", "sink", "producer_id_block"], str]
+
+
+def encode_key(kind: str, name: str = "") -> bytes:
+    """The typed key of one piece of coordinator state (see the module docstring)."""
+    if kind == "producer_id_block":
+        return orjson.dumps({"producer_id_block": 1})
+    if kind not in ("txn", "sink"):
+        raise ValueError(f"unknown state kind {kind!r}")
+    return orjson.dumps({kind: name})
+
+
+def legacy_name(key: StateKey) -> str:
+    """The bare-string key the same state had before typed keys (it picks the partition)."""
+    kind, name = key
+    if kind == "producer_id_block":
+        return PID_BLOCK_KEY
+    return SINK_PREFIX + name if kind == "sink" else name
+
+
+def decode_key(raw: bytes) -> StateKey:
+    """What a ``__transaction_state`` key is about; ValueError when it is no key at all.
+
+    Typed keys are JSON objects with exactly one known field. Anything else is read as
+    a legacy bare-string key: ``__producer_id_block``, ``__sink:<sink>:<batch>:<hex>`` (a
+    sink session's transaction), ``__sink:<sink>`` (sink state), else a transactional id."""
+    if not isinstance(raw, bytes) or not raw:
+        raise ValueError("empty key")
+    if raw[:1] == b"{":
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            doc = None
+        if isinstance(doc, dict) and len(doc) == 1:
+            (kind, name), = doc.items()
+            if kind in ("txn", "sink") and isinstance(name, str) and name:
+                return kind, name
+            if kind == "producer_id_block":
+                return "producer_id_block", ""
+    text = raw.decode()  # UnicodeDecodeError is a ValueError
+    if text == PID_BLOCK_KEY:
+        return "producer_id_block", ""
+    if text.startswith(SINK_PREFIX) and not _LEGACY_SESSION.fullmatch(text):
+        return "sink", text[len(SINK_PREFIX):]
+    return "txn", text
+
+
+def _int(doc: dict, name: str) -> int:
+    value = doc[name]
+    if type(value) is not int:
+        raise TypeError(f"{name} is {type(value).__name__}, not int")
+    return value
 
 
 @dataclass
@@ -108,16 +187,18 @@ class TxnMetadata:
 
     @classmethod
     def from_json(cls, transactional_id: str, raw: bytes) -> "TxnMetadata":
+        """The metadata ``to_json`` wrote; one of :data:`UNDECODABLE` for anything else."""
         doc = orjson.loads(raw)
+        if doc["state"] not in _TXN_STATES:
+            raise ValueError(f"unknown transaction state {doc['state']!r}")
+        partitions = {(str(t), int(p)) for t, p in doc["partitions"]}
+        offsets = {
+            str(g): {(str(t), int(p)): CommittedOffset(int(o), str(m)) for t, p, o, m in offs}
+            for g, offs in doc["offsets"].items()
+        }
         return cls(
-            transactional_id,
-            doc["producer_id"],
-            doc["producer_epoch"],
-            doc["timeout_ms"],
-            doc["state"],
-            {(t, p) for t, p in doc["partitions"]},
-            {g: {(t, p): CommittedOffset(o, m) for t, p, o, m in offs} for g, offs in doc["offsets"].items()},
-            doc["start_ms"],
+            transactional_id, _int(doc, "producer_id"), _int(doc, "producer_epoch"), _int(doc, "timeout_ms"),
+            doc["state"], partitions, offsets, _int(doc, "start_ms"),
         )
 
 
@@ -137,13 +218,15 @@ class SinkState:
 
     @classmethod
     def from_json(cls, sink_id: str, raw: bytes) -> "SinkState":
+        """The state ``to_json`` wrote; one of :data:`UNDECODABLE` for anything else."""
         doc = orjson.loads(raw)
         committing = doc.get("committing")
+        enlisted = {int(b): [str(t) for t in ids] for b, ids in doc["enlisted"].items()}
         return cls(
             sink_id,
-            doc["committed_batch"],
-            {int(b): ids for b, ids in doc["enlisted"].items()},
-            (committing[0], committing[1]) if committing else None,
+            _int(doc, "committed_batch"),
+            enlisted,
+            (int(committing[0]), [str(t) for t in committing[1]]) if committing else None,
         )
 
 
@@ -165,6 +248,8 @@ class TransactionCoordinator:
         self._pid_block_end = 0
         self._lock = asyncio.Lock()
         self._topic_ready = False
+        #: Records of ``__transaction_state`` the last :meth:`load` could not decode.
+        self.skipped_records = 0
         self._pause_after_prepare_s = int(os.environ.get(FAULT_PAUSE_AFTER_PREPARE_ENV) or 0) / 1000
 
     # -- the log -----------------------------------------------------------------------------
@@ -176,61 +261,99 @@ class TransactionCoordinator:
             await self.broker.create_topic(
                 TXN_TOPIC, self.num_partitions, self.broker.settings.transaction_state_log_replication_factor,
                 {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)},
+                internal_topics_allowed=True,
             )
         self.num_partitions = self.broker.topic(TXN_TOPIC).partitions
         self._topic_ready = True
 
-    async def _write(self, key: str, value: bytes | None) -> None:
+    async def _write(self, key: StateKey, value: bytes | None) -> None:
         await self._ensure_topic()
         batch = pa.RecordBatch.from_pydict({
-            "key": pa.array([key.encode()], pa.binary()),
+            "key": pa.array([encode_key(*key)], pa.binary()),
             "value": pa.array([value], pa.binary()),
-            "partition": pa.array([partition_for_group(key, self.num_partitions)], pa.int32()),
+            "partition": pa.array([partition_for_group(legacy_name(key), self.num_partitions)], pa.int32()),
         })
-        await self.broker.produce(TXN_TOPIC, batch, acks="all")
+        await self.broker.produce(TXN_TOPIC, batch, acks="all", internal_topics_allowed=True)
+
+    def _skip(self, partition: int, offset: int, why: object) -> None:
+        self.skipped_records += 1
+        log.warning("%s-%d offset %d: skipping a record that cannot be decoded (%r)",
+                    TXN_TOPIC, partition, offset, str(why)[:200])
 
     async def load(self) -> None:
-        """Rebuild from ``__transaction_state`` (latest value per key)."""
+        """Rebuild from ``__transaction_state`` (latest value per state key).
+
+        Forgiving: a record that cannot be decoded is skipped, logged and counted in
+        :attr:`skipped_records`, and the rest is loaded."""
         if TXN_TOPIC not in self.broker.list_topics():
             return
         self._topic_ready = True
         self.num_partitions = self.broker.topic(TXN_TOPIC).partitions
-        latest: dict[str, bytes | None] = {}
+        self.skipped_records = 0
+        latest: dict[StateKey, tuple[bytes | None, int, int]] = {}
         for partition in range(self.num_partitions):
             async for records in self.broker.read_to_log_end(TXN_TOPIC, partition):
-                for key, value in zip(records.column("key").to_pylist(), records.column("value").to_pylist()):
-                    latest[key.decode()] = value
-        for key, value in latest.items():
+                for key, value, offset, control in zip(
+                    records.column("key").to_pylist(), records.column("value").to_pylist(),
+                    records.column("offset").to_pylist(), records.column("control").to_pylist(),
+                ):
+                    if control is not None:
+                        continue
+                    try:
+                        state_key = decode_key(key)
+                    except UNDECODABLE as exc:
+                        self._skip(partition, offset, exc)
+                        continue
+                    latest[state_key] = (value, partition, offset)
+        for (kind, name), (value, partition, offset) in latest.items():
             if value is None:
                 continue
-            if key == PID_BLOCK_KEY:
-                end = orjson.loads(value)["end"]
-                self._next_pid = self._pid_block_end = end
-            elif key.startswith(SINK_PREFIX):
-                sink = SinkState.from_json(key[len(SINK_PREFIX):], value)
-                self._sinks[sink.sink_id] = sink
-            else:
-                meta = TxnMetadata.from_json(key, value)
-                self._txns[key] = meta
-                self._by_pid[meta.producer_id] = key
+            try:
+                if kind == "producer_id_block":
+                    end = _int(orjson.loads(value), "end")
+                    self._next_pid = self._pid_block_end = max(end, 0)
+                elif kind == "sink":
+                    self._sinks[name] = SinkState.from_json(name, value)
+                else:
+                    meta = TxnMetadata.from_json(name, value)
+                    self._txns[name] = meta
+                    self._by_pid[meta.producer_id] = name
+            except UNDECODABLE as exc:
+                self._skip(partition, offset, exc)
+        # Never hand out a producer id a loaded transaction holds (its block record may
+        # have been the one skipped).
+        if self._by_pid:
+            top = max(self._by_pid) + 1
+            if top > self._next_pid:
+                self._next_pid = self._pid_block_end = top
 
     async def recover(self) -> None:
-        """Finish what a crash interrupted: prepared transactions and batch commits."""
+        """Finish what a crash interrupted: prepared transactions and batch commits.
+
+        One that cannot be finished now is logged and left prepared (the next
+        ``init_producer_id`` of its transactional id finishes it): never a reason not to
+        start."""
         for meta in list(self._txns.values()):
             if meta.state in ("PrepareCommit", "PrepareAbort"):
-                log.info("completing transaction %s (%s) after restart", meta.transactional_id, meta.state)
-                await self._complete(meta, meta.state == "PrepareCommit")
+                log.info("completing transaction %r (%s) after restart", meta.transactional_id, meta.state)
+                try:
+                    await self._complete(meta, meta.state == "PrepareCommit")
+                except LaketailError:
+                    log.exception("completing transaction %r failed; left %s", meta.transactional_id, meta.state)
         for sink in list(self._sinks.values()):
             if sink.committing is not None:
                 batch_id, ids = sink.committing
-                await self._finish_batch(sink, batch_id, ids)
+                try:
+                    await self._finish_batch(sink, batch_id, ids)
+                except LaketailError:
+                    log.exception("finishing batch %d of sink %r failed", batch_id, sink.sink_id)
 
     # -- producer ids --------------------------------------------------------------------------------
 
     async def _new_producer_id(self) -> int:
         if self._next_pid >= self._pid_block_end:
             end = max(self._pid_block_end, self._next_pid) + PID_BLOCK_SIZE
-            await self._write(PID_BLOCK_KEY, orjson.dumps({"end": end}))
+            await self._write(("producer_id_block", ""), orjson.dumps({"end": end}))
             self._pid_block_end = end
         pid = self._next_pid
         self._next_pid += 1
@@ -247,7 +370,19 @@ class TransactionCoordinator:
         ``expected`` is the (producer id, epoch) a live producer holds when it asks for a
         bump after an abort (Kafka's KIP-360): the bump happens only if that session is
         still the current one, else PRODUCER_FENCED, so a late caller never fences the
-        session that replaced it."""
+        session that replaced it.
+
+        Transactional ids starting with ``__`` are laketail's own (INVALID_REQUEST)."""
+        if transactional_id and transactional_id.startswith(RESERVED_TRANSACTIONAL_ID_PREFIX):
+            raise InvalidRequest(
+                f"transactional id {transactional_id!r} is reserved: ids starting with "
+                f"'{RESERVED_TRANSACTIONAL_ID_PREFIX}' belong to laketail's internal sessions"
+            )
+        return await self._init_producer_id(transactional_id, timeout_ms, expected)
+
+    async def _init_producer_id(
+        self, transactional_id: str | None, timeout_ms: int, expected: tuple[int, int] | None,
+    ) -> tuple[int, int]:
         async with self._lock:
             if expected is not None and transactional_id:
                 meta = self._txns.get(transactional_id)
@@ -279,7 +414,7 @@ class TransactionCoordinator:
                 meta.state = "Empty"
             self._txns[transactional_id] = meta
             self._by_pid[meta.producer_id] = transactional_id
-            await self._write(transactional_id, meta.to_json())
+            await self._write(("txn", transactional_id), meta.to_json())
             return meta.producer_id, meta.producer_epoch
 
     def _check(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TxnMetadata:
@@ -318,7 +453,7 @@ class TransactionCoordinator:
             self._begin(meta)
             if not set(partitions) <= meta.partitions:
                 meta.partitions |= set(partitions)
-                await self._write(transactional_id, meta.to_json())
+                await self._write(("txn", transactional_id), meta.to_json())
 
     async def check_transactional_produce(self, producer_id: int, producer_epoch: int,
                                           topic: str, partition: int) -> None:
@@ -352,7 +487,7 @@ class TransactionCoordinator:
                     )
             self._begin(meta)
             meta.offsets.setdefault(group_id, {}).update(offsets)
-            await self._write(transactional_id, meta.to_json())
+            await self._write(("txn", transactional_id), meta.to_json())
 
     async def end(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> TxnState:
         async with self._lock:
@@ -366,7 +501,7 @@ class TransactionCoordinator:
 
     async def _prepare_and_complete(self, meta: TxnMetadata, commit: bool) -> None:
         meta.state = "PrepareCommit" if commit else "PrepareAbort"
-        await self._write(meta.transactional_id, meta.to_json())
+        await self._write(("txn", meta.transactional_id), meta.to_json())
         if self._pause_after_prepare_s > 0:
             log.warning("fault injection: %s is %s; pausing %.1fs before its markers",
                         meta.transactional_id, meta.state, self._pause_after_prepare_s)
@@ -391,7 +526,7 @@ class TransactionCoordinator:
         meta.state = "CompleteCommit" if commit else "CompleteAbort"
         meta.partitions = set()
         meta.offsets = {}
-        await self._write(meta.transactional_id, meta.to_json())
+        await self._write(("txn", meta.transactional_id), meta.to_json())
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
         try:
@@ -430,7 +565,7 @@ class TransactionCoordinator:
                 log.info("aborting %s: open longer than transaction.timeout.ms", transactional_id)
                 await self._prepare_and_complete(meta, commit=False)
                 meta.producer_epoch += 1
-                await self._write(transactional_id, meta.to_json())
+                await self._write(("txn", transactional_id), meta.to_json())
         return len(expired)
 
     def describe(self, transactional_id: str) -> TxnMetadata:
@@ -444,11 +579,11 @@ class TransactionCoordinator:
     async def enlist(self, sink_id: str, batch_id: int, timeout_ms: int = 60_000) -> tuple[str, int, int]:
         """A fresh transactional session for one writer attempt of ``batch_id``."""
         transactional_id = f"{SINK_PREFIX}{sink_id}:{batch_id}:{uuid.uuid4().hex[:12]}"
-        producer_id, epoch = await self.init_producer_id(transactional_id, timeout_ms)
+        producer_id, epoch = await self._init_producer_id(transactional_id, timeout_ms, None)
         async with self._lock:
             sink = self._sinks.setdefault(sink_id, SinkState(sink_id))
             sink.enlisted.setdefault(batch_id, []).append(transactional_id)
-            await self._write(SINK_PREFIX + sink_id, sink.to_json())
+            await self._write(("sink", sink_id), sink.to_json())
         return transactional_id, producer_id, epoch
 
     async def commit_batch(self, sink_id: str, batch_id: int, transactional_ids: list[str]) -> bool:
@@ -459,7 +594,7 @@ class TransactionCoordinator:
             sink = self._sinks.setdefault(sink_id, SinkState(sink_id))
             if batch_id <= sink.committed_batch:
                 await self._abort_sessions(sink.enlisted.pop(batch_id, []))
-                await self._write(SINK_PREFIX + sink_id, sink.to_json())
+                await self._write(("sink", sink_id), sink.to_json())
                 return False
             unknown = [t for t in transactional_ids if t not in sink.enlisted.get(batch_id, [])]
             if unknown:
@@ -476,7 +611,7 @@ class TransactionCoordinator:
                     "(transaction.timeout.ms?); abort the batch and write it again"
                 )
             sink.committing = (batch_id, list(transactional_ids))
-            await self._write(SINK_PREFIX + sink_id, sink.to_json())  # the batch's point of no return
+            await self._write(("sink", sink_id), sink.to_json())  # the batch's point of no return
             await self._finish_batch(sink, batch_id, transactional_ids)
             return True
 
@@ -495,7 +630,7 @@ class TransactionCoordinator:
         sink.committing = None
         for b in [b for b in sink.enlisted if b <= batch_id]:
             del sink.enlisted[b]
-        await self._write(SINK_PREFIX + sink.sink_id, sink.to_json())
+        await self._write(("sink", sink.sink_id), sink.to_json())
         for transactional_id in transactional_ids + others:  # sessions are single-use
             await self._forget(transactional_id)
 
@@ -504,7 +639,7 @@ class TransactionCoordinator:
             sink = self._sinks.setdefault(sink_id, SinkState(sink_id))
             ids = sink.enlisted.pop(batch_id, [])
             await self._abort_sessions(ids)
-            await self._write(SINK_PREFIX + sink_id, sink.to_json())
+            await self._write(("sink", sink_id), sink.to_json())
             for transactional_id in ids:
                 await self._forget(transactional_id)
 
@@ -520,7 +655,7 @@ class TransactionCoordinator:
             # A tombstone keeps __transaction_state small; nobody is ever handed this
             # transactional id again, so its producer id stays unusable.
             del self._txns[transactional_id]
-            await self._write(transactional_id, None)
+            await self._write(("txn", transactional_id), None)
 
     def sink(self, sink_id: str) -> SinkState:
         return self._sinks.get(sink_id) or SinkState(sink_id)
