@@ -173,6 +173,7 @@ class Broker:
         self.logs = LogManager(settings.hot_log_dir, clock=self.clock)
         BLOCKS.resize(settings.fetch_cache_bytes)  # decoded blocks of both tiers, kept for fetches
         self.tables = TableReader(settings.data)
+        self.tables.gaps_allowed = self._gaps_allowed
         self.tierer = Tierer(self, clock=self.clock)
         self._topics: dict[str, _TopicRuntime] = {}
         self.cluster_id = ""
@@ -256,6 +257,13 @@ class Broker:
                     except Exception:
                         log.exception("compacting %s failed; will retry", topic)
 
+    def _gaps_allowed(self, topic: str) -> bool:
+        """Key compaction leaves gaps in offsets; other topics' tables must be dense."""
+        try:
+            return "compact" in self.topic_config(topic).cleanup_policy
+        except UnknownTopicOrPartition:
+            return True  # unknown (being created or deleted): do not call gaps damage
+
     async def compact_topic(self, topic: str, min_files: int = 2) -> int:
         """Key-compact the topic's table now; returns how many partitions were rewritten."""
         config = self.topic_config(topic)
@@ -269,6 +277,8 @@ class Broker:
             delete_retention_ms=config.delete_retention_ms,
             min_files=min_files,
         )
+        damaged = self.tables.damage(topic)
+        plans = [plan for plan in plans if plan.partition not in damaged]  # would fold duplicates together
         if not plans:
             return 0
         dt, lock = self.tables.delta_table(topic)
