@@ -101,18 +101,20 @@ def find_damage(
     schema_changed: bool,
     facts: Callable[["DataFile"], OffsetFacts],
     offsets: Callable[["DataFile"], np.ndarray] | None = None,
+    trust_names: bool = True,
 ) -> dict[int, list[Damage]]:
     """Damaged offset ranges per partition (only partitions with damage appear).
 
     ``files`` per partition sorted by first offset (the table reader's index);
     ``facts(file)`` what its offset column holds (cached by the caller);
     ``offsets(file)`` its offset column, read when files overlap (defaults to none:
-    overlapping files are then damage as a whole)."""
+    overlapping files are then damage as a whole); ``trust_names=False`` reads even
+    laketail's own files (``laketail check``)."""
     out: dict[int, list[Damage]] = {}
     for partition in sorted(set(files) | set(tiered)):
         found = _partition_damage(
             files.get(partition, []), tiered.get(partition, 0), log_start.get(partition, 0),
-            gaps_allowed, facts, offsets,
+            gaps_allowed, facts, offsets, trust_names,
         )
         if schema_changed:
             last = max([tiered.get(partition, 0) - 1] + [f.last_offset for f in files.get(partition, [])])
@@ -122,7 +124,7 @@ def find_damage(
     return out
 
 
-def _partition_damage(files, tiered, log_start, gaps_allowed, facts, offsets) -> list[Damage]:
+def _partition_damage(files, tiered, log_start, gaps_allowed, facts, offsets, trust_names) -> list[Damage]:
     found: list[Damage] = []
     for f in files:
         if f.last_offset >= tiered:
@@ -144,7 +146,7 @@ def _partition_damage(files, tiered, log_start, gaps_allowed, facts, offsets) ->
         names = ", ".join(f.path for f in cluster)
         if len(cluster) == 1:
             f = cluster[0]
-            if written_by_laketail(f.path) and f.num_records <= f.last_offset - f.first_offset + 1:
+            if trust_names and written_by_laketail(f.path) and f.num_records <= f.last_offset - f.first_offset + 1:
                 continue  # laketail writes sorted unique offsets, dense unless key-compacted
             twice, gaps = facts(f).duplicates, facts(f).gaps
             where = f"file {names}"

@@ -257,6 +257,12 @@ class TableReader:
         path = f"{entry.uri}/{data_file.path}"
         return pq.read_table(path, columns=["offset"]).column("offset").to_numpy()
 
+    def known_damage(self, topic: str) -> dict[int, list[Damage]]:
+        """What :meth:`damage` would say, without building an index nor taking a lock
+        (metrics scrapes): nothing for a topic whose index was never built."""
+        entry = self._topics.get(topic)
+        return {} if entry is None else dict(entry.damage)
+
     def damage(self, topic: str) -> dict[int, list[Damage]]:
         """Damaged offset ranges per partition, as the last index build found them
         (builds the index if none was built yet)."""
