@@ -37,7 +37,7 @@ from laketail.spark.columns import scan_columns, to_source_batches
 from laketail.spark.gateway import SparkGateway
 from laketail.spark.isolation import TXN_COLUMNS, Markers, committed_rows
 from laketail.spark.planning import OffsetRange, data_loss
-from laketail.spark.snapshot import TableFile
+from laketail.spark.snapshot import TableFile, disjoint
 
 #: Records per gateway fetch of an untiered tail.
 FETCH_RECORDS = 50_000
@@ -153,8 +153,11 @@ class RangeReader:
                     markers = markers.merge(self._markers(data_file, start))
         lookahead = list(self.work.marker_files)
         position = start
+        # Files an outside writer left overlapping: each is read for all of its share of
+        # the range (Spark needs no row order; the offset filter keeps the range exact).
+        overlapping = not disjoint(self.work.files)
         for data_file in self.work.files:
-            begin = max(position, data_file.first_offset)
+            begin = max(start if overlapping else position, data_file.first_offset)
             finish = min(stop, data_file.last_offset + 1)
             if begin >= finish:
                 continue
