@@ -59,6 +59,12 @@ def test_reads_are_in_offset_order_after_an_outside_optimize(tmp_path, rewrite):
         broker.tables.reload("t")
         _every_read(broker)
         assert broker.tables.damage("t") == {}  # a rewrite of the same rows is no damage
+        # ListOffsets by time: the earliest offset at or after a time, not the first row
+        rows = DeltaTable(broker.tables.table_uri("t")).to_pyarrow_table().sort_by("offset")
+        stamps = [t // 1000 for t in rows.column("timestamp").cast(pa.int64()).to_pylist()]
+        for probe in sorted(set(stamps)):
+            want = min(o for o, t in zip(rows.column("offset").to_pylist(), stamps) if t >= probe)
+            assert broker.tables.offset_for_timestamp("t", 0, probe, N)[0] == want, probe
         await broker.close()
 
     asyncio.run(run())
@@ -172,3 +178,22 @@ def test_checkpoint_and_vacuum_after_optimize_keep_reads_whole(tmp_path):
         await broker.close()
 
     asyncio.run(run())
+
+
+def test_retention_keeps_a_file_that_overlaps_a_later_one():
+    """Deleting the first of two interleaved files would lose its rows above the new
+    log start offset (the second file's first offset)."""
+    from laketail.maintenance.retention import plan_retention
+    from laketail.storage.table_reader import DataFile
+
+    old, new = 1, 10**15  # max timestamps (us): the first file is past retention.ms, the others not
+    even = DataFile(0, 18, "even.parquet", 10, 1, old, 100)
+    odd = DataFile(1, 19, "odd.parquet", 10, 1, new, 100)
+    later = DataFile(20, 29, "later.parquet", 10, 1, new, 100)
+    plans = plan_retention({0: [even, odd, later]}, tiered_offsets={0: 30}, log_start_offsets={0: 0},
+                           now_ms=10_000, retention_ms=1, retention_bytes=-1)
+    assert plans == []  # before: deleted `even`, log start 1, offsets 2-18 lost
+    odd_old = DataFile(1, 19, "odd.parquet", 10, 1, old, 100)
+    plans = plan_retention({0: [even, odd_old, later]}, tiered_offsets={0: 30}, log_start_offsets={0: 0},
+                           now_ms=10_000, retention_ms=1, retention_bytes=-1)
+    assert [(p.removed, p.log_start_offset) for p in plans] == [((even, odd_old), 20)]

@@ -444,22 +444,26 @@ class TableReader:
     def offset_for_timestamp(
         self, topic: str, partition: int, timestamp_ms: int, below: int
     ) -> tuple[int, int] | None:
-        """The earliest tabled offset below ``below`` whose timestamp is >= ``timestamp_ms``."""
+        """The earliest tabled offset below ``below`` whose timestamp is >= ``timestamp_ms``
+        (files in any layout: rows need not be in offset order, files may overlap)."""
         target = timestamp_ms * 1000
         uri = self.table_uri(topic)
+        best: tuple[int, int] | None = None
         for data_file in self._files(topic, partition):
-            if data_file.first_offset >= below:
-                break
+            if data_file.first_offset >= below or (best is not None and data_file.first_offset > best[0]):
+                break  # files are sorted by first offset: none further can hold an earlier hit
             if data_file.max_timestamp_us and data_file.max_timestamp_us < target:
                 continue
             table = pq.read_table(f"{uri}/{data_file.path}", columns=["offset", "timestamp"])
             table = table.filter(pc.less(table.column("offset"), below))
             ts = table.column("timestamp").cast(pa.int64())
-            hits = pc.indices_nonzero(pc.greater_equal(ts, target))
-            if len(hits):
-                row = hits[0].as_py()
-                return table.column("offset")[row].as_py(), ts[row].as_py() // 1000
-        return None
+            hits = table.filter(pc.greater_equal(ts, target))
+            if hits.num_rows:
+                row = pc.index(hits.column("offset"), pc.min(hits.column("offset"))).as_py()
+                found = (hits.column("offset")[row].as_py(), hits.column("timestamp").cast(pa.int64())[row].as_py() // 1000)
+                if best is None or found[0] < best[0]:
+                    best = found
+        return best
 
 
 @dataclass(frozen=True)
