@@ -197,3 +197,47 @@ def test_retention_keeps_a_file_that_overlaps_a_later_one():
     plans = plan_retention({0: [even, odd_old, later]}, tiered_offsets={0: 30}, log_start_offsets={0: 0},
                            now_ms=10_000, retention_ms=1, retention_bytes=-1)
     assert [(p.removed, p.log_start_offset) for p in plans] == [((even, odd_old), 20)]
+
+
+def test_check_passes_a_sound_transactional_topic_and_names_what_an_outside_delete_lost(tmp_path):
+    """``laketail check``'s broker side: committed, aborted and open transactions with
+    plain records between, half tiered, is sound (markers match, tiers meet, hot log
+    dense); rows deleted from outside are reported with their offsets."""
+    from laketail.clock import ManualClock
+    from laketail.storage.partition_log import ProducerBatch
+
+    async def send(broker, values, producer=None):
+        batch = pa.RecordBatch.from_pydict({"value": pa.array(values, pa.binary()),
+                                            "partition": pa.array([0] * len(values), pa.int32())})
+        await broker.produce("out", batch, producer=producer)
+
+    async def run():
+        settings = load_settings(None, env={}, data=str(tmp_path), offsets_topic_num_partitions=1,
+                                 transaction_state_log_num_partitions=1)
+        broker = Broker(settings, clock=ManualClock())
+        await broker.start()
+        await broker.create_topic("out", 1)
+        txns = broker.transactions
+        pid, epoch = await txns.init_producer_id("etl")
+        await send(broker, [b"a", b"b"], ProducerBatch(pid, epoch, 0, True))
+        await send(broker, [b"plain"])
+        await txns.end("etl", pid, epoch, commit=True)
+        await send(broker, [b"c"], ProducerBatch(pid, epoch, 2, True))
+        await txns.end("etl", pid, epoch, commit=False)
+        await broker.tierer.tier_now("out")
+        await send(broker, [b"plain2", b"plain3"])
+        await send(broker, [b"open"], ProducerBatch(pid, epoch, 3, True))  # still open: above the LSO
+        report = await broker.check_topic("out")
+        assert report["ok"], report
+        part = report["partitions"][0]
+        assert part["problems"] == [] and part["files"] == 1
+        assert part["table_records"] == part["tiered_offset"] > 0
+        assert part["hot_records"] > 0
+
+        DeltaTable(broker.tables.table_uri("out")).delete('"offset" = 2')  # the plain record
+        report = await broker.check_topic("out")
+        assert not report["ok"]
+        assert any(p.startswith("offsets 2-2: offsets missing") for p in report["partitions"][0]["problems"])
+        await broker.close()
+
+    asyncio.run(run())

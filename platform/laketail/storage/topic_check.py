@@ -33,6 +33,7 @@ from laketail.records import RECORD_SCHEMA
 from laketail.storage.table_check import Damage, OffsetFacts, find_damage
 
 _COLUMNS = ["offset", "control", "transactional", "producer_id"]
+_CHECK_SCHEMA = pa.schema([RECORD_SCHEMA.field(c) for c in _COLUMNS])  # outside writers' types vary
 _HOT_CHUNK = 100_000
 
 
@@ -66,8 +67,13 @@ def check_partition(tables, topic: str, partition: int, plog, *, gaps_allowed: b
     report = PartitionReport(partition, files=len(files), tiered_offset=tiered)
     uri = tables.table_uri(topic)
     columns: dict[str, pa.Table] = {}
-    for f in files:
-        columns[f.path] = pq.read_table(f"{uri}/{f.path}", columns=_COLUMNS)
+    for f in list(files):
+        try:
+            columns[f.path] = pq.read_table(f"{uri}/{f.path}", columns=_COLUMNS).select(_COLUMNS).cast(_CHECK_SCHEMA)
+        except (OSError, pa.ArrowException) as exc:
+            report.problems.append(f"file {f.path} (offsets {f.first_offset}-{f.last_offset}): unreadable: {exc}")
+            files.remove(f)
+            continue
         report.table_records += columns[f.path].num_rows
         offsets = columns[f.path].column("offset").to_numpy()
         if len(offsets) and (offsets.min() != f.first_offset or offsets.max() != f.last_offset):
@@ -126,7 +132,7 @@ def _check_hot(plog, tiered: int, report: PartitionReport) -> pa.Table | None:
                 "unique and in order)"
             )
             break
-        pieces.append(chunk.select(_COLUMNS))
+        pieces.append(chunk.select(_COLUMNS).cast(_CHECK_SCHEMA))
         expected = position = int(offsets[-1]) + 1
     report.hot_records = sum(p.num_rows for p in pieces)
     return pa.concat_tables(pieces) if pieces else None
