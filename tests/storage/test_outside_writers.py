@@ -159,6 +159,8 @@ def test_an_outside_delete_of_rows_leaves_missing_offsets_marked(tmp_path):
         damage = broker.tables.damage("t")
         assert [(d.first_offset, d.last_offset) for d in damage[0]] == [(9, 10)]
         assert "missing" in damage[0][0].reason
+        # nothing wrong to serve: reads pass over the hole, as over compaction's gaps
+        assert _offsets(broker.tables.read("t", 0, 8, N, 500, 1 << 20)) == [8] + list(range(11, N))
         await broker.close()
 
     asyncio.run(run())
@@ -241,3 +243,27 @@ def test_check_passes_a_sound_transactional_topic_and_names_what_an_outside_dele
         await broker.close()
 
     asyncio.run(run())
+
+
+def test_gaps_next_to_laketail_compaction_output_are_not_damage():
+    """A topic key-compacted before its cleanup.policy became delete keeps compaction's
+    gaps; only a hole between files laketail tiered is missing data."""
+    from laketail.storage.table_check import OffsetFacts, find_damage
+    from laketail.storage.table_reader import DataFile
+
+    def name(first, last, tag=""):
+        return f"partition=0/{first:020d}-{last:020d}-{tag}0123456789ab.parquet"
+
+    compacted = DataFile(0, 9, name(0, 9, "c"), 4)  # key compaction kept 4 of 0-9
+    tiered = DataFile(12, 19, name(12, 19), 8)  # 10-11 went with compaction too
+    after = DataFile(25, 29, name(25, 29), 5)  # 20-24: a hole between tier files
+
+    def no_reads(f):
+        raise AssertionError(f"{f.path}: statistics prove it, no read needed")
+
+    damage = find_damage({0: [compacted, tiered, after]}, {0: 30}, {0: 0}, gaps_allowed=False,
+                         schema_changed=False, facts=no_reads)
+    assert [(d.first_offset, d.last_offset, d.refuses_reads) for d in damage[0]] == [(20, 24, False)]
+    assert find_damage({0: [compacted, tiered, after]}, {0: 30}, {0: 0}, gaps_allowed=True,
+                       schema_changed=False, facts=no_reads) == {}
+    assert OffsetFacts.of(__import__("numpy").array([5, 3, 3, 9])) == OffsetFacts(((3, 3),), ((4, 4), (6, 8)))

@@ -14,7 +14,8 @@ Invariants of an undamaged partition ``p`` (``tiered`` = version of
 
 * every offset in the table is unique and below ``tiered``;
 * unless the topic is key-compacted (gaps are then legal), every offset of
-  ``[log start, tiered)`` is in the table;
+  ``[log start, tiered)`` is in the table. Missing offsets are marked, but reads pass
+  over them (as over compaction's gaps): there is nothing wrong to serve;
 * the table's schema is the record schema.
 
 Cost: statistics prove most of it. A file laketail wrote (its name starts with its first
@@ -37,8 +38,9 @@ import numpy as np
 if TYPE_CHECKING:
     from laketail.storage.table_reader import DataFile
 
-#: ``data_files.write_data_file``'s names: ``<first:020d>-<last:020d>-<tag><hex>.parquet``.
-_LAKETAIL_NAME = re.compile(r"(?:^|/)(\d{20})-(\d{20})-[A-Za-z0-9_-]*\.parquet$")
+#: ``data_files.write_data_file``'s names: ``<first:020d>-<last:020d>-<tag><12 hex>.parquet``;
+#: tag ``c`` marks laketail's compaction output (key compaction may leave gaps in it).
+_LAKETAIL_NAME = re.compile(r"(?:^|/)\d{20}-\d{20}-(?P<tag>[A-Za-z0-9_]*?)[0-9a-f]{12}\.parquet$")
 
 
 @dataclass(frozen=True, order=True)
@@ -48,9 +50,13 @@ class Damage:
     first_offset: int
     last_offset: int
     reason: str
+    #: reads of the range fail (rows there would be wrong or twice); False for offsets
+    #: merely missing, which reads pass over as they pass over key compaction's gaps
+    refuses_reads: bool = True
 
     def to_json(self) -> dict:
-        return {"first_offset": self.first_offset, "last_offset": self.last_offset, "reason": self.reason}
+        return {"first_offset": self.first_offset, "last_offset": self.last_offset, "reason": self.reason,
+                "refuses_reads": self.refuses_reads}
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,11 @@ def _runs(values: np.ndarray) -> tuple[tuple[int, int], ...]:
 
 def written_by_laketail(path: str) -> bool:
     return _LAKETAIL_NAME.search(path) is not None
+
+
+def compacted_by_laketail(path: str) -> bool:
+    found = _LAKETAIL_NAME.search(path)
+    return found is not None and found.group("tag") == "c"
 
 
 def find_damage(
@@ -162,16 +173,20 @@ def _partition_damage(files, tiered, log_start, gaps_allowed, facts, offsets, tr
         if not gaps_allowed:
             for a, b in gaps:
                 if a < tiered:  # above it the table is not meant to hold anything yet
-                    found.append(Damage(a, min(b, tiered - 1), f"offsets missing inside {where}"))
+                    found.append(Damage(a, min(b, tiered - 1), f"offsets missing inside {where}", False))
     if not gaps_allowed and tiered > log_start:
-        expected = log_start
+        # Gaps next to laketail's compaction output are key compaction's (the topic was
+        # compacted before its cleanup.policy became delete), not damage.
+        expected, after_compacted = log_start, False
         for cluster in clusters:
             first = min(f.first_offset for f in cluster)
-            if first > expected and expected < tiered:
-                found.append(Damage(expected, min(first, tiered) - 1, "offsets missing from the table"))
+            compacted = any(compacted_by_laketail(f.path) for f in cluster)
+            if first > expected and expected < tiered and not (compacted or after_compacted):
+                found.append(Damage(expected, min(first, tiered) - 1, "offsets missing from the table", False))
             expected = max(expected, max(f.last_offset for f in cluster) + 1)
-        if expected < tiered:
-            found.append(Damage(expected, tiered - 1, "offsets missing from the table below the tiered offset"))
+            after_compacted = compacted
+        if expected < tiered and not after_compacted:
+            found.append(Damage(expected, tiered - 1, "offsets missing from the table below the tiered offset", False))
     return found
 
 
@@ -181,8 +196,11 @@ def _merge(found: list[Damage]) -> list[Damage]:
     for d in sorted(found):
         if merged and d.first_offset <= merged[-1].last_offset + 1:
             last = merged[-1]
+            if d.refuses_reads != last.refuses_reads:  # kept apart: reads treat them differently
+                merged.append(d)
+                continue
             reason = last.reason if d.reason in last.reason else f"{last.reason}; {d.reason}"
-            merged[-1] = Damage(last.first_offset, max(last.last_offset, d.last_offset), reason)
+            merged[-1] = Damage(last.first_offset, max(last.last_offset, d.last_offset), reason, last.refuses_reads)
         else:
             merged.append(d)
     return merged

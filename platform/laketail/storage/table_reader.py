@@ -20,8 +20,8 @@ decoded; a file whose row groups are out of order is sorted per read; a partitio
 files overlap is read from every overlapping file, merged and sorted, and a read that
 meets one offset twice fails with CORRUPT_MESSAGE rather than serve both. Each index
 build also validates the table (:func:`laketail.storage.table_check.find_damage`); a
-read of a damaged offset range fails with CORRUPT_MESSAGE, a read before it stops at
-its start.
+read of a damaged offset range (duplicates, rows laketail did not write) fails with
+CORRUPT_MESSAGE, a read before it stops at its start; missing offsets are only marked.
 
 Thread-safety: one lock per topic guards that topic's ``DeltaTable`` object and index.
 """
@@ -526,6 +526,8 @@ def _before_damage(topic: str, partition: int, damaged: list[Damage], start: int
     """``end`` cut back to the first damaged range at or after ``start``; raises
     :class:`CorruptMessage` when ``start`` lies in one."""
     for d in damaged:
+        if not d.refuses_reads:
+            continue
         if d.first_offset <= start <= d.last_offset:
             raise CorruptMessage(
                 f"{topic}-{partition}: offsets {d.first_offset}-{d.last_offset} of the table are damaged "
