@@ -51,9 +51,38 @@ def test_fetches_after_an_outside_optimize_are_in_offset_order(broker, make_topi
             return [r["offset"] for r in resp.json()]
         assert fetched() == list(range(start, min(N, start + 5)))
     assert [r["offset"] for r in rest.fetch_range(topic, 0, 0, N)] == list(range(N))
+    arrow = rest.http.get(f"/v1/topics/{topic}/partitions/0/records", params={"offset": 3, "max_records": 5})
+    assert arrow.status_code == 200, arrow.text
+    assert pa.ipc.open_stream(arrow.content).read_all().column("offset").to_pylist() == [3, 4, 5, 6, 7]
+    assert _consume_v2(broker, topic) == list(range(N))
     result = _laketail(broker, "check", topic)
     assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
     assert f"{topic}: ok" in result.stdout.decode()
+
+
+def _consume_v2(broker, topic: str) -> list[int]:
+    """Offsets a v2 consumer instance (group, manual assignment, from the beginning) reads."""
+    v2 = "application/vnd.kafka.v2+json"
+    http = broker.rest.http
+    group = f"g-{topic}"
+    created = http.post(f"/consumers/{group}", json={"auto.offset.reset": "earliest"}, headers={"Content-Type": v2})
+    assert created.status_code == 200, created.text
+    path = f"/consumers/{group}/instances/{created.json()['instance_id']}"
+    assigned = http.post(f"{path}/assignments", json={"partitions": [{"topic": topic, "partition": 0}]},
+                         headers={"Content-Type": v2})
+    assert assigned.status_code in (200, 204), assigned.text
+    got: list[int] = []
+
+    def read_some():
+        resp = http.get(f"{path}/records", params={"timeout": 200, "max_bytes": 60},
+                        headers={"Accept": "application/vnd.kafka.binary.v2+json"})
+        assert resp.status_code == 200, resp.text
+        got.extend(r["offset"] for r in resp.json())
+        return len(got) >= N
+
+    wait_until(read_some, f"a v2 consumer to read {N} records of {topic}")
+    http.delete(path, headers={"Content-Type": v2})
+    return got
 
 
 def test_an_outside_append_at_an_existing_offset_is_marked_and_refused(broker, make_topic):
