@@ -14,7 +14,7 @@ fetches (see ``block_cache``).
 
 Any file layout reads correctly (outside writers: see ``table_check``). laketail's own
 files are sorted and their offset ranges never overlap: that is the fast path, told
-apart once per index build (``_PartitionIndex.disjoint``). A row group whose rows are
+apart once per index build (``_TopicTable.overlapping``). A row group whose rows are
 out of offset order (an outside ``OPTIMIZE`` writes them so) is sorted once when it is
 decoded; a file whose row groups are out of order is sorted per read; a partition whose
 files overlap is read from every overlapping file, merged and sorted, and a read that
@@ -102,7 +102,7 @@ class TableReader:
         self.gaps_allowed: Callable[[str], bool] = lambda topic: True
         self._topics: dict[str, _TopicTable] = {}
         self._topics_lock = threading.Lock()
-        self._parquet: OrderedDict[str, tuple[pq.ParquetFile, int]] = OrderedDict()  # file, its offset column
+        self._parquet: OrderedDict[str, tuple[pq.ParquetFile, int, bool]] = OrderedDict()  # see _parquet_file
         self._parquet_lock = threading.Lock()
 
     def table_uri(self, topic: str) -> str:
@@ -214,9 +214,9 @@ class TableReader:
         entry.files = files
         entry.overlapping = {p for p, lst in files.items() if not _disjoint(lst)}
         entry.version = entry.table.version()
-        self._validate_locked(entry, names)
+        self._validate_locked(entry)
 
-    def _validate_locked(self, entry: _TopicTable, action_columns: set[str]) -> None:
+    def _validate_locked(self, entry: _TopicTable) -> None:
         """Find damage in the index just built; log each new damaged range once."""
         topic = entry.uri.rsplit("/", 1)[-1]
         try:
@@ -459,8 +459,9 @@ class TableReader:
             ts = table.column("timestamp").cast(pa.int64())
             hits = table.filter(pc.greater_equal(ts, target))
             if hits.num_rows:
-                row = pc.index(hits.column("offset"), pc.min(hits.column("offset"))).as_py()
-                found = (hits.column("offset")[row].as_py(), hits.column("timestamp").cast(pa.int64())[row].as_py() // 1000)
+                offsets = hits.column("offset")
+                row = pc.index(offsets, pc.min(offsets)).as_py()  # rows may be out of offset order
+                found = (offsets[row].as_py(), hits.column("timestamp").cast(pa.int64())[row].as_py() // 1000)
                 if best is None or found[0] < best[0]:
                     best = found
         return best
