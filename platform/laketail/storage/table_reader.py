@@ -331,6 +331,19 @@ class TableReader:
             rows = self.read(topic, partition, start, start + max_records, max_records, max_bytes, cached_only)
             if rows.num_rows:
                 return rows
+        try:
+            return self._read_indexed(topic, partition, start, end, max_records, max_bytes, cached_only)
+        except FileNotFoundError:
+            if cached_only:
+                raise NotCached(topic) from None
+            # A file the index names is gone: an outside OPTIMIZE and VACUUM the index has
+            # not followed yet. Follow it, once.
+            self.reload(topic)
+            return self._read_indexed(topic, partition, start, end, max_records, max_bytes, cached_only)
+
+    def _read_indexed(self, topic: str, partition: int, start: int, end: int, max_records: int, max_bytes: int,
+                      cached_only: bool) -> pa.Table:
+        """:meth:`read` from the files the index holds for ``[start, end)``."""
         files = self._overlapping(topic, partition, start, end, cached_only)
         if not files or files[0].first_offset > start:
             if cached_only:
