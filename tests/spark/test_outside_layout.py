@@ -5,6 +5,9 @@ once. Runs without a JVM: these are the pure-Python parts a Spark task calls."""
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+import pytest
+
+from laketail.errors import CorruptMessage
 from laketail.records import RECORD_SCHEMA
 from laketail.spark.planning import OffsetRange
 from laketail.spark.scan import RangeReader, ScanSettings
@@ -45,3 +48,13 @@ def test_overlapping_unsorted_files_are_all_planned_and_read_once(tmp_path):
         reader = RangeReader(ScanSettings(("http://127.0.0.1:9",), "read_uncommitted", False, False), work)
         got = sorted(o for rows in reader._rows() for o in rows.column("offset").to_pylist())
         assert got == list(range(start, end)), (start, end)
+
+
+def test_a_range_holding_one_offset_twice_fails_before_yielding_anything(tmp_path):
+    tiered = _file(tmp_path, "tiered.parquet", list(range(10)))
+    appended = _file(tmp_path, "appended.parquet", [7])  # an outside append at an existing offset
+    work = OffsetRange("t", 0, 0, 10, 10, (tiered, appended))
+    reader = RangeReader(ScanSettings(("http://127.0.0.1:9",), "read_uncommitted", False, False), work)
+    rows = reader._rows()
+    with pytest.raises(CorruptMessage, match="offset 7 more than once"):
+        next(rows)
