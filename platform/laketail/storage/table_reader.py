@@ -152,10 +152,10 @@ class TableReader:
         jobs); True when the table moved on without the tierer."""
         entry = self._get(topic)
         with entry.lock:
-            before = entry.table.version()
+            # Compare with the index's version, not the DeltaTable's: other calls
+            # (tiered_offset, a tier commit) move the DeltaTable on without the index,
+            # and a version the index skipped would go unvalidated.
             entry.table.update_incremental()
-            if entry.table.version() == before and entry.version >= 0:
-                return False
             if entry.version != entry.table.version():
                 self._reload_locked(entry)
                 return True
