@@ -15,7 +15,9 @@ Partition gauges are computed at scrape time from ``broker.partition_states`` so
 can never go stale: ``laketail_partition_log_start_offset``,
 ``laketail_partition_log_end_offset``, ``laketail_partition_high_watermark``,
 ``laketail_partition_last_stable_offset``, ``laketail_partition_tiered_offset``
-(labels ``topic``, ``partition``).
+(labels ``topic``, ``partition``), and ``laketail_partition_damaged_offsets``: how many
+offsets of the partition's table reads refuse since the last validation of the table
+found them damaged (0 when sound; see ``storage.table_check``).
 
 ``laketail_internal_records_skipped_total{topic}`` counts the records of an internal
 topic (``__consumer_offsets``, ``__transaction_state``) that the coordinators' last load
@@ -67,16 +69,26 @@ class PartitionCollector(Collector):
             name: GaugeMetricFamily(f"laketail_partition_{name}", doc, labels=["topic", "partition"])
             for name, doc in _PARTITION_GAUGES
         }
+        damaged = GaugeMetricFamily(
+            "laketail_partition_damaged_offsets",
+            "Offsets of the partition's table that reads refuse (duplicates, missing or foreign rows "
+            "an outside writer left); 0 when the table is sound. `laketail check TOPIC` says what is wrong.",
+            labels=["topic", "partition"],
+        )
         for topic in self.broker.list_topics():
             try:
                 states = self.broker.partition_states(topic)
             except LaketailError:
                 continue  # deleted between listing and reading
+            damage = self.broker.tables.known_damage(topic)
             for state in states:
                 labels = [topic, str(state.partition)]
                 for name, family in families.items():
                     family.add_metric(labels, getattr(state, name))
+                ranges = damage.get(state.partition, [])
+                damaged.add_metric(labels, sum(d.last_offset - d.first_offset + 1 for d in ranges))
         yield from families.values()
+        yield damaged
 
 
 class InternalLoadCollector(Collector):

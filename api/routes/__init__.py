@@ -6,6 +6,7 @@ paths match after the fewest attempts.
 
 from laketail.api.routes import (
     arrow,
+    check,
     clusters,
     consumers,
     fetch,
@@ -33,6 +34,7 @@ ROUTERS = [
     groups_v1.router,
     transactions_v1.router,
     v3_groups.router,
+    check.router,
     internal.router,
 ]
 

@@ -47,11 +47,12 @@ async def list_topics(request: Request) -> Response:
 async def get_topic(request: Request, topic: str) -> Response:
     broker = broker_of(request)
     config = broker.topic_config(topic).to_kafka()
-    return _v2({
-        "name": topic,
-        "configs": config,
-        "partitions": [_partition(s) for s in broker.partition_states(topic)],
-    })
+    partitions = [_partition(s) for s in broker.partition_states(topic)]
+    damage = await broker.table_damage(topic)
+    for doc in partitions:  # laketail's own field, only where the table is damaged
+        if doc["partition"] in damage:
+            doc["damaged"] = damage[doc["partition"]]
+    return _v2({"name": topic, "configs": config, "partitions": partitions})
 
 
 @router.get("/topics/{topic}/partitions", summary="List a topic's partitions")

@@ -65,6 +65,7 @@ from laketail.storage.block_cache import BLOCKS, NotCached
 from laketail.storage.log_manager import LogManager
 from laketail.storage.partition_log import OffsetBelowHotTier, ProducerBatch
 from laketail.storage.table_reader import TableReader
+from laketail.storage.topic_check import check_partition
 from laketail.storage.tierer import Tierer
 
 log = logging.getLogger(__name__)
@@ -189,6 +190,7 @@ class Broker:
         self.logs = LogManager(settings.hot_log_dir, clock=self.clock)
         BLOCKS.resize(settings.fetch_cache_bytes)  # decoded blocks of both tiers, kept for fetches
         self.tables = TableReader(settings.data)
+        self.tables.gaps_allowed = self._gaps_allowed
         self.tierer = Tierer(self, clock=self.clock)
         self._topics: dict[str, _TopicRuntime] = {}
         self.cluster_id = ""
@@ -279,6 +281,36 @@ class Broker:
                     except Exception:
                         log.exception("compacting %s failed; will retry", topic)
 
+    def _gaps_allowed(self, topic: str) -> bool:
+        """Key compaction leaves gaps in offsets; other topics' tables must be dense."""
+        try:
+            return "compact" in self.topic_config(topic).cleanup_policy
+        except UnknownTopicOrPartition:
+            return True  # unknown (being created or deleted): do not call gaps damage
+
+    async def table_damage(self, topic: str) -> dict[int, list[dict]]:
+        """Damaged offset ranges of the topic's table per partition (only damaged ones),
+        as the last validation of the table found them (see ``storage.table_check``)."""
+        self.topic(topic)
+        damage = await asyncio.to_thread(self.tables.damage, topic)
+        return {p: [d.to_json() for d in ranges] for p, ranges in damage.items()}
+
+    async def check_topic(self, topic: str) -> dict:
+        """``laketail check``: read the whole table and this broker's hot logs of the
+        topic and report what is wrong, per partition (``storage.topic_check``)."""
+        info = self.topic(topic)
+        gaps_allowed = self._gaps_allowed(topic)
+
+        def run() -> list[dict]:
+            reports = []
+            for p in range(info.partitions):
+                plog = self.logs.get(topic, p) if self.leads(topic, p) else None
+                reports.append(check_partition(self.tables, topic, p, plog, gaps_allowed=gaps_allowed).to_json())
+            return reports
+
+        partitions = await asyncio.to_thread(run)
+        return {"topic": topic, "ok": not any(r["problems"] for r in partitions), "partitions": partitions}
+
     async def compact_topic(self, topic: str, min_files: int = 2) -> int:
         """Key-compact the topic's table now; returns how many partitions were rewritten."""
         config = self.topic_config(topic)
@@ -292,6 +324,8 @@ class Broker:
             delete_retention_ms=config.delete_retention_ms,
             min_files=min_files,
         )
+        damaged = self.tables.damage(topic)
+        plans = [plan for plan in plans if plan.partition not in damaged]  # would fold duplicates together
         if not plans:
             return 0
         dt, lock = self.tables.delta_table(topic)

@@ -9,6 +9,7 @@ One module per command group; this one only assembles them::
     laketail groups     consumer groups and their lag (groups.py)
     laketail sql        SQL over topics on a local SparkSession (sql.py)
     laketail jobs       run the Spark jobs with spark-submit (jobs.py)
+    laketail check      verify a topic's table and hot logs (check.py)
 
 Every command that talks to a broker takes ``--server URL`` (default
 ``$LAKETAIL_SERVER`` or http://127.0.0.1:8082). Errors print ``error: <message>`` on
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 import click
 
 from laketail import __version__
+from laketail.cli.check import check
 from laketail.cli.consume import consume
 from laketail.cli.groups import groups
 from laketail.cli.jobs import jobs
@@ -39,7 +41,7 @@ def cli() -> None:
     """laketail: Kafka's semantics, topics stored as Delta Lake tables."""
 
 
-for _command in (serve, topics, produce, consume, groups, jobs, sql):
+for _command in (serve, topics, produce, consume, groups, jobs, sql, check):
     cli.add_command(_command)
 
 

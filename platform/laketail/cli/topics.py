@@ -92,6 +92,12 @@ def describe(name: str, all_configs: bool, server: str) -> None:
         + ("  (internal)" if summary.get("is_internal") else "")
     )
     console.print(_partition_table(partitions, offsets))
+    for p in partitions:  # laketail's own field: the table is damaged there (see `laketail check`)
+        for d in p.get("damaged", []):
+            console.print(
+                f"DAMAGED partition {p['partition']} offsets {d['first_offset']}-{d['last_offset']}: {d['reason']}",
+                markup=False, highlight=False,
+            )
     shown = [c for c in configs if all_configs or not c.get("is_default", False)]
     if shown:
         table = plain_table("config", "value", "source")
@@ -107,8 +113,9 @@ def _partition_table(partitions: list[dict], offsets: dict[int, dict]) -> Table:
     extra fields (``log_end_offset``, ``high_watermark``, ``tiered_offset``) are used
     when the broker sends them."""
     extra_tiered = any("tiered_offset" in o for o in offsets.values())
+    damaged = any(p.get("damaged") for p in partitions)
     columns = ["partition", "leader", "replicas", "ISR", "log start", "log end", "HW"]
-    table = plain_table(*columns, *(["tiered"] if extra_tiered else []))
+    table = plain_table(*columns, *(["tiered"] if extra_tiered else []), *(["damaged"] if damaged else []))
     for p in partitions:
         o = offsets.get(p["partition"], {})
         replicas = p.get("replicas", [])
@@ -124,6 +131,8 @@ def _partition_table(partitions: list[dict], offsets: dict[int, dict]) -> Table:
         ]
         if extra_tiered:
             row.append(str(o.get("tiered_offset", "")))
+        if damaged:
+            row.append(",".join(f"{d['first_offset']}-{d['last_offset']}" for d in p.get("damaged", [])))
         table.add_row(*row)
     return table
 

@@ -10,6 +10,8 @@ offset order) to delete, whole files only, as Kafka deletes whole segments:
   partition's table at least ``retention.bytes`` large (Kafka's rule: the partition
   never drops below the limit because of retention);
 * files wholly below the current log start offset are always deleted;
+* the prefix never ends inside files whose offsets overlap (a layout only outside
+  writers leave): deleting a file with rows above the new log start would lose them;
 * only files wholly below the partition's ``tiered_offset`` are ever deleted, so the
   records a consumer at the log end still needs are never touched: they sit at or
   above the new log start offset.
@@ -74,6 +76,12 @@ def plan_retention(
                 break
             removed.append(data_file)
             remaining -= data_file.size_bytes
+        # Files an outside rewrite left overlapping: a deleted file may not hold rows at
+        # or above the first kept file's first offset (the new log start offset).
+        while removed and len(removed) < len(ordered) and (
+            max(f.last_offset for f in removed) >= ordered[len(removed)].first_offset
+        ):
+            removed.pop()
         if not removed:
             continue
         kept = ordered[len(removed):]

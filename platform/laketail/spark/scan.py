@@ -31,13 +31,13 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from laketail.errors import LaketailError, OffsetOutOfRange
+from laketail.errors import CorruptMessage, LaketailError, OffsetOutOfRange
 from laketail.records import IsolationLevel
 from laketail.spark.columns import scan_columns, to_source_batches
 from laketail.spark.gateway import SparkGateway
 from laketail.spark.isolation import TXN_COLUMNS, Markers, committed_rows
 from laketail.spark.planning import OffsetRange, data_loss
-from laketail.spark.snapshot import TableFile
+from laketail.spark.snapshot import TableFile, disjoint
 
 #: Records per gateway fetch of an untiered tail.
 FETCH_RECORDS = 50_000
@@ -153,8 +153,13 @@ class RangeReader:
                     markers = markers.merge(self._markers(data_file, start))
         lookahead = list(self.work.marker_files)
         position = start
+        # Files an outside writer left overlapping: each is read for all of its share of
+        # the range (Spark needs no row order; the offset filter keeps the range exact).
+        overlapping = not disjoint(self.work.files)
+        if overlapping:
+            self._refuse_duplicates(start, stop)
         for data_file in self.work.files:
-            begin = max(position, data_file.first_offset)
+            begin = max(start if overlapping else position, data_file.first_offset)
             finish = min(stop, data_file.last_offset + 1)
             if begin >= finish:
                 continue
@@ -180,6 +185,28 @@ class RangeReader:
                 yield out
             position = finish
         return stop
+
+    def _refuse_duplicates(self, start: int, stop: int) -> None:
+        """Overlapping files (an outside writer's): fail the task before it yields
+        anything when two rows of ``[start, stop)`` share an offset, rather than hand
+        Spark both (the broker refuses such reads with CORRUPT_MESSAGE too)."""
+        pieces = []
+        for data_file in self.work.files:
+            try:
+                pieces.extend(t.column("offset") for t in read_rows(data_file, start, stop, ["offset"]))
+            except FileNotFoundError:
+                continue  # replaced since planning: read through the gateway below
+        if not pieces:
+            return
+        offsets = pa.chunked_array(pieces).to_numpy()
+        offsets.sort()
+        twice = offsets[1:][offsets[1:] == offsets[:-1]]
+        if len(twice):
+            work = self.work
+            raise CorruptMessage(
+                f"{work.topic}-{work.partition}: the table holds offset {int(twice[0])} more than once; "
+                f"see `laketail check {work.topic}`"
+            )
 
     def _markers(self, data_file: TableFile, start: int = 0) -> Markers:
         try:

@@ -51,8 +51,12 @@ class TableSnapshot:
         return self.files.get(partition, ())
 
     def overlapping(self, partition: int, start: int, end: int) -> list[TableFile]:
-        """Files of ``partition`` holding offsets in ``[start, end)``, in offset order."""
+        """Files of ``partition`` holding offsets in ``[start, end)``, in order of first
+        offset. Files an outside writer left overlapping are all found (their last
+        offsets are not sorted, so no binary search then)."""
         files = self.files.get(partition, ())
+        if not disjoint(files):
+            return [f for f in files if f.last_offset >= start and f.first_offset < end]
         i = bisect.bisect_left([f.last_offset for f in files], start)
         out = []
         for data_file in files[i:]:
@@ -66,6 +70,11 @@ class TableSnapshot:
 
     def log_start_offset(self, partition: int) -> int:
         return self.log_start.get(partition, 0)
+
+
+def disjoint(files) -> bool:
+    """Sorted by first offset and no two offset ranges overlap (laketail's own layout)."""
+    return all(a.last_offset < b.first_offset for a, b in zip(files, files[1:]))
 
 
 def read_snapshot(table: DeltaTable, uri: str, partitions: int) -> TableSnapshot:

@@ -9,8 +9,9 @@ sends; laketail's blocks must be decoded first, so it keeps them decoded.
 
 Blocks never change once written, so entries are never invalidated in place: a hot
 segment that is cut back (a follower truncating a divergent suffix) takes a new key
-(:attr:`Segment.cache_key`), and a Delta data file is immutable under its path. Stale
-entries are simply no longer asked for and age out. Least recently used entries go
+(:attr:`Segment.cache_key`), and a Delta data file is immutable under its path (an
+outside OPTIMIZE writes new paths and removes the old ones; a table row group is cached
+already sorted by offset). Stale entries are simply no longer asked for and age out. Least recently used entries go
 first once the decoded bytes pass ``laketail.fetch.cache.bytes``; 0 turns the cache
 off.
 

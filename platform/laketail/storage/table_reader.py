@@ -12,6 +12,17 @@ overlap the wanted range, and in each only the row groups whose ``offset``
 statistics overlap it; decoded row groups stay in the block cache for the next
 fetches (see ``block_cache``).
 
+Any file layout reads correctly (outside writers: see ``table_check``). laketail's own
+files are sorted and their offset ranges never overlap: that is the fast path, told
+apart once per index build (``_TopicTable.overlapping``). A row group whose rows are
+out of offset order (an outside ``OPTIMIZE`` writes them so) is sorted once when it is
+decoded; a file whose row groups are out of order is sorted per read; a partition whose
+files overlap is read from every overlapping file, merged and sorted, and a read that
+meets one offset twice fails with CORRUPT_MESSAGE rather than serve both. Each index
+build also validates the table (:func:`laketail.storage.table_check.find_damage`); a
+read of a damaged offset range (duplicates, rows laketail did not write) fails with
+CORRUPT_MESSAGE, a read before it stops at its start; missing offsets are only marked.
+
 Thread-safety: one lock per topic guards that topic's ``DeltaTable`` object and index.
 """
 
@@ -23,6 +34,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -32,8 +44,10 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from laketail.catalog import remove_tree
+from laketail.errors import CorruptMessage
 from laketail.records import RECORD_SCHEMA, payload_bytes
 from laketail.storage.block_cache import BLOCKS, NotCached
+from laketail.storage.table_check import Damage, OffsetFacts, find_damage
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +81,28 @@ class _TopicTable:
     version: int = -1
     files: dict[int, list[DataFile]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: partitions whose files are NOT sorted and disjoint (the slow, merging read path)
+    overlapping: set[int] = field(default_factory=set)
+    #: damaged offset ranges per partition, from the last index build
+    damage: dict[int, list[Damage]] = field(default_factory=dict)
+    #: what reading a file's offsets found, per path (files never change under a path)
+    facts: dict[str, OffsetFacts] = field(default_factory=dict)
+
+
+def _disjoint(files: list[DataFile]) -> bool:
+    """Sorted by first offset and no two offset ranges overlap (laketail's own layout)."""
+    return all(a.last_offset < b.first_offset for a, b in zip(files, files[1:]))
 
 
 class TableReader:
     def __init__(self, root: str | Path) -> None:
         self.root = str(root)
+        #: whether a topic's offsets may have gaps (key compaction); the broker sets it
+        #: from ``cleanup.policy``. Gaps in other topics are damage.
+        self.gaps_allowed: Callable[[str], bool] = lambda topic: True
         self._topics: dict[str, _TopicTable] = {}
         self._topics_lock = threading.Lock()
-        self._parquet: OrderedDict[str, tuple[pq.ParquetFile, int]] = OrderedDict()  # file, its offset column
+        self._parquet: OrderedDict[str, tuple[pq.ParquetFile, int, bool]] = OrderedDict()  # see _parquet_file
         self._parquet_lock = threading.Lock()
 
     def table_uri(self, topic: str) -> str:
@@ -124,10 +152,10 @@ class TableReader:
         jobs); True when the table moved on without the tierer."""
         entry = self._get(topic)
         with entry.lock:
-            before = entry.table.version()
+            # Compare with the index's version, not the DeltaTable's: other calls
+            # (tiered_offset, a tier commit) move the DeltaTable on without the index,
+            # and a version the index skipped would go unvalidated.
             entry.table.update_incremental()
-            if entry.table.version() == before and entry.version >= 0:
-                return False
             if entry.version != entry.table.version():
                 self._reload_locked(entry)
                 return True
@@ -184,7 +212,65 @@ class TableReader:
         for lst in files.values():
             lst.sort()
         entry.files = files
+        entry.overlapping = {p for p, lst in files.items() if not _disjoint(lst)}
         entry.version = entry.table.version()
+        self._validate_locked(entry)
+
+    def _validate_locked(self, entry: _TopicTable) -> None:
+        """Find damage in the index just built; log each new damaged range once."""
+        topic = entry.uri.rsplit("/", 1)[-1]
+        try:
+            schema = pa.schema(entry.table.schema().to_arrow())
+            schema_changed = [(f.name, f.type) for f in schema] != [(f.name, f.type) for f in RECORD_SCHEMA]
+            tiered = {p: entry.table.transaction_version(tier_app_id(p)) or 0 for p in entry.files}
+            log_start = {p: entry.table.transaction_version(log_start_app_id(p)) or 0 for p in entry.files}
+            gaps_allowed = self.gaps_allowed(topic)
+            damage = find_damage(
+                entry.files, tiered, log_start,
+                gaps_allowed=gaps_allowed, schema_changed=schema_changed,
+                facts=lambda data_file: self._offset_facts(entry, data_file),
+                offsets=lambda data_file: self._file_offset_column(entry, data_file),
+            )
+        except Exception:
+            log.exception("validating the table of %s failed; leaving its damage marks as they were", topic)
+            return
+        for partition, ranges in damage.items():
+            known = set(entry.damage.get(partition, []))
+            for d in ranges:
+                if d not in known:
+                    log.error("%s-%s: table damaged at offsets %s-%s: %s", topic, partition, d.first_offset,
+                              d.last_offset, d.reason)
+        entry.damage = damage
+        current = {f.path for lst in entry.files.values() for f in lst}
+        entry.facts = {path: fact for path, fact in entry.facts.items() if path in current}
+
+    def _offset_facts(self, entry: _TopicTable, data_file: DataFile) -> OffsetFacts:
+        """What a file's offset column holds, read once per path."""
+        found = entry.facts.get(data_file.path)
+        if found is None:
+            found = OffsetFacts.of(self._file_offset_column(entry, data_file))
+            entry.facts[data_file.path] = found
+        return found
+
+    @staticmethod
+    def _file_offset_column(entry: _TopicTable, data_file: DataFile) -> np.ndarray:
+        path = f"{entry.uri}/{data_file.path}"
+        return pq.read_table(path, columns=["offset"]).column("offset").to_numpy()
+
+    def known_damage(self, topic: str) -> dict[int, list[Damage]]:
+        """What :meth:`damage` would say, without building an index nor taking a lock
+        (metrics scrapes): nothing for a topic whose index was never built."""
+        entry = self._topics.get(topic)
+        return {} if entry is None else dict(entry.damage)
+
+    def damage(self, topic: str) -> dict[int, list[Damage]]:
+        """Damaged offset ranges per partition, as the last index build found them
+        (builds the index if none was built yet)."""
+        entry = self._get(topic)
+        with entry.lock:
+            if entry.version < 0:
+                self._reload_locked(entry)
+            return {p: list(d) for p, d in entry.damage.items() if d}
 
     def files_by_partition(self, topic: str) -> dict[int, list[DataFile]]:
         """Every data file of the topic's table, per partition, in offset order."""
@@ -207,7 +293,13 @@ class TableReader:
                 self._reload_locked(entry)
                 return
             for partition, data_file in added.items():
-                bisect.insort(entry.files.setdefault(partition, []), data_file)
+                files = entry.files.setdefault(partition, [])
+                bisect.insort(files, data_file)
+                i = files.index(data_file)
+                if (i > 0 and files[i - 1].last_offset >= data_file.first_offset) or (
+                    i + 1 < len(files) and data_file.last_offset >= files[i + 1].first_offset
+                ):
+                    entry.overlapping.add(partition)
             entry.version = version
 
     @staticmethod
@@ -226,13 +318,32 @@ class TableReader:
     ) -> pa.Table:
         """Rows of ``[start, end)`` in offset order (gaps allowed), at most ``max_records``
         and about ``max_bytes`` (at least one row). With ``cached_only``, raises
-        :class:`NotCached` rather than touch the disk or wait for a lock."""
+        :class:`NotCached` rather than touch the disk or wait for a lock. A read that
+        starts in a damaged range raises :class:`CorruptMessage`; one that starts
+        before it ends where the damage begins."""
+        entry = self._topics.get(topic)
+        damaged = entry.damage.get(partition) if entry is not None else None
+        if damaged:
+            end = _before_damage(topic, partition, damaged, start, end)
         if end - start > max_records:
             # Offsets are dense outside compacted stretches: bound the read so row-group
             # pruning skips what cannot be returned; a stretch of gaps reads on unbounded.
             rows = self.read(topic, partition, start, start + max_records, max_records, max_bytes, cached_only)
             if rows.num_rows:
                 return rows
+        try:
+            return self._read_indexed(topic, partition, start, end, max_records, max_bytes, cached_only)
+        except FileNotFoundError:
+            if cached_only:
+                raise NotCached(topic) from None
+            # A file the index names is gone: an outside OPTIMIZE and VACUUM the index has
+            # not followed yet. Follow it, once.
+            self.reload(topic)
+            return self._read_indexed(topic, partition, start, end, max_records, max_bytes, cached_only)
+
+    def _read_indexed(self, topic: str, partition: int, start: int, end: int, max_records: int, max_bytes: int,
+                      cached_only: bool) -> pa.Table:
+        """:meth:`read` from the files the index holds for ``[start, end)``."""
         files = self._overlapping(topic, partition, start, end, cached_only)
         if not files or files[0].first_offset > start:
             if cached_only:
@@ -240,6 +351,8 @@ class TableReader:
             self.reload(topic)  # compaction or retention may have replaced files
             files = self._overlapping(topic, partition, start, end)
         uri = self.table_uri(topic)
+        if self._topics[topic].overlapping and partition in self._topics[topic].overlapping:
+            return self._read_merged(uri, topic, partition, files, start, end, max_records, max_bytes, cached_only)
         pieces: list[pa.Table] = []
         taken = 0
         nbytes = 0
@@ -249,18 +362,7 @@ class TableReader:
             table = self._read_file(f"{uri}/{data_file.path}", partition, start, end, cached_only)
             if table.num_rows == 0:
                 continue
-            table = table.slice(0, max_records - taken)
-            size = payload_bytes(table.column("value")) + payload_bytes(table.column("key"))
-            cut = size > max_bytes - nbytes
-            if cut:  # only then find where the byte bound cuts
-                sizes = pc.add(
-                    pc.fill_null(pc.binary_length(table.column("value")), 0),
-                    pc.fill_null(pc.binary_length(table.column("key")), 0),
-                )
-                running = pc.cumulative_sum(sizes)
-                fits = pc.sum(pc.less_equal(running, max_bytes - nbytes)).as_py() or 0
-                table = table.slice(0, max(fits, 1 if taken == 0 else 0))
-                size = pc.sum(sizes.slice(0, table.num_rows)).as_py() or 0
+            table, size, cut = _take(table, max_records - taken, max_bytes - nbytes, taken == 0)
             if table.num_rows == 0:
                 break
             pieces.append(table)
@@ -272,9 +374,30 @@ class TableReader:
             return pa.Table.from_batches([], RECORD_SCHEMA)
         return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
 
+    def _read_merged(self, uri: str, topic: str, partition: int, files: list[DataFile], start: int, end: int,
+                     max_records: int, max_bytes: int, cached_only: bool) -> pa.Table:
+        """The slow path for a partition whose files overlap: every overlapping file's
+        rows of ``[start, end)``, merged in offset order; one offset twice is damage."""
+        pieces = [self._read_file(f"{uri}/{f.path}", partition, start, end, cached_only) for f in files]
+        pieces = [p for p in pieces if p.num_rows]
+        if not pieces:
+            return pa.Table.from_batches([], RECORD_SCHEMA)
+        table = pa.concat_tables(pieces).sort_by("offset")
+        offsets = table.column("offset").to_numpy()
+        twice = offsets[1:][offsets[1:] == offsets[:-1]]
+        if len(twice):
+            raise CorruptMessage(
+                f"{topic}-{partition}: the table holds offset {int(twice[0])} more than once "
+                f"(files {', '.join(f.path for f in files)}); see `laketail check {topic}`"
+            )
+        return _take(table, max_records, max_bytes, True)[0]
+
     def _overlapping(self, topic: str, partition: int, start: int, end: int,
                      cached_only: bool = False) -> list[DataFile]:
         files = self._files(topic, partition, cached_only)
+        entry = self._topics.get(topic)
+        if entry is not None and partition in entry.overlapping:  # ranges overlap: lasts are not sorted
+            return [f for f in files if f.last_offset >= start and f.first_offset < end]
         lasts = [f.last_offset for f in files]
         i = bisect.bisect_left(lasts, start)
         out = []
@@ -284,8 +407,9 @@ class TableReader:
             out.append(data_file)
         return out
 
-    def _parquet_file(self, path: str, cached_only: bool = False) -> tuple[pq.ParquetFile, int]:
-        """The open file (metadata read once) and the index of its ``offset`` column."""
+    def _parquet_file(self, path: str, cached_only: bool = False) -> tuple[pq.ParquetFile, int, bool]:
+        """The open file (metadata read once), the index of its ``offset`` column and
+        whether its row groups follow each other in offset order (statistics say so)."""
         with self._parquet_lock:
             found = self._parquet.get(path)
             if found is not None:
@@ -294,7 +418,8 @@ class TableReader:
         if cached_only:
             raise NotCached(path)
         pf = pq.ParquetFile(path)
-        found = (pf, pf.schema_arrow.get_field_index("offset"))
+        col = pf.schema_arrow.get_field_index("offset")
+        found = (pf, col, _groups_in_order(pf.metadata, col))
         with self._parquet_lock:
             self._parquet[path] = found
             while len(self._parquet) > _PARQUET_CACHE:
@@ -305,7 +430,7 @@ class TableReader:
         """Rows of ``[start, end)`` in one data file of ``partition``, as ``RECORD_SCHEMA``:
         only the row groups whose offset statistics overlap, each decoded (and given its
         partition column) once while it stays in :data:`BLOCKS`."""
-        pf, col = self._parquet_file(path, cached_only)
+        pf, col, in_order = self._parquet_file(path, cached_only)
         meta = pf.metadata
         reader = None
         pieces = []
@@ -324,36 +449,44 @@ class TableReader:
             pieces.append(group.between(start, end))
         if not pieces:
             return RECORD_SCHEMA.empty_table()
-        return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+        if len(pieces) == 1:
+            return pieces[0]
+        table = pa.concat_tables(pieces)
+        return table if in_order else table.sort_by("offset")
 
     def offset_for_timestamp(
         self, topic: str, partition: int, timestamp_ms: int, below: int
     ) -> tuple[int, int] | None:
-        """The earliest tabled offset below ``below`` whose timestamp is >= ``timestamp_ms``."""
+        """The earliest tabled offset below ``below`` whose timestamp is >= ``timestamp_ms``
+        (files in any layout: rows need not be in offset order, files may overlap)."""
         target = timestamp_ms * 1000
         uri = self.table_uri(topic)
+        best: tuple[int, int] | None = None
         for data_file in self._files(topic, partition):
-            if data_file.first_offset >= below:
-                break
+            if data_file.first_offset >= below or (best is not None and data_file.first_offset > best[0]):
+                break  # files are sorted by first offset: none further can hold an earlier hit
             if data_file.max_timestamp_us and data_file.max_timestamp_us < target:
                 continue
             table = pq.read_table(f"{uri}/{data_file.path}", columns=["offset", "timestamp"])
             table = table.filter(pc.less(table.column("offset"), below))
             ts = table.column("timestamp").cast(pa.int64())
-            hits = pc.indices_nonzero(pc.greater_equal(ts, target))
-            if len(hits):
-                row = hits[0].as_py()
-                return table.column("offset")[row].as_py(), ts[row].as_py() // 1000
-        return None
+            hits = table.filter(pc.greater_equal(ts, target))
+            if hits.num_rows:
+                offsets = hits.column("offset")
+                row = pc.index(offsets, pc.min(offsets)).as_py()  # rows may be out of offset order
+                found = (offsets[row].as_py(), hits.column("timestamp").cast(pa.int64())[row].as_py() // 1000)
+                if best is None or found[0] < best[0]:
+                    best = found
+        return best
 
 
 @dataclass(frozen=True)
 class _RowGroup:
-    """A decoded row group and its offsets as NumPy, for slicing by offset."""
+    """A decoded row group in offset order (sorted once here when its file had it
+    otherwise) and its offsets as NumPy, for slicing by binary search."""
 
     table: pa.Table
     offsets: np.ndarray
-    ordered: bool  # offsets strictly increasing: slice by binary search, not by a mask
 
     @classmethod
     def read(cls, reader: pq.ParquetFile, index: int, partition: int) -> "_RowGroup":
@@ -361,14 +494,62 @@ class _RowGroup:
         table = table.append_column("partition", pa.repeat(pa.scalar(partition, pa.int32()), table.num_rows))
         table = table.select(RECORD_SCHEMA.names).cast(RECORD_SCHEMA).combine_chunks()
         offsets = table.column("offset").to_numpy()
-        ordered = bool(np.all(offsets[1:] > offsets[:-1]))
-        return cls(table, offsets, ordered)
+        if not bool(np.all(offsets[1:] >= offsets[:-1])):
+            table = table.sort_by("offset").combine_chunks()
+            offsets = table.column("offset").to_numpy()
+        return cls(table, offsets)
 
     def between(self, start: int, end: int) -> pa.Table:
-        if self.ordered:
-            lo, hi = np.searchsorted(self.offsets, [start, end])
-            return self.table.slice(int(lo), int(hi - lo))
-        return self.table.filter(pa.array((self.offsets >= start) & (self.offsets < end)))
+        lo, hi = np.searchsorted(self.offsets, [start, end])
+        return self.table.slice(int(lo), int(hi - lo))
+
+
+def _groups_in_order(meta: pq.FileMetaData, col: int) -> bool:
+    """Each row group's offsets all lie above the previous one's (by statistics)."""
+    last = None
+    for i in range(meta.num_row_groups):
+        stats = meta.row_group(i).column(col).statistics
+        if stats is None or not stats.has_min_max:
+            return meta.num_row_groups <= 1
+        if last is not None and stats.min <= last:
+            return False
+        last = stats.max
+    return True
+
+
+def _take(table: pa.Table, max_records: int, max_bytes: int, at_least_one: bool) -> tuple[pa.Table, int, bool]:
+    """The head of ``table`` (offset order) within ``max_records`` and ``max_bytes`` of
+    keys and values (one row at least when ``at_least_one``): the rows, their bytes, and
+    whether the byte bound cut it."""
+    table = table.slice(0, max_records)
+    size = payload_bytes(table.column("value")) + payload_bytes(table.column("key"))
+    cut = size > max_bytes
+    if cut:  # only then find where the byte bound cuts
+        sizes = pc.add(
+            pc.fill_null(pc.binary_length(table.column("value")), 0),
+            pc.fill_null(pc.binary_length(table.column("key")), 0),
+        )
+        running = pc.cumulative_sum(sizes)
+        fits = pc.sum(pc.less_equal(running, max_bytes)).as_py() or 0
+        table = table.slice(0, max(fits, 1 if at_least_one else 0))
+        size = pc.sum(sizes.slice(0, table.num_rows)).as_py() or 0
+    return table, size, cut
+
+
+def _before_damage(topic: str, partition: int, damaged: list[Damage], start: int, end: int) -> int:
+    """``end`` cut back to the first damaged range at or after ``start``; raises
+    :class:`CorruptMessage` when ``start`` lies in one."""
+    for d in damaged:
+        if not d.refuses_reads:
+            continue
+        if d.first_offset <= start <= d.last_offset:
+            raise CorruptMessage(
+                f"{topic}-{partition}: offsets {d.first_offset}-{d.last_offset} of the table are damaged "
+                f"({d.reason}); see `laketail check {topic}`"
+            )
+        if start < d.first_offset < end:
+            end = d.first_offset
+    return end
 
 
 def _ts_us(value) -> int:

@@ -151,8 +151,10 @@ class Tierer:
                 self._wake.clear()
 
     async def _follow_table(self, topic: str) -> None:
-        """Another writer (retention, compaction) committed to the table: pick up its
-        files and advance the log start offset retention moved."""
+        """Another writer (retention, compaction, a user's own Delta tool) committed to
+        the table: pick up its files, validate them (the index rebuild runs
+        ``table_check.find_damage`` on every version the tierer did not write, logs an
+        ERROR and marks damaged ranges) and advance the log start offset retention moved."""
         try:
             await asyncio.to_thread(self._follow_table_sync, topic)
         except Exception:
