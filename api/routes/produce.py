@@ -48,6 +48,7 @@ from laketail.api.encoding import (
     decode_headers,
     request_format,
 )
+from laketail.bounds import INT32_MAX, INT32_MIN, int32
 from laketail.errors import InvalidRecord, InvalidRequest
 
 router = APIRouter(tags=["v2 produce"])
@@ -116,9 +117,7 @@ _PRODUCE_OPENAPI = {
 def _partition_field(raw: Any, i: int) -> int | None:
     if raw is None:
         return None
-    if type(raw) is not int:
-        raise InvalidRecord(f"records[{i}].partition must be an integer")
-    return raw
+    return int32(raw, f"records[{i}].partition", InvalidRecord)
 
 
 def _b64_values(items: list[Any], field: str) -> list[bytes | None]:
@@ -159,8 +158,8 @@ def decode_records(doc: Any, embedded: str, fixed_partition: int | None) -> Reco
             partitions = [fixed_partition] * len(items)
         elif "partition" in fields:
             partitions = [it.get("partition") for it in items]
-            if not all(p is None or type(p) is int for p in partitions):
-                raise TypeError("partition")
+            if not all(p is None or (type(p) is int and INT32_MIN <= p <= INT32_MAX) for p in partitions):
+                raise TypeError("partition")  # decoded carefully, which names the bad one
         if "headers" in fields:
             raise TypeError("headers")  # rare: decoded carefully
     except (TypeError, AttributeError, ValueError, binascii.Error):

@@ -138,6 +138,13 @@ class InvalidRecord(LaketailError):
     rest_code = 42205
 
 
+class InvalidTimestamp(LaketailError):
+    kafka_code = 32
+    kafka_name = "INVALID_TIMESTAMP"
+    http_status = 422
+    rest_code = 42214
+
+
 class RecordTooLarge(LaketailError):
     kafka_code = 10
     kafka_name = "MESSAGE_TOO_LARGE"
