@@ -14,10 +14,10 @@ them back into the same exception (:func:`laketail.errors.from_body`).
 from __future__ import annotations
 
 import dataclasses
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 import pyarrow as pa
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
@@ -32,6 +32,7 @@ from laketail.api.deps import (
     query_int,
     read_body,
 )
+from laketail.bounds import INT32_MAX, INT32_MIN
 from laketail.cluster.metadata import ClusterImage
 from laketail.errors import InvalidRequest, NotController
 from laketail.records import FRAME_SCHEMA
@@ -40,6 +41,8 @@ from laketail.storage.partition_log import ProducerBatch
 router = APIRouter(prefix="/internal/v1", include_in_schema=False)
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
+
+PartitionPath = Annotated[int, Path(ge=INT32_MIN, le=INT32_MAX)]
 
 
 # -- bodies: a peer's request is checked like a client's (INVALID_REQUEST, nothing done) ----------
@@ -241,7 +244,7 @@ async def records(request: Request) -> Response:
 
 
 @router.get("/partitions/{topic}/{partition}/state")
-async def state(request: Request, topic: str, partition: int) -> Response:
+async def state(request: Request, topic: str, partition: PartitionPath) -> Response:
     broker = broker_of(request)
     if not broker.leads(topic, partition):
         broker.cluster.replicas.leader_state(topic, partition)
@@ -249,7 +252,7 @@ async def state(request: Request, topic: str, partition: int) -> Response:
 
 
 @router.get("/partitions/{topic}/{partition}/offset-for-timestamp")
-async def offset_for_timestamp(request: Request, topic: str, partition: int, timestamp: int) -> Response:
+async def offset_for_timestamp(request: Request, topic: str, partition: PartitionPath, timestamp: Int64) -> Response:
     broker = broker_of(request)
     if not broker.leads(topic, partition):
         broker.cluster.replicas.leader_state(topic, partition)

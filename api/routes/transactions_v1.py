@@ -34,7 +34,7 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from laketail.api.deps import broker_of, json_response
-from laketail.bounds import INT32_MAX, INT64_MAX
+from laketail.bounds import INT16_MAX, INT32_MAX, INT64_MAX
 from laketail.coordinator.offsets import CommittedOffset
 from laketail.errors import InvalidProducerIdMapping
 
@@ -63,9 +63,10 @@ class InitProducerRequest(BaseModel):
         60_000, description="transactions open longer are aborted (transaction.timeout.ms)"
     )
     producer_id: int | None = Field(
-        None, description="with producer_epoch: the session asking for a bump after an abort (KIP-360)"
+        None, ge=-1, le=INT64_MAX,
+        description="with producer_epoch: the session asking for a bump after an abort (KIP-360)",
     )
-    producer_epoch: int | None = Field(None, description="the epoch that session holds")
+    producer_epoch: int | None = Field(None, ge=-1, le=INT16_MAX, description="the epoch that session holds")
 
 
 class ProducerSession(BaseModel):

@@ -178,6 +178,19 @@ def test_topic_create_is_refused_before_anything_is_written(broker, name, partit
     refused(rest.http.get(f"/v1/topics/{quote(name, safe='')}/table"), 404, "UNKNOWN_TOPIC_OR_PARTITION")
 
 
+def test_config_beyond_a_long_is_invalid_config(broker, two):
+    rest = broker.rest
+    name = f"cfg-{uuid.uuid4().hex[:8]}"
+    catalog = _catalog_names(broker)
+    refused(rest.create_topic(name, 1, configs={"retention.ms": str(2**70)}), None, "INVALID_CONFIG")
+    assert _catalog_names(broker) == catalog
+    resp = rest.http.post(rest.v3(f"/topics/{two}/configs:alter"),
+                          json={"data": [{"name": "retention.ms", "value": str(2**63)}]})
+    refused(resp, None, "INVALID_CONFIG")
+    configs = rest.http.get(rest.v3(f"/topics/{two}/configs/retention.ms")).json()
+    assert configs["value"] != str(2**63)
+
+
 def test_topic_create_rolls_back_when_its_table_cannot_be_made(broker):
     """All or nothing: when the table cannot be made after the catalog commit (here a
     file stands where the table's folder goes), the catalog entry is taken back, and the
@@ -327,3 +340,9 @@ def test_internal_append_of_a_malformed_frame_is_refused(broker, two, body):
         resp = broker.rest.http.post(f"/internal/v1/partitions/{two}/0/append", content=body,
                                      headers={"Content-Type": ARROW})
         refused(resp, 400, "INVALID_REQUEST")
+
+
+@pytest.mark.parametrize("path", ["partitions/{t}/%d/state" % 2**70,
+                                  "partitions/{t}/0/offset-for-timestamp?timestamp=%d" % 2**70])
+def test_internal_numbers_beyond_their_type_are_refused(broker, two, path):
+    refused(broker.rest.http.get("/internal/v1/" + path.format(t=two)), 400, "INVALID_REQUEST")
