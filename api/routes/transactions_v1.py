@@ -231,7 +231,7 @@ async def enlist(request: Request, sink_id: str, batch_id: BatchId, body: Enlist
 @router.post(
     "/v1/sinks/{sink_id:path}/batches/{batch_id}/commit",
     summary="Commit exactly these sessions as the batch (others of the batch abort); "
-    "committed=false when the batch id was committed before",
+    "committed=false when the batch id was committed before; INVALID_TXN_STATE when nobody enlisted in it",
     responses={200: {"content": {"application/json": {"example": {"committed": True}}}}, 409: _FENCING},
 )
 async def commit_batch(request: Request, sink_id: str, batch_id: BatchId, body: CommitBatchRequest) -> Response:

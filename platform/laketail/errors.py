@@ -24,6 +24,7 @@ Tree::
     ├── InvalidConfig                422 42209
     ├── InvalidRequest               400 40001  (broken JSON, missing fields, ...)
     ├── InvalidRecord                422 42205  (bad base64, bad embedded value, ...)
+    ├── InvalidTimestamp             422 42214  (outside [0, 9999-12-31], see bounds.py)
     ├── RecordTooLarge               413 41301
     ├── OffsetOutOfRange             416 41601
     ├── NotAcceptable                406 40601

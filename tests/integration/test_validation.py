@@ -201,7 +201,7 @@ def test_topic_create_rolls_back_when_its_table_cannot_be_made(broker):
     obstacle.parent.mkdir(parents=True, exist_ok=True)
     obstacle.write_bytes(b"not a folder")
     resp = rest.create_topic(name, 1)
-    assert resp.status_code >= 400, resp.text
+    assert resp.status_code == 500 and "KAFKA_STORAGE_ERROR" in resp.json()["message"], resp.text
     assert name not in _catalog_names(broker), "a half-created topic stayed in the catalog"
     refused(rest.http.get(rest.v3(f"/topics/{name}")), 404, "UNKNOWN_TOPIC_OR_PARTITION")
     obstacle.unlink()
