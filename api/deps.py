@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from itertools import chain
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
@@ -275,10 +275,10 @@ def check_json_depth(doc: Any, what: str = "request body") -> None:
             children = list(chain.from_iterable(level))
         else:
             children = list(chain.from_iterable(c.values() if type(c) is dict else c for c in level))
-        inner = set(map(type, children)) & _CONTAINERS
-        if not inner:
+        kinds = set(map(type, children))
+        if not kinds & _CONTAINERS:
             return
-        level = children if inner == set(map(type, children)) else [c for c in children if type(c) in _CONTAINERS]
+        level = children if kinds <= _CONTAINERS else [c for c in children if type(c) in _CONTAINERS]
 
 
 _CONTAINERS = {dict, list}
