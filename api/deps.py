@@ -66,8 +66,8 @@ ACKS_QUERY = Query(
 
 
 def path_param(name: str, kind: str = "string", description: str = "") -> dict:
-    return {"name": name, "in": "path", "required": True, "schema": {"type": kind},
-            "description": description}
+    schema = {"type": kind, "format": "int32"} if kind == "integer" else {"type": kind}  # partitions
+    return {"name": name, "in": "path", "required": True, "schema": schema, "description": description}
 
 
 def query_param(name: str, schema: dict, description: str = "", required: bool = False) -> dict:
