@@ -13,13 +13,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from itertools import chain
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import pyarrow as pa
 from fastapi import Query, Request
+from pydantic import Field
 from starlette.responses import Response
 
+from laketail.bounds import INT16_MAX, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, parse_int
 from laketail.errors import UnknownCluster
 from laketail.errors import (
     InvalidRequest,
@@ -38,6 +41,16 @@ log = logging.getLogger(__name__)
 
 _ACKS: dict[str, Acks] = {"0": "0", "1": "1", "all": "all", "-1": "all"}
 
+# -- Kafka's integer types in request bodies (see laketail.bounds) ----------------------------
+
+#: A partition id: an int32 (whether it exists is the topic's business).
+Int32 = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)]
+#: A producer id, a batch id, any other Kafka int64.
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+#: A committed offset: the next offset to read, -1 for none.
+CommittedOffsetValue = Annotated[int, Field(ge=-1, le=INT64_MAX,
+                                            description="the next offset to read (-1: none)")]
+
 ACKS_QUERY = Query(
     "all",
     pattern="^(0|1|all|-1)$",
@@ -53,8 +66,8 @@ ACKS_QUERY = Query(
 
 
 def path_param(name: str, kind: str = "string", description: str = "") -> dict:
-    return {"name": name, "in": "path", "required": True, "schema": {"type": kind},
-            "description": description}
+    schema = {"type": kind, "format": "int32"} if kind == "integer" else {"type": kind}  # partitions
+    return {"name": name, "in": "path", "required": True, "schema": schema, "description": description}
 
 
 def query_param(name: str, schema: dict, description: str = "", required: bool = False) -> dict:
@@ -98,32 +111,24 @@ def acks_of(request: Request) -> Acks:
     return "all" if raw is None else parse_acks(raw)
 
 
-def path_int(request: Request, name: str) -> int:
-    raw = request.path_params[name]
-    try:
-        return int(raw)
-    except ValueError:
-        raise InvalidRequest(f"path parameter {name} must be an integer, got {raw!r}") from None
+def path_int(request: Request, name: str, maximum: int = INT32_MAX) -> int:
+    """An integer path parameter (a partition unless told otherwise: an int32)."""
+    return parse_int(request.path_params[name], f"path parameter {name}", -maximum - 1, maximum)
 
 
 def query_int(request: Request, name: str, default: int | None = None, *,
               minimum: int | None = None, required: bool = False) -> int | None:
+    """An int64 query parameter (offsets, timeouts, bounds), at least ``minimum``."""
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         if required:
             raise InvalidRequest(f"query parameter {name} is required")
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidRequest(f"query parameter {name} must be an integer, got {raw!r}") from None
-    if minimum is not None and value < minimum:
-        raise InvalidRequest(f"query parameter {name} must be at least {minimum}, got {value}")
-    return value
+    return parse_int(raw, f"query parameter {name}", INT64_MIN if minimum is None else minimum, INT64_MAX)
 
 
 _PRODUCER_KEYS = ("producer_id", "producer_epoch", "sequence")
-_PRODUCER_BOUNDS = {"producer_id": 2**63 - 1, "producer_epoch": 32767, "sequence": 2**31 - 1}
+_PRODUCER_BOUNDS = {"producer_id": INT64_MAX, "producer_epoch": INT16_MAX, "sequence": INT32_MAX}
 
 
 def producer_of(request: Request) -> ProducerBatch | None:
@@ -146,16 +151,9 @@ def producer_of(request: Request) -> ProducerBatch | None:
         raise InvalidRequest(
             f"an idempotent produce needs producer_id, producer_epoch and sequence; missing {missing}"
         )
-    values = {}
-    for key in _PRODUCER_KEYS:
-        raw = params[key]
-        try:
-            value = int(raw)
-        except ValueError:
-            raise InvalidRequest(f"query parameter {key} must be an integer, got {raw!r}") from None
-        if not 0 <= value <= _PRODUCER_BOUNDS[key]:
-            raise InvalidRequest(f"query parameter {key} must be in [0, {_PRODUCER_BOUNDS[key]}], got {value}")
-        values[key] = value
+    values = {
+        key: parse_int(params[key], f"query parameter {key}", 0, _PRODUCER_BOUNDS[key]) for key in _PRODUCER_KEYS
+    }
     return ProducerBatch(values["producer_id"], values["producer_epoch"], values["sequence"], transactional)
 
 
@@ -235,12 +233,55 @@ async def read_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-def parse_json(body: bytes) -> Any:
-    """orjson, with broken JSON as INVALID_REQUEST (400/40001)."""
+#: How deeply JSON request bodies may nest (objects and arrays). One limit for every
+#: body: a record's JSON value sits two or three levels down, so it stays far below
+#: what orjson writes (254 levels) and what Python's recursion limit allows.
+MAX_JSON_DEPTH = 128
+
+
+def parse_json(body: bytes, *, nested_values: bool = True) -> Any:
+    """orjson, with broken JSON or JSON nested deeper than :data:`MAX_JSON_DEPTH` as
+    INVALID_REQUEST (400/40001). Every JSON body a route reads itself comes through here.
+
+    ``nested_values=False`` is for bodies whose every value is then checked to be a
+    string, a number or a list of flat objects (v2 ``binary`` produce, the hot path):
+    nothing nested in them can reach an encoder, orjson itself stops at 1024 levels,
+    and the depth walk would cost as much as the parse."""
     try:
-        return orjson.loads(body)
+        doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+    # Fewer brackets than the limit cannot nest deeper (two scans in C).
+    if nested_values and body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH:
+        check_json_depth(doc)
+    return doc
+
+
+def check_json_depth(doc: Any, what: str = "request body") -> None:
+    """INVALID_REQUEST when ``doc`` nests objects and arrays deeper than
+    :data:`MAX_JSON_DEPTH`. Level by level, without recursion; a level whose members are
+    all of one kind is taken apart by C-level iteration (``map``, ``chain``), so the
+    usual body -- a list of records holding strings -- costs a few set builds."""
+    level = [doc] if type(doc) in _CONTAINERS else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidRequest(f"{what} nests JSON deeper than {MAX_JSON_DEPTH} levels")
+        kinds = set(map(type, level))
+        if kinds == {dict}:
+            children = list(chain.from_iterable(map(dict.values, level)))
+        elif kinds == {list}:
+            children = list(chain.from_iterable(level))
+        else:
+            children = list(chain.from_iterable(c.values() if type(c) is dict else c for c in level))
+        kinds = set(map(type, children))
+        if not kinds & _CONTAINERS:
+            return
+        level = children if kinds <= _CONTAINERS else [c for c in children if type(c) in _CONTAINERS]
+
+
+_CONTAINERS = {dict, list}
 
 
 @dataclass

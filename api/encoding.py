@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 import orjson
 
+from laketail.bounds import timestamp_ms
 from laketail.errors import UnsupportedMediaType
 from laketail.errors import InvalidRecord, NotAcceptable
 
@@ -190,11 +191,12 @@ def decode_headers(items: Any, name_field: str, what: str) -> list[tuple[str, by
 
 
 def parse_timestamp(value: Any, what: str) -> int | None:
-    """Kafka milliseconds from an int (ms) or an ISO-8601 string; ``None`` when absent."""
+    """Kafka milliseconds from an int (ms) or an ISO-8601 string; ``None`` when absent.
+    Outside ``[0, MAX_TIMESTAMP_MS]`` it is INVALID_TIMESTAMP (:mod:`laketail.bounds`)."""
     if value is None:
         return None
     if type(value) is int:
-        return value
+        return timestamp_ms(value, what)
     if type(value) is str:
         try:
             moment = datetime.fromisoformat(value)
@@ -202,7 +204,7 @@ def parse_timestamp(value: Any, what: str) -> int | None:
             raise InvalidRecord(f"{what} is not an ISO-8601 timestamp: {value!r}") from exc
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=timezone.utc)
-        return int(moment.timestamp() * 1000)
+        return timestamp_ms(int(moment.timestamp() * 1000), what)
     raise InvalidRecord(f"{what} must be milliseconds or an ISO-8601 string")
 
 

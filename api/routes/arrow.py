@@ -78,6 +78,9 @@ def to_produce_table(table: pa.Table, partition: int | None) -> pa.Table:
     unknown = [n for n in table.column_names if n not in known]
     if unknown:
         raise InvalidRecord(f"unknown column(s) {unknown}; allowed: {list(known)}")
+    repeated = sorted({n for n in table.column_names if table.column_names.count(n) > 1})
+    if repeated:
+        raise InvalidRecord(f"column(s) {repeated} appear more than once")
     if "value" not in table.column_names:
         raise InvalidRecord("the stream needs a 'value' column")
     if table.num_rows == 0:

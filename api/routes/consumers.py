@@ -42,6 +42,7 @@ from laketail.api.deps import json_response, parse_json, query_int, read_body
 from laketail.api.encoding import MEDIA_TYPES, V2_JSON, EmbeddedFormat, format_of
 from laketail.api.routes.clusters import base_url
 from laketail.api.routes.fetch import encode_records
+from laketail.bounds import int32, int64
 from laketail.coordinator.instance_config import InstanceConfig
 from laketail.coordinator.instances import ConsumerInstance, ConsumerInstances
 from laketail.errors import InvalidRequest, NotAcceptable, UnsupportedMediaType
@@ -83,10 +84,8 @@ async def _body(request: Request, required: bool = True) -> dict:
 
 
 def _int_field(item: dict, name: str, where: str) -> int:
-    value = item.get(name)
-    if type(value) is not int:
-        raise InvalidRequest(f"{where}.{name} must be an integer")
-    return value
+    """A partition (Kafka's int32) or an offset (int64)."""
+    return (int32 if name == "partition" else int64)(item.get(name), f"{where}.{name}")
 
 
 def _str_field(item: dict, name: str, where: str) -> str:

@@ -30,7 +30,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from laketail.api.deps import broker_of, json_response
+from laketail.api.deps import CommittedOffsetValue, Int32, broker_of, json_response
 from laketail.coordinator.groups import Group
 from laketail.coordinator.offsets import CommittedOffset
 
@@ -39,7 +39,7 @@ router = APIRouter(tags=["v1 groups"])
 
 class TopicPartitionModel(BaseModel):
     topic: str
-    partition: int
+    partition: Int32
 
 
 class JoinRequest(BaseModel):
@@ -63,8 +63,8 @@ class LeaveRequest(BaseModel):
 
 class OffsetModel(BaseModel):
     topic: str
-    partition: int
-    offset: int
+    partition: Int32
+    offset: CommittedOffsetValue
     metadata: str | None = None
 
 

@@ -14,19 +14,97 @@ them back into the same exception (:func:`laketail.errors.from_body`).
 from __future__ import annotations
 
 import dataclasses
+from typing import Annotated, TypeVar
 
 import pyarrow as pa
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
+from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
-from laketail.api.deps import broker_of, json_response, parse_acks, path_int, query_int
+from laketail.api.deps import (
+    Int32,
+    Int64,
+    broker_of,
+    json_response,
+    parse_acks,
+    parse_json,
+    path_int,
+    query_int,
+    read_body,
+)
+from laketail.bounds import INT32_MAX, INT32_MIN
 from laketail.cluster.metadata import ClusterImage
 from laketail.errors import InvalidRequest, NotController, UnknownTopicOrPartition
+from laketail.records import FRAME_SCHEMA
 from laketail.storage.partition_log import ProducerBatch
 
 router = APIRouter(prefix="/internal/v1", include_in_schema=False)
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
+
+PartitionPath = Annotated[int, Path(ge=INT32_MIN, le=INT32_MAX)]
+
+
+# -- bodies: a peer's request is checked like a client's (INVALID_REQUEST, nothing done) ----------
+
+
+class _Heartbeat(BaseModel):
+    broker_id: Int32
+    url: str
+    incarnation: str
+    leos: dict[str, Int64]
+    known_version: Int64
+
+
+class _AlterPartition(BaseModel):
+    topic: str
+    partition: Int32
+    leader: Int32
+    leader_epoch: Int32
+    partition_epoch: Int32
+    isr: list[Int32]
+
+
+class _CreateTopic(BaseModel):
+    name: str
+    partitions: Int32
+    replication_factor: Int32
+    configs: dict[str, str]
+
+
+class _FetchPartition(BaseModel):
+    topic: str
+    partition: Int32
+    leader_epoch: Int32
+    fetch_offset: Int64
+    last_fetched_epoch: Int32
+
+
+class _ReplicaFetch(BaseModel):
+    replica_id: Int32
+    partitions: list[_FetchPartition]
+    max_wait_ms: Int64
+    max_bytes: Int64
+
+
+_Body = TypeVar("_Body", bound=BaseModel)
+
+
+async def _body(request: Request, model: type[_Body]) -> _Body:
+    """The request's JSON body as ``model`` (INVALID_REQUEST when it is not one)."""
+    doc = parse_json(await read_body(request))
+    try:
+        return model.model_validate(doc)
+    except ValidationError as exc:
+        raise InvalidRequest(f"{model.__name__.strip('_')} body: {exc.errors()[0].get('msg')} "
+                             f"at {'.'.join(map(str, exc.errors()[0].get('loc', ())))}") from None
+
+
+async def _json_body(request: Request, what: str) -> dict:
+    doc = parse_json(await read_body(request))
+    if type(doc) is not dict:
+        raise InvalidRequest(f"{what} body must be a JSON object")
+    return doc
 
 
 def _controller(request: Request):
@@ -53,24 +131,23 @@ def _image(request: Request) -> Response:
 
 @router.post("/heartbeat")
 async def heartbeat(request: Request) -> Response:
-    body = await request.json()
-    return json_response(await _controller(request).heartbeat(**body))
+    body = await _body(request, _Heartbeat)
+    return json_response(await _controller(request).heartbeat(**body.model_dump()))
 
 
 @router.post("/alter-partition")
 async def alter_partition(request: Request) -> Response:
-    body = await request.json()
-    reg = await _controller(request).alter_partition(**body)
+    body = await _body(request, _AlterPartition)
+    reg = await _controller(request).alter_partition(**body.model_dump())
     return json_response(dataclasses.asdict(reg))
 
 
 @router.post("/topics")
 async def create_topic(request: Request) -> Response:
-    body = await request.json()
+    body = await _body(request, _CreateTopic)
     _controller(request)
     await broker_of(request).create_topic(  # the forwarding broker checked the client's request
-        body["name"], body["partitions"], body["replication_factor"], body["configs"],
-        internal_topics_allowed=True,
+        body.name, body.partitions, body.replication_factor, body.configs, internal_topics_allowed=True
     )
     return _image(request)
 
@@ -84,23 +161,32 @@ async def delete_topic(request: Request, topic: str) -> Response:
 
 @router.put("/topics/{topic}/configs")
 async def alter_topic(request: Request, topic: str) -> Response:
-    configs = await request.json()
+    configs = await _json_body(request, "topic configs")
+    if not all(type(v) is str for v in configs.values()):
+        raise InvalidRequest("topic configs must map names to strings")
+    _controller(request)
+    broker_of(request).topic(topic)  # UNKNOWN_TOPIC_OR_PARTITION
+    configs = broker_of(request).catalog.normalise_configs(configs)  # INVALID_CONFIG
     await _controller(request).alter_topic(topic, configs)
     return _image(request)
 
 
 @router.post("/metadata")
 async def metadata(request: Request) -> Response:
-    image = ClusterImage.from_json(await request.json())
+    doc = await _json_body(request, "metadata")
+    try:
+        image = ClusterImage.from_json(doc)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InvalidRequest(f"metadata body is not a cluster image: {type(exc).__name__}: {exc}") from None
     await broker_of(request).cluster.apply_image(image)
     return json_response({"version": broker_of(request).cluster.image.version})
 
 
 @router.post("/replica-fetch")
 async def replica_fetch(request: Request) -> Response:
-    body = await request.json()
+    body = await _body(request, _ReplicaFetch)
     data = await broker_of(request).cluster.replicas.handle_fetch(
-        body["replica_id"], body["partitions"], body["max_wait_ms"], body["max_bytes"]
+        body.replica_id, [p.model_dump() for p in body.partitions], body.max_wait_ms, body.max_bytes
     )
     return Response(data, media_type="application/octet-stream")
 
@@ -116,7 +202,7 @@ async def append(request: Request) -> Response:
     broker = broker_of(request)
     topic, partition = request.path_params["topic"], path_int(request, "partition")
     query = request.query_params
-    frame = pa.ipc.open_stream(await request.body()).read_next_batch()
+    frame = _frame(await read_body(request))
     producer = None
     producer_id = query_int(request, "producer_id")
     if producer_id is not None:
@@ -128,6 +214,17 @@ async def append(request: Request) -> Response:
     acks = parse_acks(query.get("acks", "all"))
     base = await broker.append(topic, partition, frame, acks, query_int(request, "max_timestamp_us"), producer)
     return json_response({"base_offset": base})
+
+
+def _frame(body: bytes) -> pa.RecordBatch:
+    """A forwarded produce's one frame batch (``FRAME_SCHEMA``), or INVALID_REQUEST."""
+    try:
+        frame = pa.ipc.open_stream(pa.py_buffer(body)).read_next_batch()
+    except (pa.ArrowInvalid, pa.ArrowIOError, pa.ArrowNotImplementedError, StopIteration, ValueError) as exc:
+        raise InvalidRequest(f"body is not an Arrow IPC stream with a batch: {exc}") from None
+    if not frame.schema.equals(FRAME_SCHEMA):
+        raise InvalidRequest(f"the forwarded batch is not in the frame schema: {frame.schema}")
+    return frame
 
 
 @router.get("/partitions/{topic}/{partition}/records")
@@ -158,14 +255,14 @@ async def records(request: Request) -> Response:
 
 
 @router.get("/partitions/{topic}/{partition}/state")
-async def state(request: Request, topic: str, partition: int) -> Response:
+async def state(request: Request, topic: str, partition: PartitionPath) -> Response:
     broker = broker_of(request)
     _check_leads(broker, topic, partition)
     return json_response(dataclasses.asdict(broker.partition_state(topic, partition)))
 
 
 @router.get("/partitions/{topic}/{partition}/offset-for-timestamp")
-async def offset_for_timestamp(request: Request, topic: str, partition: int, timestamp: int) -> Response:
+async def offset_for_timestamp(request: Request, topic: str, partition: PartitionPath, timestamp: Int64) -> Response:
     broker = broker_of(request)
     _check_leads(broker, topic, partition)
     found = await broker.offset_for_timestamp(topic, partition, timestamp)

@@ -48,6 +48,7 @@ from laketail.api.encoding import (
     decode_headers,
     request_format,
 )
+from laketail.bounds import INT32_MAX, INT32_MIN, int32
 from laketail.errors import InvalidRecord, InvalidRequest
 
 router = APIRouter(tags=["v2 produce"])
@@ -116,9 +117,7 @@ _PRODUCE_OPENAPI = {
 def _partition_field(raw: Any, i: int) -> int | None:
     if raw is None:
         return None
-    if type(raw) is not int:
-        raise InvalidRecord(f"records[{i}].partition must be an integer")
-    return raw
+    return int32(raw, f"records[{i}].partition", InvalidRecord)
 
 
 def _b64_values(items: list[Any], field: str) -> list[bytes | None]:
@@ -159,8 +158,8 @@ def decode_records(doc: Any, embedded: str, fixed_partition: int | None) -> Reco
             partitions = [fixed_partition] * len(items)
         elif "partition" in fields:
             partitions = [it.get("partition") for it in items]
-            if not all(p is None or type(p) is int for p in partitions):
-                raise TypeError("partition")
+            if not all(p is None or (type(p) is int and INT32_MIN <= p <= INT32_MAX) for p in partitions):
+                raise TypeError("partition")  # decoded carefully, which names the bad one
         if "headers" in fields:
             raise TypeError("headers")  # rare: decoded carefully
     except (TypeError, AttributeError, ValueError, binascii.Error):
@@ -219,7 +218,8 @@ async def _produce_v2(request: Request, topic: str, partition: int | None) -> Re
     embedded = request_format(request.headers.get("content-type"))
     state = request.app.state
     state.broker.topic(topic)  # 404 before decoding anything
-    records = decode_records(parse_json(await read_body(request)), embedded, partition)
+    doc = parse_json(await read_body(request), nested_values=embedded == "json")
+    records = decode_records(doc, embedded, partition)
     result = await produce(request, topic, records, acks, producer)
     if result is not None and result.dense is not None:
         body = _dense_v2_answer(*result.dense, len(records))

@@ -27,15 +27,21 @@ TRANSACTIONAL_ID_NOT_FOUND 404/40407.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from laketail.api.deps import broker_of, json_response
+from laketail.bounds import INT16_MAX, INT32_MAX, INT64_MAX
 from laketail.coordinator.offsets import CommittedOffset
 from laketail.errors import InvalidProducerIdMapping
 
 router = APIRouter(tags=["v1 transactions"])
+
+#: A sink's batch id: Spark's batchId, a non-negative long.
+BatchId = Annotated[int, Path(ge=0, le=INT64_MAX, description="Spark's batch id (int64)")]
 
 _FENCING = {
     "description": "PRODUCER_FENCED (40915) for an epoch a newer session replaced, "
@@ -57,19 +63,20 @@ class InitProducerRequest(BaseModel):
         60_000, description="transactions open longer are aborted (transaction.timeout.ms)"
     )
     producer_id: int | None = Field(
-        None, description="with producer_epoch: the session asking for a bump after an abort (KIP-360)"
+        None, ge=-1, le=INT64_MAX,
+        description="with producer_epoch: the session asking for a bump after an abort (KIP-360)",
     )
-    producer_epoch: int | None = Field(None, description="the epoch that session holds")
+    producer_epoch: int | None = Field(None, ge=-1, le=INT16_MAX, description="the epoch that session holds")
 
 
 class ProducerSession(BaseModel):
-    producer_id: int = Field(ge=0)
+    producer_id: int = Field(ge=0, le=INT64_MAX)
     producer_epoch: int = Field(ge=0, le=32767)
 
 
 class TopicPartitionModel(BaseModel):
     topic: str
-    partition: int = Field(ge=0)
+    partition: int = Field(ge=0, le=INT32_MAX)
 
 
 class AddPartitionsRequest(ProducerSession):
@@ -78,8 +85,8 @@ class AddPartitionsRequest(ProducerSession):
 
 class TxnOffset(BaseModel):
     topic: str
-    partition: int = Field(ge=0)
-    offset: int = Field(ge=0, description="the next offset to read (Kafka's convention)")
+    partition: int = Field(ge=0, le=INT32_MAX)
+    offset: int = Field(ge=0, le=INT64_MAX, description="the next offset to read (Kafka's convention)")
     metadata: str | None = None
 
 
@@ -211,7 +218,7 @@ async def describe(request: Request, transactional_id: str) -> Response:
     "/v1/sinks/{sink_id:path}/batches/{batch_id}/enlist",
     summary="A fresh transactional session for one writer attempt of a batch",
 )
-async def enlist(request: Request, sink_id: str, batch_id: int, body: EnlistRequest | None = None) -> Response:
+async def enlist(request: Request, sink_id: str, batch_id: BatchId, body: EnlistRequest | None = None) -> Response:
     timeout_ms = body.transaction_timeout_ms if body is not None else 60_000
     transactional_id, producer_id, epoch = await broker_of(request).transactions.enlist(
         sink_id, batch_id, timeout_ms
@@ -224,10 +231,10 @@ async def enlist(request: Request, sink_id: str, batch_id: int, body: EnlistRequ
 @router.post(
     "/v1/sinks/{sink_id:path}/batches/{batch_id}/commit",
     summary="Commit exactly these sessions as the batch (others of the batch abort); "
-    "committed=false when the batch id was committed before",
+    "committed=false when the batch id was committed before; INVALID_TXN_STATE when nobody enlisted in it",
     responses={200: {"content": {"application/json": {"example": {"committed": True}}}}, 409: _FENCING},
 )
-async def commit_batch(request: Request, sink_id: str, batch_id: int, body: CommitBatchRequest) -> Response:
+async def commit_batch(request: Request, sink_id: str, batch_id: BatchId, body: CommitBatchRequest) -> Response:
     committed = await broker_of(request).transactions.commit_batch(sink_id, batch_id, body.transactional_ids)
     return json_response({"committed": committed})
 
@@ -236,7 +243,7 @@ async def commit_batch(request: Request, sink_id: str, batch_id: int, body: Comm
     "/v1/sinks/{sink_id:path}/batches/{batch_id}/abort",
     summary="Abort every session enlisted in the batch",
 )
-async def abort_batch(request: Request, sink_id: str, batch_id: int) -> Response:
+async def abort_batch(request: Request, sink_id: str, batch_id: BatchId) -> Response:
     await broker_of(request).transactions.abort_batch(sink_id, batch_id)
     return json_response({})
 

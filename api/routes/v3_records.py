@@ -38,8 +38,10 @@ from starlette.types import Receive, Scope, Send
 from laketail.api.deps import (
     ACKS_QUERY,
     Records,
+    MAX_JSON_DEPTH,
     broker_of,
     check_cluster,
+    check_json_depth,
     json_response,
     metrics_of,
     parse_acks,
@@ -48,6 +50,7 @@ from laketail.api.deps import (
     record_error,
 )
 from laketail.api.encoding import decode_headers, decode_typed, iso_ms, parse_timestamp
+from laketail.bounds import int32
 from laketail.errors import InvalidRecord, InvalidRequest, LaketailError, RecordTooLarge
 from laketail.records import Acks
 
@@ -78,11 +81,12 @@ def prepare(doc: Any, fixed_partition: int | None) -> V3Record:
     """One v3 record object, decoded; raises INVALID_RECORD."""
     if type(doc) is not dict:
         raise InvalidRequest("a record must be a JSON object")
+    check_json_depth(doc, "the record")
     partition = doc.get("partition_id")
     if fixed_partition is not None:
         partition = fixed_partition
-    elif partition is not None and type(partition) is not int:
-        raise InvalidRecord("partition_id must be an integer")
+    elif partition is not None:
+        int32(partition, "partition_id", InvalidRecord)
     key, key_type = decode_typed(doc.get("key"), "key")
     value, value_type = decode_typed(doc.get("value"), "value")
     return V3Record(
@@ -189,6 +193,8 @@ def split_json(text: str, pos: int = 0) -> tuple[list[Any], int, json.JSONDecode
             doc, pos = _decoder.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
             return docs, pos, exc
+        except RecursionError:  # far deeper than MAX_JSON_DEPTH
+            return docs, pos, json.JSONDecodeError(f"nested deeper than {MAX_JSON_DEPTH} levels", text, pos)
         docs.append(doc)
 
 

@@ -29,6 +29,7 @@ import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from laketail.bounds import INT16_MAX, INT32_MAX, check_timestamp_column
 from laketail.catalog import Catalog, TopicInfo, check_not_internal, validate_topic_name
 from laketail.clock import Clock, SystemClock
 from laketail.cluster.metadata import NO_LEADER, ClusterImage
@@ -572,12 +573,12 @@ class Broker:
             if replication_factor in (None, -1)
             else replication_factor
         )
-        if not isinstance(partitions, int) or partitions < 1:
-            raise InvalidPartitions(f"partitions must be at least 1, got {partitions}")
+        if type(partitions) is not int or not 1 <= partitions <= INT32_MAX:
+            raise InvalidPartitions(f"partitions must be an int32 of at least 1, got {partitions}")
         if not name.startswith("__"):  # the internal topics are sized by their own settings
             check_partition_limits(name, partitions, self._client_partitions(), self.settings)
-        if not isinstance(rf, int) or rf < 1:
-            raise InvalidReplicationFactor(f"replication factor must be at least 1, got {rf}")
+        if type(rf) is not int or not 1 <= rf <= INT16_MAX:
+            raise InvalidReplicationFactor(f"replication factor must be an int16 of at least 1, got {rf}")
         if rf > len(self.brokers()) and not name.startswith("__"):
             raise InvalidReplicationFactor(
                 f"replication factor {rf} is larger than the {len(self.brokers())} available broker(s)"
@@ -729,6 +730,7 @@ class Broker:
         else:
             ts_type = CREATE_TIME
             ts_ms = pc.fill_null(batch.column("timestamp").cast(pa.int64()), now_ms)
+            check_timestamp_column(ts_ms)  # stored as microseconds: refused, never wrapped
             ts_us = pc.multiply(ts_ms, 1000).cast(TIMESTAMP_TYPE)
             timestamps_ms = ts_ms.to_pylist()
             max_ts_us = None

@@ -31,8 +31,11 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from laketail.config import validate_topic_overrides
 from laketail.errors import InvalidTopic, TopicAlreadyExists, UnknownTopicOrPartition
 
-_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")  # used with fullmatch: "$" would let "name\n" through
 MAX_NAME_LENGTH = 249
+#: Folder names Delta Lake gives a meaning of its own: a topic's table lives in
+#: ``topics/<name>``, so a topic named like one of them would be read as Delta's.
+RESERVED_NAMES = frozenset({"_delta_log", "_change_data", "_delta_index"})
 
 TOPICS_SCHEMA = pa.schema(
     [
@@ -48,17 +51,20 @@ CLUSTER_SCHEMA = pa.schema([("cluster_id", pa.string()), ("created_ms", pa.int64
 
 
 def validate_topic_name(name: Any) -> str:
-    """Kafka's rule: 1-249 characters of ``[a-zA-Z0-9._-]``, never ``.`` or ``..``."""
+    """Kafka's rule: 1-249 characters of ``[a-zA-Z0-9._-]``, never ``.`` or ``..``;
+    and never a folder name Delta Lake reserves (:data:`RESERVED_NAMES`)."""
     if not isinstance(name, str) or not name:
         raise InvalidTopic("topic name must be a non-empty string")
     if name in (".", ".."):
         raise InvalidTopic(f"topic name cannot be '{name}'")
     if len(name) > MAX_NAME_LENGTH:
         raise InvalidTopic(f"topic name is {len(name)} characters, more than {MAX_NAME_LENGTH}")
-    if not _LEGAL.match(name):
+    if not _LEGAL.fullmatch(name):
         raise InvalidTopic(
-            f"topic name '{name}' has characters other than ASCII letters, digits, '.', '_' and '-'"
+            f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_' and '-'"
         )
+    if name in RESERVED_NAMES:
+        raise InvalidTopic(f"topic name '{name}' is reserved by Delta Lake")
     return name
 
 

@@ -57,6 +57,8 @@ class ConfigKey:
                 if isinstance(raw, bool):
                     raise ValueError(raw)
                 value = int(str(raw).strip())
+                if not -(2**63) <= value < 2**63:  # Kafka's longs; the catalog stores them as such
+                    raise ValueError(raw)
             else:
                 value = str(raw)
         except (TypeError, ValueError) as exc:

@@ -24,6 +24,7 @@ Tree::
     ├── InvalidConfig                422 42209
     ├── InvalidRequest               400 40001  (broken JSON, missing fields, ...)
     ├── InvalidRecord                422 42205  (bad base64, bad embedded value, ...)
+    ├── InvalidTimestamp             422 42214  (outside [0, 9999-12-31], see bounds.py)
     ├── RecordTooLarge               413 41301
     ├── OffsetOutOfRange             416 41601
     ├── NotAcceptable                406 40601
@@ -136,6 +137,13 @@ class InvalidRecord(LaketailError):
     kafka_name = "INVALID_RECORD"
     http_status = 422
     rest_code = 42205
+
+
+class InvalidTimestamp(LaketailError):
+    kafka_code = 32
+    kafka_name = "INVALID_TIMESTAMP"
+    http_status = 422
+    rest_code = 42214
 
 
 class RecordTooLarge(LaketailError):

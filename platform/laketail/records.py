@@ -27,6 +27,7 @@ LOG_APPEND_TIME = 1
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
+_SEQUENCE_WRAP = 2**31
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
@@ -101,7 +102,10 @@ def build_frame_batch(
     if base_sequence == NO_SEQUENCE:
         sequence = no_seq
     else:
-        sequence = pa.array(range(base_sequence, base_sequence + n), pa.int32())
+        # Kafka's sequences are int32 and wrap from 2**31 - 1 to 0
+        # (DefaultRecordBatch.incrementSequence).
+        sequence = pa.array(np.arange(base_sequence, base_sequence + n, dtype=np.int64) % _SEQUENCE_WRAP,
+                            pa.int32())
     if isinstance(timestamps_us, pa.Array):
         if timestamps_us.type != TIMESTAMP_TYPE:
             timestamps_us = timestamps_us.cast(TIMESTAMP_TYPE)

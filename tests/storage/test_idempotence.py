@@ -111,3 +111,33 @@ def test_a_failed_write_leaves_producer_state_as_it_was(tmp_path):
         assert after == before and plog.log_end_offset == 1
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("restart", ["none", "crash"])
+def test_sequences_wrap_past_int32_like_kafka(tmp_path, restart):
+    """Kafka's sequences are int32 and wrap from 2**31 - 1 to 0
+    (``DefaultRecordBatch.incrementSequence``): a batch of two records at 2**31 - 1 holds
+    sequences 2**31 - 1 and 0, the next batch starts at 1, and a retry of the wrapped
+    batch still gets its original offsets, also after the state is rebuilt from the log."""
+    top = 2**31 - 1
+    clock = ManualClock()
+
+    async def scenario():
+        plog = PartitionLog.open(tmp_path, "t", 0, TopicConfig(), clock)
+        # The producer has sent 2**31 - 1 records before (its last batch ended at 2**31 - 2).
+        plog.producer_state.apply(7, 0, top - 1, 1, -1, 0, False, None)
+        assert await _append(plog, [b"a", b"b"], seq=top) == 0
+        stored = plog.read(0, plog.high_watermark, 10**6, 1 << 30).column("sequence").to_pylist()
+        assert stored == [top, 0]
+        if restart == "crash":
+            for segment in plog.segments:
+                segment.close()
+            plog = PartitionLog.open(tmp_path, "t", 0, TopicConfig(), clock)
+        assert await _append(plog, [b"a", b"b"], seq=top) == 0  # a retry: original offsets
+        with pytest.raises(OutOfOrderSequenceNumber):
+            await _append(plog, [b"c"], seq=2)
+        assert await _append(plog, [b"c"], seq=1) == 2
+        assert _values(plog) == [b"a", b"b", b"c"]
+        await plog.close()
+
+    asyncio.run(scenario())

@@ -42,6 +42,7 @@ from laketail.errors import (
     FencedLeaderEpoch,
     InvalidReplicationFactor,
     InvalidRequest,
+    KafkaStorageError,
     UnknownTopicOrPartition,
 )
 
@@ -287,7 +288,14 @@ class Controller:
             self.broker.catalog.check_can_create(name)
             await asyncio.to_thread(self.broker._remove_leftovers, name)
             info = await asyncio.to_thread(self.broker.catalog.create_topic, name, partitions, rf, configs)
-            await asyncio.to_thread(self.broker.tables.create_table, name)
+            try:
+                await asyncio.to_thread(self.broker.tables.create_table, name)
+            except Exception as exc:
+                # All or nothing: a topic without its table must not stay in the catalog.
+                log.warning("creating the table of topic %r failed (%s); the topic is rolled back", name, exc)
+                await asyncio.to_thread(self.broker.catalog.delete_topic, name)
+                await asyncio.to_thread(self.broker._remove_leftovers, name)
+                raise KafkaStorageError(f"cannot make the table of topic '{name}': {exc}") from exc
             start = sum(1 for k in self.partitions if k[1] == 0)  # spread leaders across topics
             if name.startswith("__") and self.node.broker_id in live:
                 start = sorted(live).index(self.node.broker_id)  # coordinators live on the controller

@@ -29,15 +29,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import orjson
 import pyarrow as pa
 
+from laketail.bounds import INT64_MAX, bounded_int
 from laketail.errors import OffsetMetadataTooLarge, UnknownTopicOrPartition
 
 if TYPE_CHECKING:
     from laketail.broker import Broker
+    from laketail.catalog import TopicInfo
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,23 @@ class CommittedOffset:
     offset: int
     metadata: str = ""
     commit_timestamp_ms: int = -1
+
+
+def check_commit(topic_info: Callable[[str], "TopicInfo"], offsets: dict[TopicPartition, CommittedOffset]) -> None:
+    """Why a commit of ``offsets`` must be refused, raised before anything is written
+    (every commit path comes through here: group commits and transactional offsets):
+    the partition exists (``topic_info`` raises for an unknown topic), the offset is
+    the next offset to read or -1, within int64 (INVALID_REQUEST), the metadata is at
+    most ``offset.metadata.max.bytes``."""
+    for (topic, partition), committed in offsets.items():
+        info = topic_info(topic)
+        if not 0 <= partition < info.partitions:
+            raise UnknownTopicOrPartition.partition(topic, partition)
+        bounded_int(committed.offset, f"committed offset of {topic}-{partition}", -1, INT64_MAX)
+        if len(committed.metadata.encode()) > MAX_METADATA_BYTES:
+            raise OffsetMetadataTooLarge(
+                f"metadata for {topic}-{partition} is over {MAX_METADATA_BYTES} bytes"
+            )
 
 
 def encode_key(group: str, topic: str, partition: int) -> bytes:
@@ -200,14 +219,7 @@ class OffsetStore:
         commit without a timestamp is stamped with the broker's clock."""
         if not offsets:
             return
-        for (topic, partition), committed in offsets.items():
-            info = self.broker.topic(topic)
-            if not 0 <= partition < info.partitions:
-                raise UnknownTopicOrPartition.partition(topic, partition)
-            if len(committed.metadata.encode()) > MAX_METADATA_BYTES:
-                raise OffsetMetadataTooLarge(
-                    f"metadata for {topic}-{partition} is over {MAX_METADATA_BYTES} bytes"
-                )
+        check_commit(self.broker.topic, offsets)
         now_ms = self.broker.clock.now_ms()
         offsets = {
             tp: c if c.commit_timestamp_ms >= 0 else CommittedOffset(c.offset, c.metadata, now_ms)

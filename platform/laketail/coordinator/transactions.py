@@ -65,11 +65,12 @@ from typing import TYPE_CHECKING, Literal
 import orjson
 import pyarrow as pa
 
+from laketail.bounds import INT64_MAX, bounded_int
 from laketail.coordinator.offsets import (
-    MAX_METADATA_BYTES,
     UNDECODABLE,
     CommittedOffset,
     TopicPartition,
+    check_commit,
     partition_for_group,
 )
 from laketail.errors import (
@@ -78,7 +79,6 @@ from laketail.errors import (
     InvalidRequest,
     InvalidTxnState,
     LaketailError,
-    OffsetMetadataTooLarge,
     ProducerFenced,
     TransactionalIdNotFound,
     UnknownTopicOrPartition,
@@ -478,13 +478,9 @@ class TransactionCoordinator:
             meta = self._check(transactional_id, producer_id, producer_epoch)
             if generation_id >= 0 or member_id:
                 self.broker.groups.check_member(group_id, generation_id, member_id)
-            # Checked now, not at commit: after PREPARE the commit cannot fail any more.
-            for (topic, partition), committed in offsets.items():
-                self.broker.partition_state(topic, partition)  # UNKNOWN_TOPIC_OR_PARTITION
-                if len(committed.metadata.encode()) > MAX_METADATA_BYTES:
-                    raise OffsetMetadataTooLarge(
-                        f"metadata for {topic}-{partition} is over {MAX_METADATA_BYTES} bytes"
-                    )
+            # Checked now, not at commit: after PREPARE the commit cannot fail any more,
+            # and a refused request must leave the transaction as it was.
+            check_commit(self.broker.topic, offsets)
             self._begin(meta)
             meta.offsets.setdefault(group_id, {}).update(offsets)
             await self._write(("txn", transactional_id), meta.to_json())
@@ -578,6 +574,7 @@ class TransactionCoordinator:
 
     async def enlist(self, sink_id: str, batch_id: int, timeout_ms: int = 60_000) -> tuple[str, int, int]:
         """A fresh transactional session for one writer attempt of ``batch_id``."""
+        _check_batch_id(batch_id)
         transactional_id = f"{SINK_PREFIX}{sink_id}:{batch_id}:{uuid.uuid4().hex[:12]}"
         producer_id, epoch = await self._init_producer_id(transactional_id, timeout_ms, None)
         async with self._lock:
@@ -589,13 +586,20 @@ class TransactionCoordinator:
     async def commit_batch(self, sink_id: str, batch_id: int, transactional_ids: list[str]) -> bool:
         """Commit exactly ``transactional_ids`` as batch ``batch_id`` (abort the batch's
         other sessions). False, with every session of the batch aborted, when the batch
-        id was committed before."""
+        id was committed before. A batch nobody enlisted is INVALID_TXN_STATE: committing
+        it would only move the sink's committed batch id past batches still to come."""
+        _check_batch_id(batch_id)
         async with self._lock:
             sink = self._sinks.setdefault(sink_id, SinkState(sink_id))
             if batch_id <= sink.committed_batch:
                 await self._abort_sessions(sink.enlisted.pop(batch_id, []))
                 await self._write(("sink", sink_id), sink.to_json())
                 return False
+            if batch_id not in sink.enlisted:
+                raise InvalidTxnState(
+                    f"nobody enlisted in batch {batch_id} of '{sink_id}': enlist a session first, "
+                    "or abort the batch when it wrote nothing"
+                )
             unknown = [t for t in transactional_ids if t not in sink.enlisted.get(batch_id, [])]
             if unknown:
                 raise InvalidTxnState(f"sessions {unknown} were not enlisted in batch {batch_id} of '{sink_id}'")
@@ -635,6 +639,7 @@ class TransactionCoordinator:
             await self._forget(transactional_id)
 
     async def abort_batch(self, sink_id: str, batch_id: int) -> None:
+        _check_batch_id(batch_id)
         async with self._lock:
             sink = self._sinks.setdefault(sink_id, SinkState(sink_id))
             ids = sink.enlisted.pop(batch_id, [])
@@ -659,3 +664,8 @@ class TransactionCoordinator:
 
     def sink(self, sink_id: str) -> SinkState:
         return self._sinks.get(sink_id) or SinkState(sink_id)
+
+
+def _check_batch_id(batch_id: int) -> None:
+    """A sink's batch id is Spark's ``batchId``, a non-negative int64 (INVALID_REQUEST)."""
+    bounded_int(batch_id, "batch id", 0, INT64_MAX)

@@ -17,7 +17,8 @@ Protocol (ARCHITECTURE.md 6 and 8), per batch id of a sink id:
    (read_committed readers see all of the batch or none of it); every other session
    of the batch -- failed or speculative attempts -- aborts. A batch id committed
    before makes this a no-op (``committed: false``), so a batch Spark replays after a
-   crash is not written twice. A failed job calls ``/abort``.
+   crash is not written twice. A failed job calls ``/abort``; so does a batch no task
+   wrote to (the broker refuses to commit a batch nobody enlisted in).
 
 Ids: a streaming query's batch id is Spark's micro-batch id (executors read it from
 the task's local property ``streaming.sql.batchId``); its sink id is the ``sinkId``
@@ -163,7 +164,9 @@ class BatchWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         ids = [m.transactional_id for m in messages if isinstance(m, SinkCommit) and m.transactional_id]
         with SparkGateway(self.options.servers) as gateway:
-            if not gateway.commit_batch(self.sink_id, self.batch_id, ids):
+            if not ids:  # no task wrote: only sessions of failed attempts may be left to abort
+                gateway.abort_batch(self.sink_id, self.batch_id)
+            elif not gateway.commit_batch(self.sink_id, self.batch_id, ids):
                 log.info("batch %s of sink %s was committed before: nothing written twice", self.batch_id, self.sink_id)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -196,7 +199,9 @@ class StreamWriter(DataSourceStreamArrowWriter):
             return  # no task reported: nothing was enlisted under a sink id we know
         ids = [m.transactional_id for m in messages if isinstance(m, SinkCommit) and m.transactional_id]
         with SparkGateway(self.options.servers) as gateway:
-            if not gateway.commit_batch(sink_id, batchId, ids):
+            if not ids:  # no task wrote: only sessions of failed attempts may be left to abort
+                gateway.abort_batch(sink_id, batchId)
+            elif not gateway.commit_batch(sink_id, batchId, ids):
                 log.info("batch %s of sink %s was committed before: a replay, nothing written twice", batchId, sink_id)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
