@@ -17,6 +17,7 @@ from laketail.api.routes import (
     transactions_v1,
     v3_groups,
     v3_records,
+    v3_replicas,
     v3_topics,
 )
 
@@ -33,6 +34,7 @@ ROUTERS = [
     groups_v1.router,
     transactions_v1.router,
     v3_groups.router,
+    v3_replicas.router,
     internal.router,
 ]
 

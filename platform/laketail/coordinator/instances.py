@@ -346,6 +346,27 @@ class ConsumerInstance:
             for topic, partition, offset in offsets:
                 self._positions[(topic, partition)] = offset
 
+    async def seek_to_times(self, timestamps: list[tuple[str, int, int]]) -> None:
+        """``positions`` by ``timestamps`` (Kafka's ``offsetsForTimes`` then ``seek``):
+        each partition's position becomes its earliest offset whose timestamp is at or
+        after the given one (ms); where no record is that late, the end a consumer can
+        read to (Confluent's instance would fail on Kafka's null answer there)."""
+        self.touch()
+        await self._settle()
+        async with self._lock:
+            for topic, partition, _ in timestamps:
+                self._check_assigned((topic, partition))
+            found = {}
+            for topic, partition, ts_ms in timestamps:
+                hit = await self._broker.offset_for_timestamp(topic, partition, ts_ms)
+                if hit is None:
+                    state = self._broker.partition_state(topic, partition)
+                    read_committed = self.config.isolation_level == "read_committed"
+                    found[(topic, partition)] = state.last_stable_offset if read_committed else state.high_watermark
+                else:
+                    found[(topic, partition)] = hit[0]
+            self._positions.update(found)
+
     async def seek_to(self, partitions: list[TopicPartition], where: Literal["beginning", "end"]) -> None:
         """``positions/beginning`` (log start offset) and ``positions/end`` (the end a
         consumer can read to)."""
@@ -472,14 +493,22 @@ class ConsumerInstance:
 
     async def commit(self, offsets: list[tuple[str, int, int, str | None]] | None = None) -> None:
         """v2's commit: explicit ``(topic, partition, offset, metadata)`` store
-        ``offset + 1``; ``None`` stores every position (everything consumed)."""
+        ``offset + 1``; ``None`` stores every position (everything consumed).
+
+        Nothing to commit (no position yet, e.g. right after subscribe) sends nothing,
+        as Kafka's ``commitSync`` does; explicit offsets wait for a join in flight so
+        they carry the member's generation."""
         self.touch()
+        if offsets and self.subscribed and not self.member_id:
+            await self._settle()
         now_ms = self._broker.clock.now_ms()
         async with self._lock:
             if offsets is None:
                 entries = {tp: CommittedOffset(p, "", now_ms) for tp, p in self._positions.items()}
             else:
                 entries = {(t, p): CommittedOffset(o + 1, m or "", now_ms) for t, p, o, m in offsets}
+            if not entries:
+                return
             generation, member = self._commit_ids()
             await self._groups.commit(self.group_id, entries, generation_id=generation, member_id=member)
 
