@@ -89,17 +89,17 @@ OK = {"value": b64(b"fine")}
 TOO_BIG = b64(b"x" * (DEFAULT_MAX_MESSAGE_BYTES + 1))
 
 PRODUCE_CASES: list[Case] = [
-    ("v2 broken json", _v2('{"records": [{"value": "AA=="}'), 400, 40001, "INVALID_REQUEST"),
-    ("v2 body not an object", _v2("[1, 2]"), 400, 40001, "INVALID_REQUEST"),
-    ("v2 no records field", _v2("{}"), 400, 40001, "INVALID_REQUEST"),
-    ("v2 records not a list", _v2({"records": "AA=="}), 400, 40001, "INVALID_REQUEST"),
-    ("v2 empty records", _v2({"records": []}), 400, 40001, "INVALID_REQUEST"),
-    ("v2 json empty records", _v2({"records": []}, JSON_V2), 400, 40001, "INVALID_REQUEST"),
-    ("v2 json broken json", _v2('{"records": [{"value": {]}', JSON_V2), 400, 40001, "INVALID_REQUEST"),
-    ("bad base64 value", _v2({"records": [{"value": "@@@@"}]}), 422, 42205, "INVALID_RECORD"),
-    ("bad base64 length", _v2({"records": [{"value": "QUJDR"}]}), 422, 42205, "INVALID_RECORD"),
-    ("bad base64 key", _v2({"records": [{"key": "!not base64!", "value": "AA=="}]}), 422, 42205, "INVALID_RECORD"),
-    ("binary value not a string", _v2({"records": [{"value": 12345}]}), 422, 42205, "INVALID_RECORD"),
+    ("v2 broken json", _v2('{"records": [{"value": "AA=="}'), 400, 40002, "INVALID_REQUEST"),
+    ("v2 body not an object", _v2("[1, 2]"), 400, 40002, "INVALID_REQUEST"),
+    ("v2 no records field", _v2("{}"), 400, 40002, "INVALID_REQUEST"),
+    ("v2 records not a list", _v2({"records": "AA=="}), 400, 40002, "INVALID_REQUEST"),
+    ("v2 empty records", _v2({"records": []}), 400, 40002, "INVALID_REQUEST"),
+    ("v2 json empty records", _v2({"records": []}, JSON_V2), 400, 40002, "INVALID_REQUEST"),
+    ("v2 json broken json", _v2('{"records": [{"value": {]}', JSON_V2), 400, 40002, "INVALID_REQUEST"),
+    ("bad base64 value", _v2({"records": [{"value": "@@@@"}]}), 422, 42206, "INVALID_RECORD"),
+    ("bad base64 length", _v2({"records": [{"value": "QUJDR"}]}), 422, 42206, "INVALID_RECORD"),
+    ("bad base64 key", _v2({"records": [{"key": "!not base64!", "value": "AA=="}]}), 422, 42206, "INVALID_RECORD"),
+    ("binary value not a string", _v2({"records": [{"value": 12345}]}), 422, 42206, "INVALID_RECORD"),
     ("oversized value", _v2({"records": [{"value": TOO_BIG}]}), 413, 41301, "MESSAGE_TOO_LARGE"),
     (
         "key and value together oversized",
@@ -112,17 +112,17 @@ PRODUCE_CASES: list[Case] = [
      "UNKNOWN_TOPIC_OR_PARTITION"),
     ("unknown partition endpoint", _v2({"records": [OK]}, partition=7), 404, 40402, "UNKNOWN_TOPIC_OR_PARTITION"),
     ("negative partition endpoint", _v2({"records": [OK]}, partition=-1), 404, 40402, "UNKNOWN_TOPIC_OR_PARTITION"),
-    ("mixed: one bad base64", _v2({"records": [OK, OK, {"value": "@@@@"}, OK]}), 422, 42205, "INVALID_RECORD"),
+    ("mixed: one bad base64", _v2({"records": [OK, OK, {"value": "@@@@"}, OK]}), 422, 42206, "INVALID_RECORD"),
     ("mixed: one oversized", _v2({"records": [OK, {"value": TOO_BIG}]}), 413, 41301, "MESSAGE_TOO_LARGE"),
     ("mixed: one unknown partition", _v2({"records": [{**OK, "partition": 0}, {**OK, "partition": 9}]}), 404,
      40402, "UNKNOWN_TOPIC_OR_PARTITION"),
     ("mixed: one bad key on the partition endpoint", _v2({"records": [OK, {"key": "%%", "value": "AA=="}]},
-                                                         partition=1), 422, 42205, "INVALID_RECORD"),
-    ("invalid acks", _v2({"records": [OK]}, acks="2"), 400, 40001, "INVALID_REQUEST"),
-    ("v3 broken json", _v3('{"value": {"type": "STRING", "data": "x"'), 400, 40001, "INVALID_REQUEST"),
-    ("v3 bad base64 value", _v3({"value": {"type": "BINARY", "data": "@@@@"}}), 422, 42205, "INVALID_RECORD"),
+                                                         partition=1), 422, 42206, "INVALID_RECORD"),
+    ("invalid acks", _v2({"records": [OK]}, acks="2"), 400, 40002, "INVALID_REQUEST"),
+    ("v3 broken json", _v3('{"value": {"type": "STRING", "data": "x"'), 400, 40002, "INVALID_REQUEST"),
+    ("v3 bad base64 value", _v3({"value": {"type": "BINARY", "data": "@@@@"}}), 422, 42206, "INVALID_RECORD"),
     ("v3 bad base64 header", _v3({"value": {"type": "STRING", "data": "x"},
-                                  "headers": [{"name": "h", "value": "@@@@"}]}), 422, 42205, "INVALID_RECORD"),
+                                  "headers": [{"name": "h", "value": "@@@@"}]}), 422, 42206, "INVALID_RECORD"),
     ("v3 unknown partition", _v3({"partition_id": 5, "value": {"type": "STRING", "data": "x"}}), 404, 40402,
      "UNKNOWN_TOPIC_OR_PARTITION"),
     ("v3 oversized", _v3({"value": {"type": "BINARY", "data": TOO_BIG}}), 413, 41301, "MESSAGE_TOO_LARGE"),
@@ -205,7 +205,7 @@ def test_fetch_with_a_broken_offset_is_invalid_request(broker, seeded):
     with writes_nothing(broker, seeded):
         resp = broker.rest.http.get(f"/topics/{seeded}/partitions/0/records", params={"offset": "abc"},
                                     headers={"Accept": BINARY_V2})
-        assert_error(resp, 400, 40001, "INVALID_REQUEST")
+        assert_error(resp, 400, 40002, "INVALID_REQUEST")
 
 
 # -- topic admin ---------------------------------------------------------------------------
@@ -216,7 +216,7 @@ INVALID_NAMES = [".", "..", "a" * 250, "a/b", "a b", "", "bad$name", "caf\u00e9"
 @pytest.mark.parametrize("name", INVALID_NAMES, ids=[repr(n)[:20] for n in INVALID_NAMES])
 def test_invalid_topic_name(broker, seeded, name):
     with writes_nothing(broker, seeded):
-        assert_error(broker.rest.create_topic(name, 1), 422, 42206, "INVALID_TOPIC_EXCEPTION")
+        assert_error(broker.rest.create_topic(name, 1), 400, 40002, "INVALID_TOPIC_EXCEPTION")
 
 
 def test_longest_valid_topic_name_is_accepted(broker):
@@ -233,14 +233,14 @@ def test_dot_underscore_collision_is_invalid_topic(broker, seeded, existing, cla
     resp = broker.rest.create_topic(existing.format(u=u), 1)
     assert resp.status_code in (200, 201), resp.text
     with writes_nothing(broker, seeded):
-        body = assert_error(broker.rest.create_topic(clash.format(u=u), 1), 422, 42206, "INVALID_TOPIC_EXCEPTION")
+        body = assert_error(broker.rest.create_topic(clash.format(u=u), 1), 400, 40002, "INVALID_TOPIC_EXCEPTION")
     assert existing.format(u=u) in body["message"] or "collide" in body["message"].lower()
 
 
 def test_existing_topic_is_409_and_keeps_its_data(broker, seeded):
     rest = broker.rest
     with writes_nothing(broker, seeded):
-        assert_error(rest.create_topic(seeded, 5), 409, 40901, "TOPIC_ALREADY_EXISTS")
+        assert_error(rest.create_topic(seeded, 5), 400, 40002, "TOPIC_ALREADY_EXISTS")
     assert rest.partition_ids(seeded) == [0, 1]
     assert rest.end_offsets(seeded) == {0: 3, 1: 4}
 
@@ -261,21 +261,21 @@ BAD_CONFIGS = [
 def test_invalid_config_on_create(broker, seeded, configs):
     with writes_nothing(broker, seeded):
         resp = broker.rest.create_topic(f"cfg-{uuid.uuid4().hex[:10]}", 1, configs=configs)
-        assert_error(resp, 422, 42209, "INVALID_CONFIG")
+        assert_error(resp, 400, 40002, "INVALID_CONFIG")
 
 
 @pytest.mark.parametrize("rf", [2, 3, 0], ids=["2 on one broker", "3 on one broker", "zero"])
 def test_invalid_replication_factor(broker, seeded, rf):
     with writes_nothing(broker, seeded):
         resp = broker.rest.create_topic(f"rf-{uuid.uuid4().hex[:10]}", 1, replication_factor=rf)
-        assert_error(resp, 422, 42208, "INVALID_REPLICATION_FACTOR")
+        assert_error(resp, 400, 40002, "INVALID_REPLICATION_FACTOR")
 
 
 @pytest.mark.parametrize("partitions", [0, -5])
 def test_invalid_partition_count(broker, seeded, partitions):
     with writes_nothing(broker, seeded):
         resp = broker.rest.create_topic(f"parts-{uuid.uuid4().hex[:10]}", partitions)
-        assert_error(resp, 422, 42207, "INVALID_PARTITIONS")
+        assert_error(resp, 400, 40002, "INVALID_PARTITIONS")
 
 
 @pytest.mark.parametrize(
@@ -287,7 +287,7 @@ def test_broken_create_topic_body(broker, seeded, body):
     rest = broker.rest
     with writes_nothing(broker, seeded):
         resp = rest.http.post(rest.v3("/topics"), content=body, headers={"Content-Type": "application/json"})
-        assert_error(resp, 400, 40001, "INVALID_REQUEST")
+        assert_error(resp, 400, 40002, "INVALID_REQUEST")
 
 
 # -- request size bound ----------------------------------------------------------------------

@@ -37,7 +37,7 @@ DEFAULT_CONFIG = Path("conf") / "laketail.toml"
     default="info",
     show_default=True,
 )
-@click.option("--access-log/--no-access-log", default=False, show_default=True,
+@click.option("--access-log/--no-access-log", default=False, show_default=True, envvar="LAKETAIL_ACCESS_LOG",
               help="Log every request: method, path, status, duration, principal (logger laketail.access).")
 @click.option(
     "--no-maintenance",
