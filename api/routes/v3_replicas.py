@@ -76,9 +76,7 @@ async def get_replica(request: Request, cluster_id: str, topic: str, partition: 
     check_cluster(broker, cluster_id)
     state = broker.partition_state(topic, partition)
     if broker_id not in state.replicas:
-        raise UnknownTopicOrPartition(
-            f"broker {broker_id} holds no replica of {topic}-{partition}", rest_code=40403
-        )
+        raise UnknownTopicOrPartition(f"broker {broker_id} holds no replica of {topic}-{partition}")
     return json_response(_replica_doc(request, cluster_id, state, broker_id))
 
 

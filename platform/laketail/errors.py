@@ -247,12 +247,15 @@ class KafkaStorageError(LaketailError):
 
 
 def code_table() -> list[tuple[str, str, int, str]]:
-    """Every error as ``(kafka_name, class name, http_status, rest codes)``, sorted by
-    code: the README's "Error codes" table is this list."""
+    """Every error class of laketail (defined in any of its modules) as ``(kafka_name,
+    class name, http_status, rest codes)``, sorted by status and code: the README's
+    "Error codes" table is this list."""
+    import laketail.api.app  # noqa: F401  (every module, so every error class, is loaded: the table is whole)
+
     rows = []
     for cls in [LaketailError, *_all_subclasses(LaketailError)]:
-        if cls.__module__ != __name__:
-            continue  # e.g. the gateway's routing errors
+        if not cls.__module__.startswith("laketail.") or cls.__name__.startswith("_"):
+            continue  # the gateway's routing errors are in the README's note
         codes = str(cls.rest_code)
         if cls is UnknownTopicOrPartition:
             codes = "40401 (topic), 40402 (partition)"
@@ -260,6 +263,15 @@ def code_table() -> list[tuple[str, str, int, str]]:
             codes += f"; {cls.v3_rest_code} on /v3"
         rows.append((cls.kafka_name, cls.__name__, cls.http_status, codes))
     return sorted(rows, key=lambda r: (r[2], r[3], r[1]))
+
+
+def code_table_markdown() -> str:
+    """:func:`code_table` as the README's Markdown table."""
+    lines = ["| Kafka error (message prefix) | class | HTTP status | `error_code` |",
+             "|---|---|---|---|"]
+    for name, cls_name, status, codes in code_table():
+        lines.append(f"| `{name}` | `{cls_name}` | {status} | {codes} |")
+    return "\n".join(lines)
 
 
 def _all_subclasses(cls: type) -> list[type]:
