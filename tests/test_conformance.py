@@ -279,11 +279,12 @@ def test_codes_borrowed_with_other_meanings_are_gone():
     leader not available, 42206-42209 payload/serialization/batch errors."""
     from laketail.errors import code_table
 
-    by_name = {name: codes for name, _, _, codes in code_table()}
-    assert by_name["INVALID_RECORD"] == "42206"
-    for name in ("TOPIC_ALREADY_EXISTS", "INVALID_TOPIC_EXCEPTION", "INVALID_CONFIG",
-                 "INVALID_PARTITIONS", "INVALID_REPLICATION_FACTOR", "INVALID_REQUEST"):
-        assert by_name[name] == "40002", name
+    by_class = {cls: (status, codes) for _, cls, status, codes in code_table()}
+    assert by_class["InvalidRecord"] == (422, "42206")
+    for cls in ("TopicAlreadyExists", "InvalidTopic", "InvalidConfig", "InvalidPartitions",
+                "InvalidReplicationFactor", "InvalidRequest"):
+        assert by_class[cls] == (400, "40002"), cls
+    assert by_class["UnknownCluster"] == (404, "404")
 
 
 def test_unknown_path_is_jerseys_404(broker):
