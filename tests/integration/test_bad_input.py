@@ -123,7 +123,7 @@ PRODUCE_CASES: list[Case] = [
     ("v3 bad base64 value", _v3({"value": {"type": "BINARY", "data": "@@@@"}}), 422, 42206, "INVALID_RECORD"),
     ("v3 bad base64 header", _v3({"value": {"type": "STRING", "data": "x"},
                                   "headers": [{"name": "h", "value": "@@@@"}]}), 422, 42206, "INVALID_RECORD"),
-    ("v3 unknown partition", _v3({"partition_id": 5, "value": {"type": "STRING", "data": "x"}}), 404, 40402,
+    ("v3 unknown partition", _v3({"partition_id": 5, "value": {"type": "STRING", "data": "x"}}), 404, 404,
      "UNKNOWN_TOPIC_OR_PARTITION"),
     ("v3 oversized", _v3({"value": {"type": "BINARY", "data": TOO_BIG}}), 413, 41301, "MESSAGE_TOO_LARGE"),
 ]
@@ -151,26 +151,45 @@ def test_topic_limit_is_its_max_message_bytes(broker, make_topic):
         assert_error(resp, 413, 41301, "MESSAGE_TOO_LARGE")
 
 
+@pytest.fixture(scope="module")
+def no_auto_create(tmp_path_factory):
+    """A broker with auto.create.topics.enable=false: produce to a missing topic is a 404."""
+    from conftest import running_broker
+
+    yield from running_broker(tmp_path_factory, "no-auto-create", {"LAKETAIL_AUTO_CREATE_TOPICS_ENABLE": "false"})
+
+
 @pytest.mark.parametrize(
-    "send",
+    "send, code",
     [
-        lambda rest, t: rest.produce_binary(t, [{"value": b"x"}]),
-        lambda rest, t: rest.produce_binary(t, [{"value": b"x"}], partition=0),
-        lambda rest, t: rest.produce_json(t, [{"value": 1}]),
-        lambda rest, t: rest.produce_v3(t, {"value": {"type": "STRING", "data": "x"}}),
-        lambda rest, t: rest.fetch(t, 0, 0),
-        lambda rest, t: rest.http.get(f"/topics/{t}"),
-        lambda rest, t: rest.http.get(f"/topics/{t}/partitions"),
-        lambda rest, t: rest.http.get(f"/topics/{t}/partitions/0/offsets"),
-        lambda rest, t: rest.http.get(rest.v3(f"/topics/{t}")),
-        lambda rest, t: rest.http.delete(rest.v3(f"/topics/{t}")),
+        (lambda rest, t: rest.produce_binary(t, [{"value": b"x"}]), 40401),
+        (lambda rest, t: rest.produce_binary(t, [{"value": b"x"}], partition=0), 40401),
+        (lambda rest, t: rest.produce_json(t, [{"value": 1}]), 40401),
+        (lambda rest, t: rest.produce_v3(t, {"value": {"type": "STRING", "data": "x"}}), 404),
     ],
-    ids=["v2 binary", "v2 partition", "v2 json", "v3 records", "fetch", "v2 topic", "v2 partitions",
-         "v2 offsets", "v3 topic", "v3 delete"],
+    ids=["v2 binary", "v2 partition", "v2 json", "v3 records"],
 )
-def test_unknown_topic_is_40401(broker, seeded, send):
+def test_produce_to_an_unknown_topic_without_auto_create_is_404(no_auto_create, send, code):
+    with writes_nothing(no_auto_create):
+        assert_error(send(no_auto_create.rest, f"no-such-topic-{uuid.uuid4().hex[:8]}"), 404, code,
+                     "UNKNOWN_TOPIC_OR_PARTITION")
+
+
+@pytest.mark.parametrize(
+    "send, code",
+    [
+        (lambda rest, t: rest.fetch(t, 0, 0), 40401),
+        (lambda rest, t: rest.http.get(f"/topics/{t}"), 40401),
+        (lambda rest, t: rest.http.get(f"/topics/{t}/partitions"), 40401),
+        (lambda rest, t: rest.http.get(f"/topics/{t}/partitions/0/offsets"), 40401),
+        (lambda rest, t: rest.http.get(rest.v3(f"/topics/{t}")), 404),  # Confluent's v3: error_code 404
+        (lambda rest, t: rest.http.delete(rest.v3(f"/topics/{t}")), 404),
+    ],
+    ids=["fetch", "v2 topic", "v2 partitions", "v2 offsets", "v3 topic", "v3 delete"],
+)
+def test_unknown_topic_is_40401(broker, seeded, send, code):
     with writes_nothing(broker, seeded):
-        assert_error(send(broker.rest, f"no-such-topic-{uuid.uuid4().hex[:8]}"), 404, 40401,
+        assert_error(send(broker.rest, f"no-such-topic-{uuid.uuid4().hex[:8]}"), 404, code,
                      "UNKNOWN_TOPIC_OR_PARTITION")
 
 
