@@ -110,6 +110,10 @@ def test_a_v2_subscription_by_name_creates_the_topic(broker):
     try:
         assert consumer.subscribe([name]).status_code == 204
         assert name in topic_names(rest)
+        refused = unique("auto-refused")  # topics and a pattern: refused (409), so nothing is created
+        assert consumer.subscribe([refused]).status_code == 204
+        both = consumer.post("/subscription", {"topics": [refused + "-x"], "topic_pattern": "a.*"})
+        assert both.status_code == 409 and refused + "-x" not in topic_names(rest)
         pattern_only = unique("auto-pattern")
         assert consumer.subscribe(pattern=re.escape(pattern_only) + ".*").status_code == 204
         assert pattern_only not in topic_names(rest)

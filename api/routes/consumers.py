@@ -144,6 +144,7 @@ async def subscribe(request: Request, group: str, instance: str) -> Response:
         raise InvalidRequest("'topics' must be a list of topic names")
     if pattern is not None and type(pattern) is not str:
         raise InvalidRequest("'topic_pattern' must be a string")
+    consumer.check_subscription(topics, pattern)
     for topic in topics or []:
         # Confluent's instances are Java consumers, whose metadata requests allow
         # auto-creation (allow.auto.create.topics=true); a pattern creates nothing.

@@ -171,12 +171,17 @@ class ConsumerInstance:
 
     # -- subscription and assignment -------------------------------------------------------
 
-    async def subscribe(self, topics: list[str] | None = None, pattern: str | None = None) -> None:
-        self.touch()
+    def check_subscription(self, topics: list[str] | None, pattern: str | None) -> None:
+        """Raise what :meth:`subscribe` would refuse the request with (before anything,
+        such as an auto-created topic, is done for it)."""
         if self._manual or (topics is not None and pattern is not None):
             raise IllegalConsumerState(MUTUALLY_EXCLUSIVE)
         if topics is None and pattern is None:
             raise InvalidRequest("a subscription needs 'topics' or 'topic_pattern'")
+
+    async def subscribe(self, topics: list[str] | None = None, pattern: str | None = None) -> None:
+        self.touch()
+        self.check_subscription(topics, pattern)
         if pattern is not None:
             try:
                 self._pattern = re.compile(pattern)
