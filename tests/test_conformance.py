@@ -122,6 +122,23 @@ def test_a_v2_subscription_by_name_creates_the_topic(broker):
         consumer.close()
 
 
+def test_the_python_consumer_creates_on_subscribe_only_when_allowed(broker):
+    """Kafka's consumer metadata requests create a topic only with
+    allow.auto.create.topics (librdkafka's default: false)."""
+    from laketail.client import Consumer
+
+    rest = broker.rest
+    allowed, default = unique("auto-consumer"), unique("auto-consumer-default")
+    for name, config in ((allowed, {"allow.auto.create.topics": True}), (default, {})):
+        consumer = Consumer({"bootstrap.servers": broker.url, "group.id": unique("g"), **config})
+        try:
+            consumer.subscribe([name])
+        finally:
+            consumer.close()
+    names = topic_names(rest)
+    assert allowed in names and default not in names
+
+
 def test_auto_create_off_answers_404_and_num_partitions_is_honoured(broker_factory):
     off = broker_factory(env={"LAKETAIL_AUTO_CREATE_TOPICS_ENABLE": "false"})
     name = unique("off")
