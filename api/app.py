@@ -51,8 +51,10 @@ laketail is a streaming platform with Kafka's semantics whose topics are Delta L
   defaults to read_committed: it stops at the last stable offset and never returns
   aborted records; transaction markers are never returned as records.
 
-Every produce endpoint takes `acks` (0, 1, all). Errors are
-`{"error_code": <Confluent code>, "message": "<Kafka error name>: ..."}`.
+Every produce endpoint takes `acks` (0, 1, all); producing to a missing topic creates it
+(`auto.create.topics.enable`, default true). Errors are
+`{"error_code": <Confluent code>, "message": "<Kafka error name>: ..."}` (the README's
+"Error codes" table lists every code).
 """
 
 
