@@ -202,6 +202,12 @@ def test_seek_by_timestamps_as_confluents_consumer_seek_request(broker, make_top
         assert first_offset_after({"timestamps": [{**stamp, "timestamp": (base + 120_000) // 1000}]}) == 2
         assert first_offset_after({"timestamps": [{**stamp, "timestamp": _iso(base + 600_000)}]}) is None
         assert first_offset_after({"offsets": [{**stamp, "offset": 0}]}) == 0
+        consumer.records(timeout_ms=200)  # read to the end
+        # one bad entry (a partition not assigned) and nothing moves
+        refused = consumer.post("/positions", {"offsets": [{**stamp, "offset": 1}],
+                                               "timestamps": [{"topic": topic, "partition": 9, "timestamp": _iso(base)}]})
+        assert refused.status_code == 409, refused.text
+        assert consumer.records(timeout_ms=200) == []
         status, code, message = error_of(consumer.post("/positions", {"timestamps": [{**stamp, "timestamp": "noon"}]}))
         assert status == 400 and message.startswith("INVALID_REQUEST"), message
     finally:

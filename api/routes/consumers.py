@@ -219,10 +219,7 @@ async def seek(request: Request, group: str, instance: str) -> Response:
          seek_instant_ms(o.get("timestamp"), f"timestamps[{i}].timestamp"))
         for i, o in enumerate(_items(doc, "timestamps") if doc.get("timestamps") is not None else [])
     ]
-    if offsets:
-        await consumer.seek(offsets)
-    if times:
-        await consumer.seek_to_times(times)
+    await consumer.seek(offsets, times)
     return _no_content()
 
 

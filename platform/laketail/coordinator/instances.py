@@ -339,29 +339,25 @@ class ConsumerInstance:
         if tp not in self._assigned:
             raise IllegalConsumerState(f"No current assignment for partition {tp[0]}-{tp[1]}")
 
-    async def seek(self, offsets: list[tuple[str, int, int]]) -> None:
-        """``positions``: the next records fetched start at these offsets."""
+    async def seek(self, offsets: list[tuple[str, int, int]],
+                   timestamps: list[tuple[str, int, int]] | None = None) -> None:
+        """``positions``: the next records fetched start at these offsets, then (as
+        Confluent's instance does) at the ``timestamps``' offsets (Kafka's
+        ``offsetsForTimes``): each partition's earliest offset whose timestamp is at or
+        after the given one (ms); where no record is that late, the end a consumer can
+        read to (Confluent's instance would fail on Kafka's null answer there). All is
+        checked before any position moves."""
         self.touch()
         await self._settle()
+        timestamps = timestamps or []
         async with self._lock:
             for topic, partition, offset in offsets:
                 self._check_assigned((topic, partition))
                 if offset < 0:
                     raise InvalidRequest(f"offset {offset} for {topic}-{partition} is negative")
-            for topic, partition, offset in offsets:
-                self._positions[(topic, partition)] = offset
-
-    async def seek_to_times(self, timestamps: list[tuple[str, int, int]]) -> None:
-        """``positions`` by ``timestamps`` (Kafka's ``offsetsForTimes`` then ``seek``):
-        each partition's position becomes its earliest offset whose timestamp is at or
-        after the given one (ms); where no record is that late, the end a consumer can
-        read to (Confluent's instance would fail on Kafka's null answer there)."""
-        self.touch()
-        await self._settle()
-        async with self._lock:
             for topic, partition, _ in timestamps:
                 self._check_assigned((topic, partition))
-            found = {}
+            found = {(topic, partition): offset for topic, partition, offset in offsets}
             for topic, partition, ts_ms in timestamps:
                 hit = await self._broker.offset_for_timestamp(topic, partition, ts_ms)
                 if hit is None:
