@@ -51,7 +51,7 @@ from prometheus_client.registry import Collector
 from laketail.errors import LaketailError
 
 if TYPE_CHECKING:
-    from laketail.broker import Broker
+    from laketail.broker import Broker, PartitionState
 
 __all__ = ["CONTENT_TYPE_LATEST", "GatewayMetrics"]
 
@@ -115,12 +115,15 @@ class LagClock:
         now_ms = broker.clock.now_ms()
         budget = LAG_READS_PER_SCRAPE
         rows, seen = [], {}
-        for group in broker.offsets.groups():
+        states: dict[tuple[str, int], PartitionState] = {}  # one look-up per partition, however many groups
+        for group in broker.offsets.groups():  # both are copies: commits may land while a read awaits
             for (topic, partition), committed in broker.offsets.group_offsets(group).items():
-                try:
-                    state = broker.partition_state(topic, partition)
-                except LaketailError:
-                    continue  # the topic was deleted since
+                state = states.get((topic, partition))
+                if state is None:
+                    try:
+                        state = states[(topic, partition)] = broker.partition_state(topic, partition)
+                    except LaketailError:
+                        continue  # the topic was deleted since
                 current = committed.offset
                 lag = max(state.high_watermark - current, 0)
                 key = (group, topic, partition)
