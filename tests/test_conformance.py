@@ -351,7 +351,13 @@ def test_access_log_records_each_request_escaped(broker_factory):
     def logged() -> list[str]:
         return [line for line in proc.output().splitlines() if "laketail.access" in line]
 
-    lines = wait_until(lambda: len(logged()) >= 2 and logged(), "two access log lines")
+    def both() -> list[str] | None:  # the readiness probes are logged too: wait for these two
+        lines = logged()
+        failed = any("/partitions" in line for line in lines)
+        listed = any(re.search(r"GET /topics \d", line) for line in lines)
+        return lines if failed and listed else None
+
+    lines = wait_until(both, "the two requests' access log lines")
     failing = next(line for line in lines if "/partitions" in line)
     assert re.search(r"GET /topics/missing\\x0aforged 200/partitions 404 \d+\.\dms principal=-$", failing), failing
     assert any(re.search(r"GET /topics 200 \d+\.\dms principal=-$", line) for line in lines), lines
