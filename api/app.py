@@ -4,7 +4,9 @@ The app owns its broker: the lifespan starts it (opening the catalog, recovering
 partition logs, starting the tierer) and, at shutdown, waits for acks=0 appends still
 in flight and closes it. Routes live in :mod:`laketail.api.routes`, one module per
 resource; errors are translated in one place (:mod:`laketail.api.errors`); metrics
-are at ``GET /metrics`` and the OpenAPI UI at ``/docs``.
+are at ``GET /metrics``; the OpenAPI UIs at ``/docs`` and ``/redoc`` need no internet
+(:mod:`laketail.api.docs_pages`); ``--access-log`` logs every request
+(:mod:`laketail.api.access_log`).
 
 State on ``app.state``: ``settings``, ``broker``, ``metrics``, ``pending`` (the
 tasks of acks=0 appends, kept referenced until they end) and ``consumers`` (the v2
@@ -21,7 +23,8 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 from laketail import __version__
-from laketail.api import errors
+from laketail.api import docs_pages, errors
+from laketail.api.access_log import AccessLog
 from laketail.api.coordinator_proxy import CoordinatorProxy
 from laketail.api.hot_routes import HotRoutes
 from laketail.api.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
@@ -48,16 +51,18 @@ laketail is a streaming platform with Kafka's semantics whose topics are Delta L
   defaults to read_committed: it stops at the last stable offset and never returns
   aborted records; transaction markers are never returned as records.
 
-Every produce endpoint takes `acks` (0, 1, all). Errors are
-`{"error_code": <Confluent code>, "message": "<Kafka error name>: ..."}`.
+Every produce endpoint takes `acks` (0, 1, all); producing to a missing topic creates it
+(`auto.create.topics.enable`, default true). Errors are
+`{"error_code": <Confluent code>, "message": "<Kafka error name>: ..."}` (the README's
+"Error codes" table lists every code).
 """
 
 
-def create_app(settings: BrokerSettings, broker: Broker | None = None) -> FastAPI:
+def create_app(settings: BrokerSettings, broker: Broker | None = None, *, access_log: bool = False) -> FastAPI:
     """The gateway for one broker; ``broker`` defaults to ``Broker(settings)``.
 
     The lifespan starts and closes the broker either way, so pass one that has not
-    been started.
+    been started. ``access_log`` logs every request on ``laketail.access``.
     """
     broker = broker if broker is not None else Broker(settings)
 
@@ -78,7 +83,7 @@ def create_app(settings: BrokerSettings, broker: Broker | None = None) -> FastAP
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,  # docs_pages serves both UIs from packaged assets
         redoc_url=None,
     )
     app.state.settings = settings
@@ -89,12 +94,15 @@ def create_app(settings: BrokerSettings, broker: Broker | None = None) -> FastAP
     app.add_middleware(HotRoutes, fastapi_app=app)  # innermost: produce and fetch skip FastAPI's routing
     errors.install(app, settings.socket_request_max_bytes)
     app.add_middleware(CoordinatorProxy, broker=broker)
+    if access_log:
+        app.add_middleware(AccessLog)  # outermost: sees every answer, proxied ones too
     for router in ROUTERS:
         app.include_router(router)
     app.include_router(spark_v1.router)  # table locations for Spark's driver
+    docs_pages.install(app)
 
     @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")
     async def metrics(request: Request) -> Response:
-        return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+        return Response(await request.app.state.metrics.render_async(), media_type=CONTENT_TYPE_LATEST)
 
     return app

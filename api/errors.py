@@ -7,8 +7,8 @@ What is not a laketail error yet is translated here, once:
 
 * FastAPI request validation (bad query parameter, broken or incomplete admin body)
   -> INVALID_REQUEST 400/40001;
-* Starlette's own HTTP errors (no such route 404, wrong method 405) -> the same body
-  shape with ``error_code`` = status * 100;
+* Starlette's own HTTP errors (no such route 404, wrong method 405) -> Jersey's answer
+  in Confluent's REST Proxy: ``{"error_code": 404, "message": "HTTP 404 Not Found"}``;
 * a client that disconnects while its body is read -> nothing worth logging;
 * anything unexpected -> UNKNOWN_SERVER_ERROR 500/50001 (logged with its traceback).
 """
@@ -33,20 +33,25 @@ ERROR_MEDIA_TYPE = "application/json"
 
 
 class _HttpError(LaketailError):
-    """A routing-level HTTP error (404 no such route, 405 method) in laketail's shape."""
+    """A routing-level HTTP error (404 no such route, 405 method) as Confluent's REST
+    Proxy (Jersey) answers it: ``error_code`` is the status, the message Jersey's."""
 
     kafka_name = "INVALID_REQUEST"
 
     def __init__(self, status: int, detail: str) -> None:
         self.http_status = status
-        super().__init__(detail, rest_code=status * 100)
+        super().__init__(detail, rest_code=status)
+
+    @property
+    def message(self) -> str:
+        return f"HTTP {self.http_status} {self.detail}"
 
 
-def error_response(err: LaketailError) -> Response:
-    """The one place a ``LaketailError`` becomes an HTTP response."""
-    return Response(
-        orjson.dumps(err.to_body()), status_code=err.http_status, media_type=ERROR_MEDIA_TYPE
-    )
+def error_response(err: LaketailError, path: str = "") -> Response:
+    """The one place a ``LaketailError`` becomes an HTTP response (``path`` picks the
+    v3 code where Confluent's v3 differs from v2)."""
+    body = err.to_body(v3=path.startswith("/v3/"))
+    return Response(orjson.dumps(body), status_code=err.http_status, media_type=ERROR_MEDIA_TYPE)
 
 
 def _count(request: Request, err: LaketailError) -> None:
@@ -58,7 +63,7 @@ def _count(request: Request, err: LaketailError) -> None:
 async def _on_laketail_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, LaketailError)
     _count(request, exc)
-    return error_response(exc)
+    return error_response(exc, request.url.path)
 
 
 async def _on_validation_error(request: Request, exc: Exception) -> Response:

@@ -23,6 +23,25 @@ found them damaged (0 when sound; see ``storage.table_check``).
 topic (``__consumer_offsets``, ``__transaction_state``) that the coordinators' last load
 could not decode and skipped (read from the coordinators at scrape time).
 
+Cluster health, also at scrape time, under the names Kafka's JMX exporter gives them:
+``kafka_server_replicamanager_underreplicatedpartitions`` and
+``kafka_controller_kafkacontroller_offlinepartitionscount`` (gauges over every
+partition in the cluster image), ``kafka_server_replicamanager_isrshrinks_total`` and
+``kafka_server_replicamanager_isrexpands_total`` (counters, partitions this broker
+leads), per partition ``kafka_topic_partition_under_replicated_partition`` (1/0, as
+kafka-exporter), and the tier delay ``laketail_partition_tier_delay_records``: records
+produced (below the log end offset) but not yet in the Delta table.
+
+Consumer-group lag, in kafka-exporter's and kafka-lag-exporter's names, labels
+``consumergroup``, ``topic``, ``partition``: ``kafka_consumergroup_lag`` (records from
+the committed offset to the high watermark), ``kafka_consumergroup_lag_seconds``
+(now minus the timestamp of the first unconsumed record; 0 when caught up) and
+``kafka_consumergroup_current_offset``. Groups are those whose offsets this broker holds
+(the group coordinator's). The cost stays flat over thousands of groups: the record lag
+is a dictionary walk; the time lag reads one record per partition only when its
+committed offset moved since the last scrape (:class:`LagClock`, at most
+``LAG_READS_PER_SCRAPE`` reads a scrape; the rest keep their last timestamp).
+
 Each app has its own registry, so several gateways (tests) live in one process.
 Scrapes run on the event loop thread, as every broker call must.
 """
@@ -38,7 +57,7 @@ from prometheus_client.registry import Collector
 from laketail.errors import LaketailError
 
 if TYPE_CHECKING:
-    from laketail.broker import Broker
+    from laketail.broker import Broker, PartitionState
 
 __all__ = ["CONTENT_TYPE_LATEST", "GatewayMetrics"]
 
@@ -111,6 +130,117 @@ class InternalLoadCollector(Collector):
         yield family
 
 
+#: Record reads a scrape may spend on time lag (partitions whose committed offset moved).
+LAG_READS_PER_SCRAPE = 256
+
+
+class LagClock:
+    """The timestamp of the record at each group's committed offset, read once per
+    committed offset: ``{(group, topic, partition): (offset, timestamp_ms)}``.
+
+    Refreshed on the event loop before a scrape renders (:meth:`refresh`); entries of
+    groups or partitions that went away are dropped."""
+
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        self._seen: dict[tuple[str, str, int], tuple[int, int | None]] = {}
+        self.rows: list[tuple[str, str, int, int, int, int]] = []  # group, topic, p, current, lag, time lag ms
+
+    async def refresh(self) -> None:
+        broker = self.broker
+        now_ms = broker.clock.now_ms()
+        budget = LAG_READS_PER_SCRAPE
+        rows, seen = [], {}
+        states: dict[tuple[str, int], PartitionState] = {}  # one look-up per partition, however many groups
+        for group in broker.offsets.groups():  # both are copies: commits may land while a read awaits
+            for (topic, partition), committed in broker.offsets.group_offsets(group).items():
+                state = states.get((topic, partition))
+                if state is None:
+                    try:
+                        state = states[(topic, partition)] = broker.partition_state(topic, partition)
+                    except LaketailError:
+                        continue  # the topic was deleted since
+                current = committed.offset
+                lag = max(state.high_watermark - current, 0)
+                key = (group, topic, partition)
+                offset, ts_ms = self._seen.get(key, (-1, None))
+                if lag > 0 and (offset != current or ts_ms is None) and budget > 0:
+                    budget -= 1
+                    offset, ts_ms = current, await self._timestamp(topic, partition, max(current, state.log_start_offset))
+                seen[key] = (offset, ts_ms)
+                time_lag = max(now_ms - ts_ms, 0) if lag > 0 and ts_ms is not None else 0
+                rows.append((group, topic, partition, current, lag, time_lag))
+        self._seen, self.rows = seen, rows
+
+    async def _timestamp(self, topic: str, partition: int, offset: int) -> int | None:
+        try:
+            result = await self.broker.fetch(topic, partition, offset, max_records=1, isolation="read_uncommitted")
+        except LaketailError:
+            return None
+        if not result.records.num_rows:
+            return None
+        return result.records.column("timestamp")[0].value // 1000
+
+
+class HealthCollector(Collector):
+    """Group lag (from :class:`LagClock`'s last refresh), replication health and tier
+    delay (from the broker at scrape time)."""
+
+    def __init__(self, broker: "Broker", lag: LagClock) -> None:
+        self.broker = broker
+        self.lag = lag
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["consumergroup", "topic", "partition"]
+        lag = GaugeMetricFamily("kafka_consumergroup_lag", "Records from the group's committed offset to the "
+                                "high watermark.", labels=labels)
+        lag_s = GaugeMetricFamily("kafka_consumergroup_lag_seconds", "Age of the first record the group has not "
+                                  "consumed (0 when caught up).", labels=labels)
+        current = GaugeMetricFamily("kafka_consumergroup_current_offset", "The group's committed offset.",
+                                    labels=labels)
+        for group, topic, partition, offset, records, ms in self.lag.rows:
+            row = [group, topic, str(partition)]
+            lag.add_metric(row, records)
+            lag_s.add_metric(row, ms / 1000.0)
+            current.add_metric(row, offset)
+        yield from (lag, lag_s, current)
+
+        image = self.broker.cluster.image
+        under = offline = 0
+        per_partition = GaugeMetricFamily(
+            "kafka_topic_partition_under_replicated_partition",
+            "1 when the partition's ISR is smaller than its replica set.", labels=["topic", "partition"])
+        for (topic, partition), reg in image.partitions.items():
+            is_under = len(reg.isr) < len(reg.replicas)
+            under += is_under
+            offline += not reg.online
+            per_partition.add_metric([topic, str(partition)], int(is_under))
+        yield per_partition
+        yield GaugeMetricFamily("kafka_server_replicamanager_underreplicatedpartitions",
+                                "Partitions whose ISR is smaller than their replica set.", value=under)
+        yield GaugeMetricFamily("kafka_controller_kafkacontroller_offlinepartitionscount",
+                                "Partitions without a live leader.", value=offline)
+        node = self.broker.cluster
+        yield CounterMetricFamily("kafka_server_replicamanager_isrshrinks",
+                                  "ISR shrinks of partitions this broker leads.", value=node.isr_shrinks)
+        yield CounterMetricFamily("kafka_server_replicamanager_isrexpands",
+                                  "ISR expands of partitions this broker leads.", value=node.isr_expands)
+
+        delay = GaugeMetricFamily("laketail_partition_tier_delay_records", "Records produced (below the log end "
+                                  "offset) but not yet in the Delta table.", labels=["topic", "partition"])
+        for topic in self.broker.list_topics():
+            try:
+                states = self.broker.partition_states(topic)
+            except LaketailError:
+                continue
+            for state in states:
+                delay.add_metric([topic, str(state.partition)], max(state.log_end_offset - state.tiered_offset, 0))
+        yield delay
+
+
 class GatewayMetrics:
     """The gateway's metric objects and its registry."""
 
@@ -151,6 +281,8 @@ class GatewayMetrics:
         )
         r.register(PartitionCollector(broker))
         r.register(InternalLoadCollector(broker))
+        self.lag = LagClock(broker)
+        r.register(HealthCollector(broker, self.lag))
         # labelled children, looked up once per (api, topic): .labels() is not free
         self._produce: dict[tuple[str, str], tuple] = {}
         self._fetch: dict[tuple[str, str], tuple] = {}
@@ -182,6 +314,11 @@ class GatewayMetrics:
 
     def count_error(self, err: LaketailError) -> None:
         self.errors.labels(err.kafka_name).inc()
+
+    async def render_async(self) -> bytes:
+        """Refresh the group lag, then render (the ``/metrics`` route)."""
+        await self.lag.refresh()
+        return generate_latest(self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -96,10 +96,10 @@ def test_arrow_fetch_out_of_range(client, topic):
 
 
 @pytest.mark.parametrize("table, code", [
-    (pa.table({"key": pa.array([b"k"])}), 42205),  # no value column
-    (pa.table({"value": pa.array([b"v"]), "colour": pa.array(["red"])}), 42205),  # unknown column
-    (pa.table({"value": pa.array([[1, 2]])}), 42205),  # a list is not binary
-    (pa.table({"value": pa.array([], pa.binary())}), 40001),  # no records
+    (pa.table({"key": pa.array([b"k"])}), 42206),  # no value column
+    (pa.table({"value": pa.array([b"v"]), "colour": pa.array(["red"])}), 42206),  # unknown column
+    (pa.table({"value": pa.array([[1, 2]])}), 42206),  # a list is not binary
+    (pa.table({"value": pa.array([], pa.binary())}), 40002),  # no records
 ])
 def test_bad_arrow_bodies(client, topic, table, code):
     resp = post_arrow(client, f"/v1/topics/{topic}/records", table)
@@ -110,13 +110,13 @@ def test_bad_arrow_bodies(client, topic, table, code):
 
 def test_a_body_that_is_not_arrow_is_400(client, topic):
     resp = client.post(f"/v1/topics/{topic}/records", content=b"hello", headers={"Content-Type": ARROW})
-    assert_error(resp, 400, 40001, "INVALID_REQUEST")
+    assert_error(resp, 400, 40002, "INVALID_REQUEST")
 
 
 def test_arrow_partition_column_must_agree_with_the_path(client, topic):
     table = pa.table({"value": pa.array([b"v"]), "partition": pa.array([0], pa.int32())})
     resp = post_arrow(client, f"/v1/topics/{topic}/partitions/1/records", table)
-    assert_error(resp, 422, 42205, "INVALID_RECORD")
+    assert_error(resp, 422, 42206, "INVALID_RECORD")
 
 
 def test_arrow_acks_0_checks_then_appends(client, topic):
@@ -147,7 +147,7 @@ def test_offsets_by_timestamp(client, topic):
     assert client.get(path, params={"timestamp": "1500"}).json() == {"offset": 1, "timestamp": 2_000}
     assert client.get(path, params={"timestamp": "3000"}).json() == {"offset": 2, "timestamp": 3_000}
     assert client.get(path, params={"timestamp": "3001"}).json() == {"offset": -1, "timestamp": -1}
-    assert_error(client.get(path, params={"timestamp": "noon"}), 400, 40001, "INVALID_REQUEST")
+    assert_error(client.get(path, params={"timestamp": "noon"}), 400, 40002, "INVALID_REQUEST")
     assert_error(client.get(f"/v1/topics/{topic}/partitions/9/offsets"), 404, 40402, "UNKNOWN_TOPIC_OR_PARTITION")
 
 

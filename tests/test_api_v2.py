@@ -154,9 +154,9 @@ def test_json_fetch_of_non_json_bytes_is_406(client, topic):
 
 
 def test_fetch_needs_an_offset(client, topic):
-    assert_error(client.get(f"/topics/{topic}/partitions/0/records"), 400, 40001, "INVALID_REQUEST")
+    assert_error(client.get(f"/topics/{topic}/partitions/0/records"), 400, 40002, "INVALID_REQUEST")
     assert_error(client.get(f"/topics/{topic}/partitions/0/records", params={"offset": 0, "timeout": -1}),
-                 400, 40001, "INVALID_REQUEST")
+                 400, 40002, "INVALID_REQUEST")
 
 
 def test_fetch_timestamps_are_milliseconds(client, topic):

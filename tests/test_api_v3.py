@@ -55,7 +55,7 @@ def test_cluster_id_is_stable_across_restarts(tmp_path):
 
 @pytest.mark.parametrize("path", ["", "/topics", "/topics/x", "/topics/x/configs", "/topics/x/partitions"])
 def test_unknown_cluster_is_404(client, path):
-    assert_error(client.get(f"/v3/clusters/not-this-one{path}"), 404, 40404, "INCONSISTENT_CLUSTER_ID")
+    assert_error(client.get(f"/v3/clusters/not-this-one{path}"), 404, 404, "INCONSISTENT_CLUSTER_ID")
 
 
 def test_topic_lifecycle(client, cid):
@@ -76,12 +76,12 @@ def test_topic_lifecycle(client, cid):
     assert listing["kind"] == "KafkaTopicList"
     assert name in [t["topic_name"] for t in listing["data"]]
 
-    assert_error(client.post(f"/v3/clusters/{cid}/topics", json={"topic_name": name}), 409, 40901,
+    assert_error(client.post(f"/v3/clusters/{cid}/topics", json={"topic_name": name}), 400, 40002,
                  "TOPIC_ALREADY_EXISTS")
 
     assert client.delete(f"/v3/clusters/{cid}/topics/{name}").status_code == 204
-    assert_error(client.get(f"/v3/clusters/{cid}/topics/{name}"), 404, 40401, "UNKNOWN_TOPIC_OR_PARTITION")
-    assert_error(client.delete(f"/v3/clusters/{cid}/topics/{name}"), 404, 40401, "UNKNOWN_TOPIC_OR_PARTITION")
+    assert_error(client.get(f"/v3/clusters/{cid}/topics/{name}"), 404, 404, "UNKNOWN_TOPIC_OR_PARTITION")
+    assert_error(client.delete(f"/v3/clusters/{cid}/topics/{name}"), 404, 404, "UNKNOWN_TOPIC_OR_PARTITION")
 
 
 def test_validate_only_creates_nothing(client, cid):
@@ -90,11 +90,11 @@ def test_validate_only_creates_nothing(client, cid):
                        json={"topic_name": name, "partitions_count": 2, "validate_only": True})
     assert resp.status_code == 201, resp.text
     assert resp.json()["partitions_count"] == 2
-    assert_error(client.get(f"/v3/clusters/{cid}/topics/{name}"), 404, 40401, "UNKNOWN_TOPIC_OR_PARTITION")
+    assert_error(client.get(f"/v3/clusters/{cid}/topics/{name}"), 404, 404, "UNKNOWN_TOPIC_OR_PARTITION")
     bad = client.post(f"/v3/clusters/{cid}/topics", json={
         "topic_name": name, "validate_only": True, "configs": [{"name": "retention.ms", "value": "soon"}],
     })
-    assert_error(bad, 422, 42209, "INVALID_CONFIG")
+    assert_error(bad, 400, 40002, "INVALID_CONFIG")
 
 
 def test_partitions(client, cid, topic):
@@ -104,7 +104,7 @@ def test_partitions(client, cid, topic):
     one = client.get(f"/v3/clusters/{cid}/topics/{topic}/partitions/1").json()
     assert one == listing["data"][1]
     assert one["kind"] == "KafkaPartition" and one["topic_name"] == topic
-    assert_error(client.get(f"/v3/clusters/{cid}/topics/{topic}/partitions/2"), 404, 40402,
+    assert_error(client.get(f"/v3/clusters/{cid}/topics/{topic}/partitions/2"), 404, 404,
                  "UNKNOWN_TOPIC_OR_PARTITION")
 
 
@@ -131,9 +131,9 @@ def test_configs_get_set_reset(client, cid, topic):
     assert client.delete(f"{base}/retention.ms").status_code == 204
     assert client.get(f"{base}/retention.ms").json()["value"] == "604800000"
 
-    assert_error(client.get(f"{base}/no.such.key"), 422, 42209, "INVALID_CONFIG")
-    assert_error(client.put(f"{base}/no.such.key", json={"value": "1"}), 422, 42209, "INVALID_CONFIG")
-    assert_error(client.put(f"{base}/retention.ms", json={"value": "later"}), 422, 42209, "INVALID_CONFIG")
+    assert_error(client.get(f"{base}/no.such.key"), 400, 40002, "INVALID_CONFIG")
+    assert_error(client.put(f"{base}/no.such.key", json={"value": "1"}), 400, 40002, "INVALID_CONFIG")
+    assert_error(client.put(f"{base}/retention.ms", json={"value": "later"}), 400, 40002, "INVALID_CONFIG")
 
 
 def test_configs_alter_is_all_or_nothing(client, cid, topic):
@@ -150,7 +150,7 @@ def test_configs_alter_is_all_or_nothing(client, cid, topic):
         {"name": "retention.ms", "operation": "DELETE"},
         {"name": "segment.ms", "value": "never"},
     ]})
-    assert_error(bad, 422, 42209, "INVALID_CONFIG")
+    assert_error(bad, 400, 40002, "INVALID_CONFIG")
     assert configs(client, cid, topic)["retention.ms"]["value"] == "-1"
 
     dry = client.post(f"{base}:alter", json={"validate_only": True, "data": [
@@ -167,10 +167,10 @@ def test_configs_alter_is_all_or_nothing(client, cid, topic):
 
 def test_broken_admin_bodies_are_400(client, cid, topic):
     assert_error(client.post(f"/v3/clusters/{cid}/topics", content=b"{", headers={"Content-Type": "application/json"}),
-                 400, 40001, "INVALID_REQUEST")
-    assert_error(client.post(f"/v3/clusters/{cid}/topics", json={"partitions_count": 1}), 400, 40001,
+                 400, 40002, "INVALID_REQUEST")
+    assert_error(client.post(f"/v3/clusters/{cid}/topics", json={"partitions_count": 1}), 400, 40002,
                  "INVALID_REQUEST")
-    assert_error(client.post(f"/v3/clusters/{cid}/topics/{topic}/configs:alter", json={"data": "x"}), 400, 40001,
+    assert_error(client.post(f"/v3/clusters/{cid}/topics/{topic}/configs:alter", json={"data": "x"}), 400, 40002,
                  "INVALID_REQUEST")
 
 
@@ -196,12 +196,13 @@ def test_single_record_report(client, cid, topic):
 
 def test_single_record_errors_use_their_http_status(client, cid, topic):
     base = f"/v3/clusters/{cid}/topics/{topic}/records"
-    assert_error(client.post(base, json={"value": {"type": "AVRO", "data": {}}}), 422, 42205, "INVALID_RECORD")
-    assert_error(client.post(base, json={"value": {"type": "STRING", "data": 5}}), 422, 42205, "INVALID_RECORD")
-    assert_error(client.post(base, json={"timestamp": "yesterday"}), 422, 42205, "INVALID_RECORD")
-    assert_error(client.post(base, json=42), 400, 40001, "INVALID_REQUEST")
-    assert_error(client.post(base, json=[]), 400, 40001, "INVALID_REQUEST")
-    assert_error(client.post(f"/v3/clusters/{cid}/topics/nope-nope/records", json={}), 404, 40401,
+    assert_error(client.post(base, json={"value": {"type": "AVRO", "data": {}}}), 422, 42206, "INVALID_RECORD")
+    assert_error(client.post(base, json={"value": {"type": "STRING", "data": 5}}), 422, 42206, "INVALID_RECORD")
+    assert_error(client.post(base, json={"timestamp": "yesterday"}), 422, 42206, "INVALID_RECORD")
+    assert_error(client.post(base, json=42), 400, 40002, "INVALID_REQUEST")
+    assert_error(client.post(base, json=[]), 400, 40002, "INVALID_REQUEST")
+    # an internal name is never auto-created (auto.create.topics.enable is on here)
+    assert_error(client.post(f"/v3/clusters/{cid}/topics/__nope/records", json={}), 404, 404,
                  "UNKNOWN_TOPIC_OR_PARTITION")
     assert [fetch(client, topic, p) for p in (0, 1)] == [[], []]
 
@@ -217,7 +218,7 @@ def test_concatenated_records_report_per_record_and_keep_going(client, cid, topi
                        headers={"Content-Type": "application/json"})
     assert resp.status_code == 200
     reports = [json.loads(line) for line in resp.text.splitlines()]
-    assert [r["error_code"] for r in reports] == [200, 42205, 40402, 200]
+    assert [r["error_code"] for r in reports] == [200, 42206, 404, 200]
     assert [r.get("offset") for r in reports] == [0, None, None, 1]
     assert reports[1]["message"].startswith("INVALID_RECORD")
     assert [unb64(r["value"]) for r in fetch(client, topic, 0)] == [b"a", b"[1,2]"]
@@ -238,7 +239,7 @@ def test_broken_json_after_good_records_reports_then_stops(client, cid, topic):
                        headers={"Content-Type": "application/json"})
     assert resp.status_code == 200
     reports = [json.loads(line) for line in resp.text.splitlines()]
-    assert [r["error_code"] for r in reports] == [200, 40001]
+    assert [r["error_code"] for r in reports] == [200, 40002]
     assert len(fetch(client, topic, 0)) == 1
 
 
@@ -259,7 +260,7 @@ def test_streaming_mode_with_records_split_across_chunks(client, cid, topic):
                        headers={"Content-Type": "application/json"})
     assert resp.status_code == 200
     reports = [json.loads(line) for line in resp.text.splitlines()]
-    assert [r["error_code"] for r in reports] == [200, 200, 42205, 200]
+    assert [r["error_code"] for r in reports] == [200, 200, 42206, 200]
     assert [r.get("offset") for r in reports] == [0, 1, None, 2]
     values = [unb64(r["value"]) for r in fetch(client, topic, 1)]
     assert values == [b"s0", b"s1", '{"k":"é"}'.encode()]
@@ -274,7 +275,7 @@ def test_streaming_mode_reports_broken_json_at_the_end(client, cid, topic):
                        headers={"Content-Type": "application/json"})
     assert resp.status_code == 200
     reports = [json.loads(line) for line in resp.text.splitlines()]
-    assert [r["error_code"] for r in reports] == [200, 40001]
+    assert [r["error_code"] for r in reports] == [200, 40002]
 
 
 def test_v3_acks_0(client, cid, topic):

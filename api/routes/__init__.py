@@ -18,6 +18,7 @@ from laketail.api.routes import (
     transactions_v1,
     v3_groups,
     v3_records,
+    v3_replicas,
     v3_topics,
 )
 
@@ -35,6 +36,7 @@ ROUTERS = [
     transactions_v1.router,
     v3_groups.router,
     check.router,
+    v3_replicas.router,
     internal.router,
 ]
 

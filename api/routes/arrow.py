@@ -163,9 +163,9 @@ async def _produce_arrow(request: Request, topic: str, partition: int | None) ->
         producer = producer_of(request)
     state = request.app.state
     broker = state.broker
-    broker.topic(topic)
     limit = state.settings.socket_request_max_bytes
     table = to_produce_table(read_ipc(await read_body(request), limit), partition)
+    await broker.topic_for_produce(topic)  # auto.create.topics.enable, once the body is good
     result = await produce(request, topic, table, acks, producer)
     nbytes = payload_bytes(table.column("value"))
     if "key" in table.column_names:

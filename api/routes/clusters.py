@@ -43,7 +43,6 @@ def cluster_doc(request: Request) -> dict:
         "metadata": {"self": url, "resource_name": cluster_crn(cid)},
         "cluster_id": cid,
         "controller": {"related": f"{url}/brokers/{controller}"},
-        "acls": {"related": f"{url}/acls"},
         "brokers": {"related": f"{url}/brokers"},
         "broker_configs": {"related": f"{url}/broker-configs"},
         "consumer_groups": {"related": f"{url}/consumer-groups"},

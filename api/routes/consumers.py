@@ -30,6 +30,7 @@ Every answer but records is ``application/vnd.kafka.v2+json``; an unknown instan
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
 
@@ -38,14 +39,14 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from laketail.api import consumer_schemas as bodies
-from laketail.api.deps import json_response, parse_json, query_int, read_body
+from laketail.api.deps import broker_of, json_response, parse_json, query_int, read_body
 from laketail.api.encoding import MEDIA_TYPES, V2_JSON, EmbeddedFormat, format_of
 from laketail.api.routes.clusters import base_url
 from laketail.api.routes.fetch import encode_records
 from laketail.bounds import int32, int64
 from laketail.coordinator.instance_config import InstanceConfig
 from laketail.coordinator.instances import ConsumerInstance, ConsumerInstances
-from laketail.errors import InvalidRequest, NotAcceptable, UnsupportedMediaType
+from laketail.errors import InvalidRequest, NotAcceptable, UnknownTopicOrPartition, UnsupportedMediaType
 
 router = APIRouter(tags=["v2 consumers"])
 
@@ -145,6 +146,14 @@ async def subscribe(request: Request, group: str, instance: str) -> Response:
         raise InvalidRequest("'topics' must be a list of topic names")
     if pattern is not None and type(pattern) is not str:
         raise InvalidRequest("'topic_pattern' must be a string")
+    consumer.check_subscription(topics, pattern)
+    for topic in topics or []:
+        # Confluent's instances are Java consumers, whose metadata requests allow
+        # auto-creation (allow.auto.create.topics=true); a pattern creates nothing.
+        try:
+            await broker_of(request).topic_for_produce(topic)
+        except UnknownTopicOrPartition:
+            pass  # auto-creation off, or an internal name: a subscription may wait for it
     await consumer.subscribe(topics, pattern)
     return _no_content()
 
@@ -178,16 +187,43 @@ async def get_assignments(request: Request, group: str, instance: str) -> Respon
 # -- positions --------------------------------------------------------------------------------
 
 
+def seek_instant_ms(value: Any, where: str) -> int:
+    """A ConsumerSeekRequest ``timestamp`` as Kafka milliseconds. Confluent reads it as a
+    Jackson ``Instant``: an ISO-8601 string, or a JSON number of epoch *seconds*
+    (Jackson's default, READ_DATE_TIMESTAMPS_AS_NANOSECONDS), which is followed here."""
+    if type(value) is str:
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            raise InvalidRequest(f"{where} is not an ISO-8601 instant: {value!r}") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        return int(moment.timestamp() * 1000)
+    if type(value) in (int, float) and 0 <= value < 1e13:
+        return int(value * 1000)
+    raise InvalidRequest(f"{where} must be an ISO-8601 instant or epoch seconds")
+
+
 @router.post(INSTANCE + "/positions", status_code=204, summary="Seek: where the next records start",
              openapi_extra=bodies.SEEK_OPENAPI)
 async def seek(request: Request, group: str, instance: str) -> Response:
+    """Confluent's ConsumerSeekRequest: ``offsets`` ``[{topic, partition, offset}]``
+    and/or ``timestamps`` ``[{topic, partition, timestamp}]`` (each optional)."""
     consumer = instance_of(request)
+    doc = await _body(request)
+    if doc.get("offsets") is None and doc.get("timestamps") is None:
+        raise InvalidRequest("a seek needs 'offsets' or 'timestamps'")
     offsets = [
         (_str_field(o, "topic", f"offsets[{i}]"), _int_field(o, "partition", f"offsets[{i}]"),
          _int_field(o, "offset", f"offsets[{i}]"))
-        for i, o in enumerate(_items(await _body(request), "offsets"))
+        for i, o in enumerate(_items(doc, "offsets") if doc.get("offsets") is not None else [])
     ]
-    await consumer.seek(offsets)
+    times = [
+        (_str_field(o, "topic", f"timestamps[{i}]"), _int_field(o, "partition", f"timestamps[{i}]"),
+         seek_instant_ms(o.get("timestamp"), f"timestamps[{i}].timestamp"))
+        for i, o in enumerate(_items(doc, "timestamps") if doc.get("timestamps") is not None else [])
+    ]
+    await consumer.seek(offsets, times)
     return _no_content()
 
 

@@ -217,9 +217,9 @@ async def _produce_v2(request: Request, topic: str, partition: int | None) -> Re
         producer = producer_of(request)
     embedded = request_format(request.headers.get("content-type"))
     state = request.app.state
-    state.broker.topic(topic)  # 404 before decoding anything
     doc = parse_json(await read_body(request), nested_values=embedded == "json")
     records = decode_records(doc, embedded, partition)
+    await state.broker.topic_for_produce(topic)  # auto.create.topics.enable, once the body is good
     result = await produce(request, topic, records, acks, producer)
     if result is not None and result.dense is not None:
         body = _dense_v2_answer(*result.dense, len(records))

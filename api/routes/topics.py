@@ -56,8 +56,17 @@ async def get_topic(request: Request, topic: str) -> Response:
 
 
 @router.get("/topics/{topic}/partitions", summary="List a topic's partitions")
-async def list_partitions(request: Request, topic: str) -> Response:
-    return _v2([_partition(s) for s in broker_of(request).partition_states(topic)])
+async def list_partitions(
+    request: Request,
+    topic: str,
+    allow_auto_topic_creation: bool = Query(
+        False, description="laketail: create the topic first when it does not exist and the broker's "
+        "auto.create.topics.enable is set (Kafka's MetadataRequest field; the Python producer sets it)"),
+) -> Response:
+    broker = broker_of(request)
+    if allow_auto_topic_creation:
+        await broker.topic_for_produce(topic)
+    return _v2([_partition(s) for s in broker.partition_states(topic)])
 
 
 @router.get("/topics/{topic}/partitions/{partition}", summary="Describe one partition")

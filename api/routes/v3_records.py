@@ -101,7 +101,7 @@ def prepare(doc: Any, fixed_partition: int | None) -> V3Record:
 
 
 def error_report(err: LaketailError) -> dict:
-    return err.to_body()
+    return err.to_body(v3=True)
 
 
 def _data(kind: str | None, data: bytes | None) -> dict | None:
@@ -269,7 +269,7 @@ async def _produce_v3(
     acks = parse_acks(acks_raw)
     broker = broker_of(request)
     check_cluster(broker, cluster_id)
-    broker.topic(topic)
+    await broker.topic_for_produce(topic)  # auto.create.topics.enable
     if partition is not None:
         broker.partition_state(topic, partition)
     if _is_chunked(request):

@@ -87,7 +87,9 @@ def topic_doc(request: Request, cluster_id: str, info) -> dict:
     }
 
 
-def partition_doc(request: Request, cluster_id: str, topic: str, partition: int) -> dict:
+def partition_doc(request: Request, cluster_id: str, topic: str, partition: int, leader: int) -> dict:
+    """Confluent's ``KafkaPartition``; ``leader`` links the leading replica
+    (``replicas/{broker_id}``; null while the partition has no leader)."""
     url = f"{topic_url(request, cluster_id, topic)}/partitions/{partition}"
     return {
         "kind": "KafkaPartition",
@@ -98,9 +100,8 @@ def partition_doc(request: Request, cluster_id: str, topic: str, partition: int)
         "cluster_id": cluster_id,
         "topic_name": topic,
         "partition_id": partition,
-        "leader": {"related": f"{url}/replicas/leader"},
+        "leader": {"related": f"{url}/replicas/{leader}"} if leader >= 0 else None,
         "replicas": {"related": f"{url}/replicas"},
-        "reassignment": {"related": f"{url}/reassignment"},
     }
 
 
@@ -183,11 +184,11 @@ async def delete_topic(request: Request, cluster_id: str, topic: str) -> Respons
 async def list_partitions(request: Request, cluster_id: str, topic: str) -> Response:
     broker = broker_of(request)
     check_cluster(broker, cluster_id)
-    count = broker.topic(topic).partitions
+    states = broker.partition_states(topic)
     return json_response({
         "kind": "KafkaPartitionList",
         "metadata": list_metadata(f"{topic_url(request, cluster_id, topic)}/partitions"),
-        "data": [partition_doc(request, cluster_id, topic, p) for p in range(count)],
+        "data": [partition_doc(request, cluster_id, topic, s.partition, s.leader) for s in states],
     })
 
 
@@ -198,8 +199,8 @@ async def list_partitions(request: Request, cluster_id: str, topic: str) -> Resp
 async def get_partition(request: Request, cluster_id: str, topic: str, partition: int) -> Response:
     broker = broker_of(request)
     check_cluster(broker, cluster_id)
-    broker.partition_state(topic, partition)  # 404 for an unknown partition
-    return json_response(partition_doc(request, cluster_id, topic, partition))
+    state = broker.partition_state(topic, partition)  # 404 for an unknown partition
+    return json_response(partition_doc(request, cluster_id, topic, partition, state.leader))
 
 
 # -- configs ------------------------------------------------------------------------------

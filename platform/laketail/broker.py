@@ -47,6 +47,7 @@ from laketail.errors import (
     OffsetOutOfRange,
     RecordTooLarge,
     RequestTimedOut,
+    TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
 from laketail.maintenance.compaction import execute_key_compaction, plan_key_compaction
@@ -436,6 +437,33 @@ class Broker:
         if runtime is None:
             raise UnknownTopicOrPartition.topic(name)
         return runtime.info
+
+    async def topic_for_produce(self, name: str) -> TopicInfo:
+        """The topic a produce (or a subscription by name) names; when it does not exist
+        and ``auto.create.topics.enable`` is set, it is created first with
+        ``num.partitions`` and ``default.replication.factor``, as Kafka's broker does for
+        a metadata request that allows auto-creation.
+
+        Never created: an internal (``__``) name (UNKNOWN_TOPIC_OR_PARTITION) and an
+        invalid one (INVALID_TOPIC_EXCEPTION, Kafka's answer too). Two requests racing
+        to create it both get the topic; LEADER_NOT_AVAILABLE (retriable, Kafka's answer
+        while a topic is being created) if another broker created it and this one has
+        not seen it yet."""
+        runtime = self._topics.get(name)
+        if runtime is not None:
+            return runtime.info
+        if not self.settings.auto_create_topics_enable or str(name).startswith("__"):
+            raise UnknownTopicOrPartition.topic(name)
+        validate_topic_name(name)
+        try:
+            info = await self.create_topic(name)
+        except TopicAlreadyExists:
+            runtime = self._topics.get(name)
+            if runtime is None:
+                raise LeaderNotAvailable(f"topic '{name}' is being created") from None
+            return runtime.info
+        log.info("auto-created topic %s (%d partitions)", name, info.partitions)
+        return info
 
     def _runtime(self, name: str) -> _TopicRuntime:
         runtime = self._topics.get(name)

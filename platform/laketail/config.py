@@ -194,6 +194,7 @@ class BrokerSettings:
     host: str = "127.0.0.1"
     port: int = 8082
     advertised_url: str | None = None
+    auto_create_topics_enable: bool = True
     num_partitions: int = 1
     default_replication_factor: int = 1
     message_max_bytes: int = 1_048_588
@@ -256,6 +257,7 @@ _BROKER_KEYS = {
     "host": "host",
     "port": "port",
     "advertised.url": "advertised_url",
+    "auto.create.topics.enable": "auto_create_topics_enable",
     "num.partitions": "num_partitions",
     "default.replication.factor": "default_replication_factor",
     "message.max.bytes": "message_max_bytes",

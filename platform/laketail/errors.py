@@ -13,17 +13,14 @@ The gateway turns any ``LaketailError`` into ``{"error_code", "message"}`` in on
 exception handler; the Python client turns that body back into the same class with
 :func:`for_rest_code` / :func:`for_kafka_name`, so both sides raise the same thing.
 
-Tree::
+Tree (the README's "Error codes" section is the full table, generated from these
+classes by :func:`code_table` and kept equal to it by ``tests/test_conformance.py``)::
 
-    LaketailError
-    ├── UnknownTopicOrPartition      404 40401 / 40402
-    ├── TopicAlreadyExists           409 40901
-    ├── InvalidTopic                 422 42206
-    ├── InvalidPartitions            422 42207
-    ├── InvalidReplicationFactor     422 42208
-    ├── InvalidConfig                422 42209
-    ├── InvalidRequest               400 40001  (broken JSON, missing fields, ...)
-    ├── InvalidRecord                422 42205  (bad base64, bad embedded value, ...)
+    LaketailError                    500 50001
+    ├── UnknownTopicOrPartition      404 40401 / 40402 (v3: 404)
+    ├── TopicAlreadyExists, InvalidTopic, InvalidPartitions, InvalidReplicationFactor,
+    │   InvalidConfig, InvalidRequest      400 40002 (Confluent's Kafka bad request)
+    ├── InvalidRecord                422 42206  (Confluent's payload error: bad base64, ...)
     ├── InvalidTimestamp             422 42214  (outside [0, 9999-12-31], see bounds.py)
     ├── RecordTooLarge               413 41301
     ├── OffsetOutOfRange             416 41601
@@ -35,14 +32,14 @@ Tree::
     ├── RequestTimedOut              504 50401
     ├── CorruptMessage               500 50002
     ├── KafkaStorageError            500 50002
-    ├── UnknownCluster               404 40404 (INCONSISTENT_CLUSTER_ID)
+    ├── UnknownCluster               404 404 (INCONSISTENT_CLUSTER_ID)
     ├── producers: OutOfOrderSequenceNumber 409 40910, InvalidProducerEpoch 40911,
     │   InvalidTxnState 40912, InvalidProducerIdMapping 40913, ConcurrentTransactions
     │   40914, ProducerFenced 40915, TransactionalIdNotFound 404 40407
     ├── UnsupportedMediaType         415 41501
     └── consumer groups: IllegalGeneration 409 40904, RebalanceInProgress 409 40905,
-        UnknownMemberId 404 40405, GroupIdNotFound 404 40406, NonEmptyGroup 409 40906,
-        NoOffsetForPartition 409 40907, InvalidGroupId 422 42210,
+        UnknownMemberId 404 40405, GroupIdNotFound 404 40406 (v3: 404), NonEmptyGroup
+        409 40906, NoOffsetForPartition 409 40907, InvalidGroupId 422 42210,
         InvalidSessionTimeout 422 42211, InconsistentGroupProtocol 422 42212,
         OffsetMetadataTooLarge 422 42213
 """
@@ -59,6 +56,9 @@ class LaketailError(Exception):
     kafka_name: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
     http_status: ClassVar[int] = 500
     rest_code: ClassVar[int] = 50001
+    #: The ``error_code`` on ``/v3`` paths when it differs (Confluent's v3 answers a
+    #: missing resource with ``error_code`` 404, v2 with 40401 / 40402).
+    v3_rest_code: ClassVar[int | None] = None
     retriable: ClassVar[bool] = False
 
     def __init__(self, detail: str = "", *, rest_code: int | None = None) -> None:
@@ -71,8 +71,10 @@ class LaketailError(Exception):
     def message(self) -> str:
         return f"{self.kafka_name}: {self.detail}" if self.detail else self.kafka_name
 
-    def to_body(self) -> dict:
-        return {"error_code": self.rest_code, "message": self.message}
+    def to_body(self, v3: bool = False) -> dict:
+        """The REST body; ``v3`` for an answer on a ``/v3`` path."""
+        code = self.v3_rest_code if v3 and self.v3_rest_code is not None else self.rest_code
+        return {"error_code": code, "message": self.message}
 
 
 class UnknownTopicOrPartition(LaketailError):
@@ -80,6 +82,7 @@ class UnknownTopicOrPartition(LaketailError):
     kafka_name = "UNKNOWN_TOPIC_OR_PARTITION"
     http_status = 404
     rest_code = 40401
+    v3_rest_code = 404
 
     @classmethod
     def topic(cls, topic: str) -> "UnknownTopicOrPartition":
@@ -93,50 +96,50 @@ class UnknownTopicOrPartition(LaketailError):
 class TopicAlreadyExists(LaketailError):
     kafka_code = 36
     kafka_name = "TOPIC_ALREADY_EXISTS"
-    http_status = 409
-    rest_code = 40901
+    http_status = 400
+    rest_code = 40002
 
 
 class InvalidTopic(LaketailError):
     kafka_code = 17
     kafka_name = "INVALID_TOPIC_EXCEPTION"
-    http_status = 422
-    rest_code = 42206
+    http_status = 400
+    rest_code = 40002
 
 
 class InvalidPartitions(LaketailError):
     kafka_code = 37
     kafka_name = "INVALID_PARTITIONS"
-    http_status = 422
-    rest_code = 42207
+    http_status = 400
+    rest_code = 40002
 
 
 class InvalidReplicationFactor(LaketailError):
     kafka_code = 38
     kafka_name = "INVALID_REPLICATION_FACTOR"
-    http_status = 422
-    rest_code = 42208
+    http_status = 400
+    rest_code = 40002
 
 
 class InvalidConfig(LaketailError):
     kafka_code = 40
     kafka_name = "INVALID_CONFIG"
-    http_status = 422
-    rest_code = 42209
+    http_status = 400
+    rest_code = 40002
 
 
 class InvalidRequest(LaketailError):
     kafka_code = 42
     kafka_name = "INVALID_REQUEST"
     http_status = 400
-    rest_code = 40001
+    rest_code = 40002
 
 
 class InvalidRecord(LaketailError):
     kafka_code = 87
     kafka_name = "INVALID_RECORD"
     http_status = 422
-    rest_code = 42205
+    rest_code = 42206
 
 
 class InvalidTimestamp(LaketailError):
@@ -251,6 +254,34 @@ class KafkaStorageError(LaketailError):
     retriable = True
 
 
+def code_table() -> list[tuple[str, str, int, str]]:
+    """Every error class of laketail (defined in any of its modules) as ``(kafka_name,
+    class name, http_status, rest codes)``, sorted by status and code: the README's
+    "Error codes" table is this list."""
+    import laketail.api.app  # noqa: F401  (every module, so every error class, is loaded: the table is whole)
+
+    rows = []
+    for cls in [LaketailError, *_all_subclasses(LaketailError)]:
+        if not cls.__module__.startswith("laketail.") or cls.__name__.startswith("_"):
+            continue  # the gateway's routing errors are in the README's note
+        codes = str(cls.rest_code)
+        if cls is UnknownTopicOrPartition:
+            codes = "40401 (topic), 40402 (partition)"
+        if cls.v3_rest_code is not None:
+            codes += f"; {cls.v3_rest_code} on /v3"
+        rows.append((cls.kafka_name, cls.__name__, cls.http_status, codes))
+    return sorted(rows, key=lambda r: (r[2], r[3], r[1]))
+
+
+def code_table_markdown() -> str:
+    """:func:`code_table` as the README's Markdown table."""
+    lines = ["| Kafka error (message prefix) | class | HTTP status | `error_code` |",
+             "|---|---|---|---|"]
+    for name, cls_name, status, codes in code_table():
+        lines.append(f"| `{name}` | `{cls_name}` | {status} | {codes} |")
+    return "\n".join(lines)
+
+
 def _all_subclasses(cls: type) -> list[type]:
     out = []
     for sub in cls.__subclasses__():
@@ -284,7 +315,7 @@ class UnknownCluster(LaketailError):
     kafka_code = 104
     kafka_name = "INCONSISTENT_CLUSTER_ID"
     http_status = 404
-    rest_code = 40404
+    rest_code = 404
 
 
 class UnsupportedMediaType(LaketailError):
@@ -394,6 +425,7 @@ class GroupIdNotFound(LaketailError):
     kafka_name = "GROUP_ID_NOT_FOUND"
     http_status = 404
     rest_code = 40406
+    v3_rest_code = 404
 
 
 class NonEmptyGroup(LaketailError):

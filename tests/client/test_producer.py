@@ -141,14 +141,15 @@ def test_a_dead_bootstrap_server_is_skipped(servers, clients, make_topic):
 
 
 def test_unknown_topic_is_reported_to_the_delivery_callback(servers, clients):
+    # an internal (__) name: auto.create.topics.enable (on, Kafka's default) never creates one
     producer = clients(Producer({"bootstrap.servers": servers}))
     reports = []
-    producer.produce("no-such-topic-anywhere", b"v", on_delivery=lambda err, msg: reports.append((err, msg)))
+    producer.produce("__no-such-topic-anywhere", b"v", on_delivery=lambda err, msg: reports.append((err, msg)))
     assert producer.flush(60) == 0
     (err, msg), = reports
     assert err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART == 3
     assert err.name() == "UNKNOWN_TOPIC_OR_PART"
-    assert (msg.topic(), msg.offset(), msg.error()) == ("no-such-topic-anywhere", OFFSET_INVALID, err)
+    assert (msg.topic(), msg.offset(), msg.error()) == ("__no-such-topic-anywhere", OFFSET_INVALID, err)
 
 
 def test_local_checks_raise_at_produce(servers, clients, make_topic):

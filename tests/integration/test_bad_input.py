@@ -89,17 +89,17 @@ OK = {"value": b64(b"fine")}
 TOO_BIG = b64(b"x" * (DEFAULT_MAX_MESSAGE_BYTES + 1))
 
 PRODUCE_CASES: list[Case] = [
-    ("v2 broken json", _v2('{"records": [{"value": "AA=="}'), 400, 40001, "INVALID_REQUEST"),
-    ("v2 body not an object", _v2("[1, 2]"), 400, 40001, "INVALID_REQUEST"),
-    ("v2 no records field", _v2("{}"), 400, 40001, "INVALID_REQUEST"),
-    ("v2 records not a list", _v2({"records": "AA=="}), 400, 40001, "INVALID_REQUEST"),
-    ("v2 empty records", _v2({"records": []}), 400, 40001, "INVALID_REQUEST"),
-    ("v2 json empty records", _v2({"records": []}, JSON_V2), 400, 40001, "INVALID_REQUEST"),
-    ("v2 json broken json", _v2('{"records": [{"value": {]}', JSON_V2), 400, 40001, "INVALID_REQUEST"),
-    ("bad base64 value", _v2({"records": [{"value": "@@@@"}]}), 422, 42205, "INVALID_RECORD"),
-    ("bad base64 length", _v2({"records": [{"value": "QUJDR"}]}), 422, 42205, "INVALID_RECORD"),
-    ("bad base64 key", _v2({"records": [{"key": "!not base64!", "value": "AA=="}]}), 422, 42205, "INVALID_RECORD"),
-    ("binary value not a string", _v2({"records": [{"value": 12345}]}), 422, 42205, "INVALID_RECORD"),
+    ("v2 broken json", _v2('{"records": [{"value": "AA=="}'), 400, 40002, "INVALID_REQUEST"),
+    ("v2 body not an object", _v2("[1, 2]"), 400, 40002, "INVALID_REQUEST"),
+    ("v2 no records field", _v2("{}"), 400, 40002, "INVALID_REQUEST"),
+    ("v2 records not a list", _v2({"records": "AA=="}), 400, 40002, "INVALID_REQUEST"),
+    ("v2 empty records", _v2({"records": []}), 400, 40002, "INVALID_REQUEST"),
+    ("v2 json empty records", _v2({"records": []}, JSON_V2), 400, 40002, "INVALID_REQUEST"),
+    ("v2 json broken json", _v2('{"records": [{"value": {]}', JSON_V2), 400, 40002, "INVALID_REQUEST"),
+    ("bad base64 value", _v2({"records": [{"value": "@@@@"}]}), 422, 42206, "INVALID_RECORD"),
+    ("bad base64 length", _v2({"records": [{"value": "QUJDR"}]}), 422, 42206, "INVALID_RECORD"),
+    ("bad base64 key", _v2({"records": [{"key": "!not base64!", "value": "AA=="}]}), 422, 42206, "INVALID_RECORD"),
+    ("binary value not a string", _v2({"records": [{"value": 12345}]}), 422, 42206, "INVALID_RECORD"),
     ("oversized value", _v2({"records": [{"value": TOO_BIG}]}), 413, 41301, "MESSAGE_TOO_LARGE"),
     (
         "key and value together oversized",
@@ -112,18 +112,18 @@ PRODUCE_CASES: list[Case] = [
      "UNKNOWN_TOPIC_OR_PARTITION"),
     ("unknown partition endpoint", _v2({"records": [OK]}, partition=7), 404, 40402, "UNKNOWN_TOPIC_OR_PARTITION"),
     ("negative partition endpoint", _v2({"records": [OK]}, partition=-1), 404, 40402, "UNKNOWN_TOPIC_OR_PARTITION"),
-    ("mixed: one bad base64", _v2({"records": [OK, OK, {"value": "@@@@"}, OK]}), 422, 42205, "INVALID_RECORD"),
+    ("mixed: one bad base64", _v2({"records": [OK, OK, {"value": "@@@@"}, OK]}), 422, 42206, "INVALID_RECORD"),
     ("mixed: one oversized", _v2({"records": [OK, {"value": TOO_BIG}]}), 413, 41301, "MESSAGE_TOO_LARGE"),
     ("mixed: one unknown partition", _v2({"records": [{**OK, "partition": 0}, {**OK, "partition": 9}]}), 404,
      40402, "UNKNOWN_TOPIC_OR_PARTITION"),
     ("mixed: one bad key on the partition endpoint", _v2({"records": [OK, {"key": "%%", "value": "AA=="}]},
-                                                         partition=1), 422, 42205, "INVALID_RECORD"),
-    ("invalid acks", _v2({"records": [OK]}, acks="2"), 400, 40001, "INVALID_REQUEST"),
-    ("v3 broken json", _v3('{"value": {"type": "STRING", "data": "x"'), 400, 40001, "INVALID_REQUEST"),
-    ("v3 bad base64 value", _v3({"value": {"type": "BINARY", "data": "@@@@"}}), 422, 42205, "INVALID_RECORD"),
+                                                         partition=1), 422, 42206, "INVALID_RECORD"),
+    ("invalid acks", _v2({"records": [OK]}, acks="2"), 400, 40002, "INVALID_REQUEST"),
+    ("v3 broken json", _v3('{"value": {"type": "STRING", "data": "x"'), 400, 40002, "INVALID_REQUEST"),
+    ("v3 bad base64 value", _v3({"value": {"type": "BINARY", "data": "@@@@"}}), 422, 42206, "INVALID_RECORD"),
     ("v3 bad base64 header", _v3({"value": {"type": "STRING", "data": "x"},
-                                  "headers": [{"name": "h", "value": "@@@@"}]}), 422, 42205, "INVALID_RECORD"),
-    ("v3 unknown partition", _v3({"partition_id": 5, "value": {"type": "STRING", "data": "x"}}), 404, 40402,
+                                  "headers": [{"name": "h", "value": "@@@@"}]}), 422, 42206, "INVALID_RECORD"),
+    ("v3 unknown partition", _v3({"partition_id": 5, "value": {"type": "STRING", "data": "x"}}), 404, 404,
      "UNKNOWN_TOPIC_OR_PARTITION"),
     ("v3 oversized", _v3({"value": {"type": "BINARY", "data": TOO_BIG}}), 413, 41301, "MESSAGE_TOO_LARGE"),
 ]
@@ -151,26 +151,45 @@ def test_topic_limit_is_its_max_message_bytes(broker, make_topic):
         assert_error(resp, 413, 41301, "MESSAGE_TOO_LARGE")
 
 
+@pytest.fixture(scope="module")
+def no_auto_create(tmp_path_factory):
+    """A broker with auto.create.topics.enable=false: produce to a missing topic is a 404."""
+    from conftest import running_broker
+
+    yield from running_broker(tmp_path_factory, "no-auto-create", {"LAKETAIL_AUTO_CREATE_TOPICS_ENABLE": "false"})
+
+
 @pytest.mark.parametrize(
-    "send",
+    "send, code",
     [
-        lambda rest, t: rest.produce_binary(t, [{"value": b"x"}]),
-        lambda rest, t: rest.produce_binary(t, [{"value": b"x"}], partition=0),
-        lambda rest, t: rest.produce_json(t, [{"value": 1}]),
-        lambda rest, t: rest.produce_v3(t, {"value": {"type": "STRING", "data": "x"}}),
-        lambda rest, t: rest.fetch(t, 0, 0),
-        lambda rest, t: rest.http.get(f"/topics/{t}"),
-        lambda rest, t: rest.http.get(f"/topics/{t}/partitions"),
-        lambda rest, t: rest.http.get(f"/topics/{t}/partitions/0/offsets"),
-        lambda rest, t: rest.http.get(rest.v3(f"/topics/{t}")),
-        lambda rest, t: rest.http.delete(rest.v3(f"/topics/{t}")),
+        (lambda rest, t: rest.produce_binary(t, [{"value": b"x"}]), 40401),
+        (lambda rest, t: rest.produce_binary(t, [{"value": b"x"}], partition=0), 40401),
+        (lambda rest, t: rest.produce_json(t, [{"value": 1}]), 40401),
+        (lambda rest, t: rest.produce_v3(t, {"value": {"type": "STRING", "data": "x"}}), 404),
     ],
-    ids=["v2 binary", "v2 partition", "v2 json", "v3 records", "fetch", "v2 topic", "v2 partitions",
-         "v2 offsets", "v3 topic", "v3 delete"],
+    ids=["v2 binary", "v2 partition", "v2 json", "v3 records"],
 )
-def test_unknown_topic_is_40401(broker, seeded, send):
+def test_produce_to_an_unknown_topic_without_auto_create_is_404(no_auto_create, send, code):
+    with writes_nothing(no_auto_create):
+        assert_error(send(no_auto_create.rest, f"no-such-topic-{uuid.uuid4().hex[:8]}"), 404, code,
+                     "UNKNOWN_TOPIC_OR_PARTITION")
+
+
+@pytest.mark.parametrize(
+    "send, code",
+    [
+        (lambda rest, t: rest.fetch(t, 0, 0), 40401),
+        (lambda rest, t: rest.http.get(f"/topics/{t}"), 40401),
+        (lambda rest, t: rest.http.get(f"/topics/{t}/partitions"), 40401),
+        (lambda rest, t: rest.http.get(f"/topics/{t}/partitions/0/offsets"), 40401),
+        (lambda rest, t: rest.http.get(rest.v3(f"/topics/{t}")), 404),  # Confluent's v3: error_code 404
+        (lambda rest, t: rest.http.delete(rest.v3(f"/topics/{t}")), 404),
+    ],
+    ids=["fetch", "v2 topic", "v2 partitions", "v2 offsets", "v3 topic", "v3 delete"],
+)
+def test_unknown_topic_is_40401(broker, seeded, send, code):
     with writes_nothing(broker, seeded):
-        assert_error(send(broker.rest, f"no-such-topic-{uuid.uuid4().hex[:8]}"), 404, 40401,
+        assert_error(send(broker.rest, f"no-such-topic-{uuid.uuid4().hex[:8]}"), 404, code,
                      "UNKNOWN_TOPIC_OR_PARTITION")
 
 
@@ -205,7 +224,7 @@ def test_fetch_with_a_broken_offset_is_invalid_request(broker, seeded):
     with writes_nothing(broker, seeded):
         resp = broker.rest.http.get(f"/topics/{seeded}/partitions/0/records", params={"offset": "abc"},
                                     headers={"Accept": BINARY_V2})
-        assert_error(resp, 400, 40001, "INVALID_REQUEST")
+        assert_error(resp, 400, 40002, "INVALID_REQUEST")
 
 
 # -- topic admin ---------------------------------------------------------------------------
@@ -216,7 +235,7 @@ INVALID_NAMES = [".", "..", "a" * 250, "a/b", "a b", "", "bad$name", "caf\u00e9"
 @pytest.mark.parametrize("name", INVALID_NAMES, ids=[repr(n)[:20] for n in INVALID_NAMES])
 def test_invalid_topic_name(broker, seeded, name):
     with writes_nothing(broker, seeded):
-        assert_error(broker.rest.create_topic(name, 1), 422, 42206, "INVALID_TOPIC_EXCEPTION")
+        assert_error(broker.rest.create_topic(name, 1), 400, 40002, "INVALID_TOPIC_EXCEPTION")
 
 
 def test_longest_valid_topic_name_is_accepted(broker):
@@ -233,14 +252,14 @@ def test_dot_underscore_collision_is_invalid_topic(broker, seeded, existing, cla
     resp = broker.rest.create_topic(existing.format(u=u), 1)
     assert resp.status_code in (200, 201), resp.text
     with writes_nothing(broker, seeded):
-        body = assert_error(broker.rest.create_topic(clash.format(u=u), 1), 422, 42206, "INVALID_TOPIC_EXCEPTION")
+        body = assert_error(broker.rest.create_topic(clash.format(u=u), 1), 400, 40002, "INVALID_TOPIC_EXCEPTION")
     assert existing.format(u=u) in body["message"] or "collide" in body["message"].lower()
 
 
 def test_existing_topic_is_409_and_keeps_its_data(broker, seeded):
     rest = broker.rest
     with writes_nothing(broker, seeded):
-        assert_error(rest.create_topic(seeded, 5), 409, 40901, "TOPIC_ALREADY_EXISTS")
+        assert_error(rest.create_topic(seeded, 5), 400, 40002, "TOPIC_ALREADY_EXISTS")
     assert rest.partition_ids(seeded) == [0, 1]
     assert rest.end_offsets(seeded) == {0: 3, 1: 4}
 
@@ -261,21 +280,21 @@ BAD_CONFIGS = [
 def test_invalid_config_on_create(broker, seeded, configs):
     with writes_nothing(broker, seeded):
         resp = broker.rest.create_topic(f"cfg-{uuid.uuid4().hex[:10]}", 1, configs=configs)
-        assert_error(resp, 422, 42209, "INVALID_CONFIG")
+        assert_error(resp, 400, 40002, "INVALID_CONFIG")
 
 
 @pytest.mark.parametrize("rf", [2, 3, 0], ids=["2 on one broker", "3 on one broker", "zero"])
 def test_invalid_replication_factor(broker, seeded, rf):
     with writes_nothing(broker, seeded):
         resp = broker.rest.create_topic(f"rf-{uuid.uuid4().hex[:10]}", 1, replication_factor=rf)
-        assert_error(resp, 422, 42208, "INVALID_REPLICATION_FACTOR")
+        assert_error(resp, 400, 40002, "INVALID_REPLICATION_FACTOR")
 
 
 @pytest.mark.parametrize("partitions", [0, -5])
 def test_invalid_partition_count(broker, seeded, partitions):
     with writes_nothing(broker, seeded):
         resp = broker.rest.create_topic(f"parts-{uuid.uuid4().hex[:10]}", partitions)
-        assert_error(resp, 422, 42207, "INVALID_PARTITIONS")
+        assert_error(resp, 400, 40002, "INVALID_PARTITIONS")
 
 
 @pytest.mark.parametrize(
@@ -287,7 +306,7 @@ def test_broken_create_topic_body(broker, seeded, body):
     rest = broker.rest
     with writes_nothing(broker, seeded):
         resp = rest.http.post(rest.v3("/topics"), content=body, headers={"Content-Type": "application/json"})
-        assert_error(resp, 400, 40001, "INVALID_REQUEST")
+        assert_error(resp, 400, 40002, "INVALID_REQUEST")
 
 
 # -- request size bound ----------------------------------------------------------------------

@@ -108,7 +108,7 @@ def test_v3_concatenated_records_with_a_bad_one_report_each_in_order(broker, top
     reports = parse_concatenated_json(resp.text)
     assert len(reports) == 3, reports
     assert reports[0]["error_code"] == 200 and reports[2]["error_code"] == 200
-    assert reports[1]["error_code"] == 42205 and "INVALID_RECORD" in reports[1]["message"], reports[1]
+    assert reports[1]["error_code"] == 42206 and "INVALID_RECORD" in reports[1]["message"], reports[1]
     assert [reports[0]["offset"], reports[2]["offset"]] == [0, 1]
     assert [decode_binary(r)["value"] for r in rest.fetch_range(topic, 0, 0, 2)] == [b"first", b"third"]
 

@@ -55,7 +55,7 @@ PROBE_TIMEOUT_S = 5.0
 
 NOT_ENOUGH_REPLICAS = 50301
 LEADER_NOT_AVAILABLE = 50303
-INVALID_REPLICATION_FACTOR = 42208
+INVALID_REPLICATION_FACTOR = 40002
 
 
 def wait_until(check: Callable[[], T], what: str, timeout_s: float = SETTLE_S, every_s: float = 0.1) -> T:

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.fault]
 
 def _assert_invalid_replication_factor(cluster: Cluster, name: str, factor: int) -> None:
     resp = cluster.create_topic(name, 1, factor)
-    assert resp.status_code == 422, f"replication factor {factor} on {cluster.live_ids()}: {resp.text}"
+    assert resp.status_code == 400, f"replication factor {factor} on {cluster.live_ids()}: {resp.text}"
     body = resp.json()
     assert body["error_code"] == INVALID_REPLICATION_FACTOR, body
     assert body["message"].startswith("INVALID_REPLICATION_FACTOR"), body

@@ -58,6 +58,15 @@ def test_topic_and_partition_columns(spark: Any, broker: Any, make_topic: Any) -
     assert sorted(v for *_, v in written(spark, broker.url, second)) == [b"anywhere", b"to-second-0"]
 
 
+def test_a_write_to_a_missing_topic_creates_it(spark: Any, broker: Any) -> None:
+    """auto.create.topics.enable (Kafka's default): the sink's metadata request creates
+    the topic with num.partitions, as Kafka's producer under Spark's Kafka sink would."""
+    topic = f"sink-auto-{uuid.uuid4().hex[:8]}"
+    frame = spark.createDataFrame([(b"one",), (b"two",)], "value binary")
+    frame.write.format("laketail").option("laketail.servers", broker.url).option("topic", topic).mode("append").save()
+    assert sorted(v for *_, v in written(spark, broker.url, topic)) == [b"one", b"two"]
+
+
 def test_a_failed_write_shows_nothing(spark: Any, broker: Any, topic: str) -> None:
     frame = spark.range(0, 30, numPartitions=1).select(
         F.when(F.col("id") == 25, F.raise_error(F.lit("boom"))).otherwise(F.col("id").cast("string")).alias("value")

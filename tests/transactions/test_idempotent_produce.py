@@ -157,7 +157,7 @@ def test_bad_producer_parameters_are_refused_and_write_nothing(txn_broker, make_
     arrow = http.post(f"/v1/topics/{topic}/partitions/0/records", params=params, content=arrow_body([b"x"]),
                       headers={"Content-Type": "application/vnd.apache.arrow.stream"})
     for resp in (v2, arrow):
-        assert error_of(resp) == (400, 40001), resp.text
+        assert error_of(resp) == (400, 40002), resp.text
         assert words in resp.json()["message"]
     assert read_values(http, topic, 0, "read_uncommitted") == []
 
@@ -172,7 +172,7 @@ def test_producer_parameters_on_a_topic_wide_endpoint_are_refused(txn_broker, ma
     arrow = http.post(f"/v1/topics/{topic}/records", params=params, content=arrow_body([b"x"]),
                       headers={"Content-Type": "application/vnd.apache.arrow.stream"})
     for resp in (v2, arrow):
-        assert error_of(resp) == (400, 40001), resp.text
+        assert error_of(resp) == (400, 40002), resp.text
         assert "per-partition endpoint" in resp.json()["message"]
 
 
@@ -192,4 +192,4 @@ def test_the_producer_endpoint_without_a_body_gives_an_idempotent_producer(txn_b
     assert first.json()["producer_epoch"] == second.json()["producer_epoch"] == 0
     assert first.json()["producer_id"] != second.json()["producer_id"]
     bad = http.post("/v1/producers", json={"transactional_id": unique("t"), "transaction_timeout_ms": 0})
-    assert error_of(bad) == (400, 40001)
+    assert error_of(bad) == (400, 40002)

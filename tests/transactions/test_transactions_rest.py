@@ -269,7 +269,7 @@ def test_transaction_errors_over_rest(txn_broker, make_topic):
     future_epoch = {"producer_id": session.producer_id, "producer_epoch": session.epoch + 1}
     assert error_of(http.post(f"/v1/transactions/{session.transactional_id}/commit",
                               json=future_epoch)) == (409, 40913)
-    assert error_of(http.post(f"/v1/transactions/{session.transactional_id}/begin", json={})) == (400, 40001)
+    assert error_of(http.post(f"/v1/transactions/{session.transactional_id}/begin", json={})) == (400, 40002)
     assert error_of(session.add_partitions([(topic, 5)])) == (404, 40402)
     # Committing with nothing open is fine (Kafka's client would not even ask).
     assert session.commit().json() == {"state": "Empty"}

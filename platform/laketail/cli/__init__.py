@@ -12,7 +12,8 @@ One module per command group; this one only assembles them::
     laketail check      verify a topic's table and hot logs (check.py)
 
 Every command that talks to a broker takes ``--server URL`` (default
-``$LAKETAIL_SERVER`` or http://127.0.0.1:8082). Errors print ``error: <message>`` on
+``$LAKETAIL_SERVER`` or http://127.0.0.1:8082), before the command's name
+(``laketail --server URL topics list``) or after it. Errors print ``error: <message>`` on
 stderr and exit 1; usage errors exit 2.
 """
 
@@ -27,6 +28,7 @@ from laketail.cli.check import check
 from laketail.cli.consume import consume
 from laketail.cli.groups import groups
 from laketail.cli.jobs import jobs
+from laketail.cli.options import group_server_option
 from laketail.cli.produce import produce
 from laketail.cli.serve import serve
 from laketail.cli.sql import sql
@@ -37,6 +39,7 @@ __all__ = ["cli", "main"]
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="laketail")
+@group_server_option
 def cli() -> None:
     """laketail: Kafka's semantics, topics stored as Delta Lake tables."""
 

@@ -7,6 +7,7 @@ and table output.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -29,15 +30,41 @@ class CommandError(click.ClickException):
         click.echo(f"error: {self.message}", err=True)
 
 
+#: Where ``laketail --server URL <command>`` leaves the URL (``ctx.meta`` is shared by
+#: the group's context and its subcommands').
+_META_KEY = "laketail.server"
+
+
+def _remember_server(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.meta[_META_KEY] = value
+
+
+def _resolve_server(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    """The subcommand's ``--server``, else the group's, else ``$LAKETAIL_SERVER``, else
+    the default."""
+    if value is not None:
+        return value
+    return ctx.meta.get(_META_KEY) or os.environ.get(SERVER_ENV) or DEFAULT_SERVER
+
+
+def group_server_option(func: F) -> F:
+    """``laketail --server URL <command> ...``: the same option before the subcommand."""
+    return click.option(
+        "--server", metavar="URL", expose_value=False, callback=_remember_server,
+        help=f"The broker's gateway URL for any command (or ${SERVER_ENV}) [default: {DEFAULT_SERVER}].",
+    )(func)
+
+
 def server_option(func: F) -> F:
-    """``--server URL``, accepted anywhere after the subcommand's name."""
+    """``--server URL``, accepted anywhere after the subcommand's name (and before it,
+    :func:`group_server_option`); a flag after the subcommand wins."""
     return click.option(
         "--server",
-        envvar=SERVER_ENV,
-        default=DEFAULT_SERVER,
-        show_default=True,
+        default=None,
+        callback=_resolve_server,
         metavar="URL",
-        help=f"The broker's gateway URL (or ${SERVER_ENV}).",
+        help=f"The broker's gateway URL (or ${SERVER_ENV}) [default: {DEFAULT_SERVER}].",
     )(func)
 
 

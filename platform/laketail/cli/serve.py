@@ -37,7 +37,8 @@ DEFAULT_CONFIG = Path("conf") / "laketail.toml"
     default="info",
     show_default=True,
 )
-@click.option("--access-log/--no-access-log", default=False, show_default=True, help="Log every request.")
+@click.option("--access-log/--no-access-log", default=False, show_default=True, envvar="LAKETAIL_ACCESS_LOG",
+              help="Log every request: method, path, status, duration, principal (logger laketail.access).")
 @click.option(
     "--no-maintenance",
     is_flag=True,
@@ -94,7 +95,7 @@ def serve(
     laketail_log.setLevel(log_level.upper())
     laketail_log.propagate = False
 
-    app = create_app(settings)
+    app = create_app(settings, access_log=access_log)
     click.echo(
         f"laketail broker {settings.broker_id}: data {settings.data}, hot logs "
         f"{settings.hot_log_dir}, listening on http://{settings.host}:{settings.port}"
@@ -106,7 +107,7 @@ def serve(
         host=settings.host,
         port=settings.port,
         log_level=log_level,
-        access_log=access_log,
+        access_log=False,  # laketail's own (create_app's access_log) has duration and principal
         lifespan="on",
         http=guarded_protocol(settings),  # read deadlines and max.connections
     )

@@ -33,7 +33,7 @@ IGNORED = frozenset({
     "queued.max.messages.kbytes", "queued.min.messages",
     "receive.message.max.bytes", "retry.backoff.max.ms", "security.protocol", "socket.keepalive.enable",
     "socket.nagle.disable", "socket.receive.buffer.bytes", "socket.send.buffer.bytes",
-    "statistics.interval.ms", "stats_cb", "throttle_cb", "oauth_cb", "allow.auto.create.topics",
+    "statistics.interval.ms", "stats_cb", "throttle_cb", "oauth_cb",
     "topic.metadata.propagation.max.ms", "sticky.partitioning.linger.ms",
 })
 _IGNORED_PREFIXES = ("ssl.", "sasl.", "ssl_", "sasl_")
@@ -170,6 +170,9 @@ class ConsumerConfig(CommonConfig):
     fetch_max_bytes: int = field(default=52_428_800, metadata=_key("fetch.max.bytes"))
     fetch_max_records: int = field(default=500, metadata=_key("laketail.fetch.max.records"))
     on_commit: Callable | None = field(default=None, metadata=_key("on_commit", _callable))
+    #: librdkafka's default (false; Java's consumer says true): a subscription by name
+    #: asks the broker to auto-create the topic (the broker's auto.create.topics.enable decides).
+    allow_auto_create_topics: bool = field(default=False, metadata=_key("allow.auto.create.topics", _bool))
 
 
 @dataclass(frozen=True)

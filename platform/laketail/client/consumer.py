@@ -111,11 +111,24 @@ class Consumer:
                 except InvalidRequest as exc:
                     raise KafkaException(local_error("_INVALID_ARG", str(exc))) from None
         self._callbacks = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost}
+        if self._config.allow_auto_create_topics:
+            self._auto_create([t for t in topics if not t.startswith("^")])  # never for a pattern
         if self._coordinator is None:
             self._coordinator = ConsumerCoordinator(
                 self._config, self._gateway, self._cond, self._post, self._auto_commit, lambda: self._last_poll,
             )
         self._coordinator.subscribe(list(topics))
+
+    def _auto_create(self, topics: list[str]) -> None:
+        """The metadata look-up of Kafka's consumer with allow.auto.create.topics: the
+        broker creates what is missing (when its auto.create.topics.enable says so); a
+        failure is logged, never raised (the subscription waits for the topic)."""
+        for topic in topics:
+            try:
+                self._gateway.get_json(f"/topics/{topic}/partitions", params={"allow_auto_topic_creation": "true"},
+                                       timeout_s=self._config.socket_timeout_ms / 1000.0)
+            except KafkaException as exc:
+                log.debug("auto-creating %s on subscribe: %s", topic, exc)
 
     def unsubscribe(self) -> None:
         """Revoke the assignment and leave the group."""

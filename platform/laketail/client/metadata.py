@@ -114,8 +114,11 @@ class Metadata:
     ``refresh_backoff_ms`` per topic."""
 
     def __init__(self, gateway: Gateway, max_age_ms: int, refresh_backoff_ms: int = 100,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, auto_create: bool = False) -> None:
         self.gateway = gateway
+        #: Ask the broker to auto-create a missing topic (the producer's metadata
+        #: requests do, as Kafka's producer's do; the broker's auto.create.topics.enable decides).
+        self.auto_create = auto_create
         self.max_age_s = max_age_ms / 1000.0
         self.backoff_s = max(0.0, refresh_backoff_ms / 1000.0)
         self.monotonic = monotonic
@@ -146,7 +149,8 @@ class Metadata:
         with self._lock:
             self._asked_at[topic] = self.monotonic()
         try:
-            docs = self.gateway.get_json(f"/topics/{topic}/partitions", timeout_s=timeout_s)
+            params = {"allow_auto_topic_creation": "true"} if self.auto_create else None
+            docs = self.gateway.get_json(f"/topics/{topic}/partitions", params=params, timeout_s=timeout_s)
             partitions = [parse_partition(d) for d in docs]
             entry = _Topic(len(partitions), {p.id: p.leader for p in partitions})
         except KafkaException as exc:

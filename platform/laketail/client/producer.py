@@ -79,7 +79,8 @@ class Producer:
         self._config: ProducerConfig = producer_config(config, kwargs)
         self._gateway = Gateway.for_client(
             self._config, transport=transport, on_error=self._error_event if self._config.error_cb else None)
-        self._metadata = Metadata(self._gateway, self._config.metadata_max_age_ms, self._config.retry_backoff_ms)
+        self._metadata = Metadata(self._gateway, self._config.metadata_max_age_ms, self._config.retry_backoff_ms,
+                                  auto_create=True)
         self._accumulator = RecordAccumulator(
             linger_ms=self._config.linger_ms,
             batch_size=self._config.batch_size,

@@ -75,6 +75,20 @@ class ClusterImage:
             partitions=partitions,
         )
 
+    def isr_changes(self, newer: "ClusterImage", leader: int) -> tuple[int, int]:
+        """``(shrinks, expands)`` from this image to ``newer`` among the partitions
+        ``leader`` leads in ``newer`` (Kafka counts them on the leader): an ISR that
+        lost a member shrank, one that gained a member expanded (both when it swapped)."""
+        shrinks = expands = 0
+        for key, reg in newer.partitions.items():
+            old = self.partitions.get(key)
+            if old is None or reg.leader != leader:
+                continue
+            before, after = set(old.isr), set(reg.isr)
+            shrinks += bool(before - after)
+            expands += bool(after - before)
+        return shrinks, expands
+
     def live_brokers(self) -> list[int]:
         return sorted(b.broker_id for b in self.brokers.values() if b.alive)
 

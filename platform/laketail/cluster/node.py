@@ -68,6 +68,8 @@ class ClusterNode:
             self.broker_id, broker.settings.url, self.incarnation, True, int(time.time() * 1000)
         )
         self.image = ClusterImage()
+        self.isr_shrinks = 0  # of partitions this broker leads (metrics: Kafka's IsrShrinksPerSec)
+        self.isr_expands = 0
         self.controller: Controller | None = None
         self.replicas = ReplicaManager(self)
         self._http: httpx.AsyncClient | None = None
@@ -253,6 +255,9 @@ class ClusterNode:
         async with self._apply_lock:
             if image.version <= self.image.version and image.controller_epoch <= self.image.controller_epoch:
                 return
+            shrinks, expands = self.image.isr_changes(image, self.broker_id)
+            self.isr_shrinks += shrinks
+            self.isr_expands += expands
             self.image = image
             await self.broker._apply_image(image)
             await self.replicas.apply(image)

@@ -53,6 +53,7 @@ class IllegalConsumerState(LaketailError):
 class InvalidConsumerConfig(InvalidConfig):
     """A create request's setting has a value the instance cannot take (422/42204)."""
 
+    http_status = 422  # Confluent's INVALID_CONSUMER_CONFIG, not Kafka's INVALID_CONFIG (400/40002)
     rest_code = 42204
 
 

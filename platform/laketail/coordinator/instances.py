@@ -173,12 +173,17 @@ class ConsumerInstance:
 
     # -- subscription and assignment -------------------------------------------------------
 
-    async def subscribe(self, topics: list[str] | None = None, pattern: str | None = None) -> None:
-        self.touch()
+    def check_subscription(self, topics: list[str] | None, pattern: str | None) -> None:
+        """Raise what :meth:`subscribe` would refuse the request with (before anything,
+        such as an auto-created topic, is done for it)."""
         if self._manual or (topics is not None and pattern is not None):
             raise IllegalConsumerState(MUTUALLY_EXCLUSIVE)
         if topics is None and pattern is None:
             raise InvalidRequest("a subscription needs 'topics' or 'topic_pattern'")
+
+    async def subscribe(self, topics: list[str] | None = None, pattern: str | None = None) -> None:
+        self.touch()
+        self.check_subscription(topics, pattern)
         if pattern is not None:
             self._pattern = TopicPattern(pattern)  # RE2: linear time; INVALID_REQUEST if refused
             wanted = self._matching_topics()
@@ -333,17 +338,34 @@ class ConsumerInstance:
         if tp not in self._assigned:
             raise IllegalConsumerState(f"No current assignment for partition {tp[0]}-{tp[1]}")
 
-    async def seek(self, offsets: list[tuple[str, int, int]]) -> None:
-        """``positions``: the next records fetched start at these offsets."""
+    async def seek(self, offsets: list[tuple[str, int, int]],
+                   timestamps: list[tuple[str, int, int]] | None = None) -> None:
+        """``positions``: the next records fetched start at these offsets, then (as
+        Confluent's instance does) at the ``timestamps``' offsets (Kafka's
+        ``offsetsForTimes``): each partition's earliest offset whose timestamp is at or
+        after the given one (ms); where no record is that late, the end a consumer can
+        read to (Confluent's instance would fail on Kafka's null answer there). All is
+        checked before any position moves."""
         self.touch()
         await self._settle()
+        timestamps = timestamps or []
         async with self._lock:
             for topic, partition, offset in offsets:
                 self._check_assigned((topic, partition))
                 if offset < 0:
                     raise InvalidRequest(f"offset {offset} for {topic}-{partition} is negative")
-            for topic, partition, offset in offsets:
-                self._positions[(topic, partition)] = offset
+            for topic, partition, _ in timestamps:
+                self._check_assigned((topic, partition))
+            found = {(topic, partition): offset for topic, partition, offset in offsets}
+            for topic, partition, ts_ms in timestamps:
+                hit = await self._broker.offset_for_timestamp(topic, partition, ts_ms)
+                if hit is None:
+                    state = self._broker.partition_state(topic, partition)
+                    read_committed = self.config.isolation_level == "read_committed"
+                    found[(topic, partition)] = state.last_stable_offset if read_committed else state.high_watermark
+                else:
+                    found[(topic, partition)] = hit[0]
+            self._positions.update(found)
 
     async def seek_to(self, partitions: list[TopicPartition], where: Literal["beginning", "end"]) -> None:
         """``positions/beginning`` (log start offset) and ``positions/end`` (the end a
@@ -480,14 +502,22 @@ class ConsumerInstance:
 
     async def commit(self, offsets: list[tuple[str, int, int, str | None]] | None = None) -> None:
         """v2's commit: explicit ``(topic, partition, offset, metadata)`` store
-        ``offset + 1``; ``None`` stores every position (everything consumed)."""
+        ``offset + 1``; ``None`` stores every position (everything consumed).
+
+        Nothing to commit (no position yet, e.g. right after subscribe) sends nothing,
+        as Kafka's ``commitSync`` does; explicit offsets wait for a join in flight so
+        they carry the member's generation."""
         self.touch()
+        if offsets and self.subscribed and not self.member_id:
+            await self._settle()
         now_ms = self._broker.clock.now_ms()
         async with self._lock:
             if offsets is None:
                 entries = {tp: CommittedOffset(p, "", now_ms) for tp, p in self._positions.items()}
             else:
                 entries = {(t, p): CommittedOffset(o + 1, m or "", now_ms) for t, p, o, m in offsets}
+            if not entries:
+                return
             generation, member = self._commit_ids()
             await self._groups.commit(self.group_id, entries, generation_id=generation, member_id=member)
 

@@ -163,7 +163,11 @@ class SparkGateway:
         }
         return TopicTable(doc["topic"], doc["uri"], doc["version"], parts)
 
-    def partition_count(self, topic: str) -> int:
+    def partition_count(self, topic: str, auto_create: bool = False) -> int:
+        """The topic's partitions; ``auto_create`` asks the broker to create a missing
+        topic first (a writer's metadata request, as Kafka's producer sends it)."""
+        if auto_create:
+            return len(self.get_json(f"/topics/{seg(topic)}/partitions", allow_auto_topic_creation="true"))
         return len(self.get_json(f"/topics/{seg(topic)}/partitions"))
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int:

@@ -112,7 +112,7 @@ class TaskWrite:
 
     def _count(self, topic: str) -> int:
         if topic not in self.partition_counts:
-            self.partition_counts[topic] = self.gateway.partition_count(topic)
+            self.partition_counts[topic] = self.gateway.partition_count(topic, auto_create=True)
         return self.partition_counts[topic]
 
     def _by_partition(self, table: pa.Table) -> Iterator[tuple[tuple[str, int], pa.Table]]:
