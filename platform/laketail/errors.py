@@ -258,7 +258,10 @@ def code_table() -> list[tuple[str, str, int, str]]:
     """Every error class of laketail (defined in any of its modules) as ``(kafka_name,
     class name, http_status, rest codes)``, sorted by status and code: the README's
     "Error codes" table is this list."""
-    import laketail.api.app  # noqa: F401  (every module, so every error class, is loaded: the table is whole)
+    # every module that defines an error class is loaded, so the table is whole
+    import laketail.api.app  # noqa: F401
+    import laketail.maintenance.table_commit  # noqa: F401
+    import laketail.spark.gateway  # noqa: F401
 
     rows = []
     for cls in [LaketailError, *_all_subclasses(LaketailError)]:

@@ -57,7 +57,7 @@ def test_restart_with_a_sink_batch_enlisted_but_not_committed(broker_factory, ma
 def test_reserved_transactional_ids_are_refused(broker, transactional_id: str) -> None:
     resp = broker.rest.http.post("/v1/producers", json={"transactional_id": transactional_id})
     assert resp.status_code == 400, resp.text
-    assert resp.json()["error_code"] == 40001
+    assert resp.json()["error_code"] == 40002
     assert resp.json()["message"].startswith("INVALID_REQUEST: ")
     assert "reserved" in resp.json()["message"]
     described = broker.rest.http.get("/v1/transactions/" + transactional_id.replace(":", "%3A"))
@@ -121,7 +121,7 @@ def test_transactional_produce_to_an_internal_topic_is_refused(broker, topic) ->
     before = broker.rest.end_offsets(OFFSETS)
     for arrow in (False, True):
         resp = session.produce(OFFSETS, 0, [b"{}"], arrow=arrow)
-        assert resp.status_code == 422, resp.text
+        assert resp.status_code == 400, resp.text
         assert resp.json()["message"].startswith("INVALID_TOPIC_EXCEPTION: ")
     assert broker.rest.end_offsets(OFFSETS) == before
     assert session.describe()["state"] == "Empty"  # the partition was not added either
