@@ -18,7 +18,7 @@ from typing import Annotated, TypeVar
 
 import pyarrow as pa
 from fastapi import APIRouter, Path, Request
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, field_validator
 from starlette.responses import Response
 
 from laketail.api.deps import (
@@ -54,6 +54,16 @@ class _Heartbeat(BaseModel):
     incarnation: str
     leos: dict[str, Int64]
     known_version: Int64
+
+    @field_validator("leos")
+    @classmethod
+    def _leo_keys(cls, leos: dict[str, int]) -> dict[str, int]:
+        """Keys are ``<topic>/<partition>`` with an int32 partition, as ``ClusterNode`` sends them."""
+        for key in leos:
+            topic, _, partition = key.rpartition("/")
+            if not topic or not partition.isdigit() or not partition.isascii() or int(partition) > INT32_MAX:
+                raise ValueError(f"log end offset key {key!r} is not <topic>/<partition>")
+        return leos
 
 
 class _AlterPartition(BaseModel):

@@ -346,3 +346,12 @@ def test_internal_append_of_a_malformed_frame_is_refused(broker, two, body):
                                   "partitions/{t}/0/offset-for-timestamp?timestamp=%d" % 2**70])
 def test_internal_numbers_beyond_their_type_are_refused(broker, two, path):
     refused(broker.rest.http.get("/internal/v1/" + path.format(t=two)), 400, "INVALID_REQUEST")
+
+
+@pytest.mark.parametrize("key", ["no-slash", "t/x", "t/-1", "t/%d" % 2**31, "/0", "t/\U00012b6b"])
+def test_internal_heartbeat_log_end_offset_keys_are_checked(broker, key):
+    """Found by the fuzzer: a key the controller cannot split into topic and partition
+    was a 500 (ValueError from int())."""
+    body = {"broker_id": 99, "url": "http://127.0.0.1:1", "incarnation": "x", "leos": {key: 0},
+            "known_version": -1}
+    refused(broker.rest.http.post("/internal/v1/heartbeat", json=body), 400, "INVALID_REQUEST")
