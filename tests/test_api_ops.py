@@ -3,11 +3,11 @@ the error body for anything that is not a route."""
 
 from __future__ import annotations
 
-import re
 
 import pytest
 
 from api_inprocess import BINARY_V2, assert_error, b64, create_topic, gateway, produce
+from integration.support import prom_sample
 
 BOUND = 4096
 
@@ -20,13 +20,9 @@ def client(tmp_path_factory):
 
 def sample(text: str, name: str, **labels: str) -> float:
     """The value of one Prometheus sample (labels matched exactly, in any order)."""
-    for line in text.splitlines():
-        m = re.fullmatch(r"(\w+)(?:\{(.*)\})? (\S+)", line)
-        if not m or m.group(1) != name:
-            continue
-        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
-        if got == labels:
-            return float(m.group(3))
+    found = prom_sample(text, name, **labels)
+    if found is not None:
+        return found
     raise AssertionError(f"no sample {name}{labels}")
 
 

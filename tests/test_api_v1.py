@@ -9,6 +9,7 @@ import pytest
 
 from api_inprocess import ARROW, assert_error, b64, create_topic, gateway
 from laketail.records import RECORD_SCHEMA
+from integration.support import ipc
 
 
 @pytest.fixture(scope="module")
@@ -24,11 +25,6 @@ def topic(client):
     return name
 
 
-def ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
 
 
 def post_arrow(client, path: str, table: pa.Table, **params: str):

@@ -21,9 +21,8 @@ import httpx
 import pyarrow as pa
 import pytest
 
-from conftest import BINARY_V2, V2, b64
 from groups.support import V2Consumer
-from integration.support import wait_until
+from integration.support import ipc, prom_sample as sample, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -48,11 +47,7 @@ def topic_names(rest) -> list[str]:
 
 
 def _arrow_body(values: list[bytes]) -> bytes:
-    table = pa.table({"value": pa.array(values, pa.binary())})
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    return ipc(pa.table({"value": pa.array(values, pa.binary())}))
 
 
 def test_produce_to_a_missing_topic_creates_it_on_every_path(broker):
@@ -364,17 +359,6 @@ def test_access_log_records_each_request_escaped(broker_factory):
 
 
 # -- metrics --------------------------------------------------------------------------------------
-
-
-def sample(text: str, name: str, **labels: str) -> float | None:
-    for line in text.splitlines():
-        m = re.fullmatch(r"(\w+)(?:\{(.*)\})? (\S+)", line)
-        if not m or m.group(1) != name:
-            continue
-        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
-        if got == labels:
-            return float(m.group(3))
-    return None
 
 
 def test_metrics_export_group_lag_replication_health_and_tier_delay(broker, make_topic):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -126,3 +127,24 @@ def rows_by_offset(table: pa.Table) -> dict[tuple[int, int], dict]:
         assert key not in out, f"duplicate row for partition {key[0]} offset {key[1]}"
         out[key] = row
     return out
+
+
+def ipc(table: pa.Table, compression: str | None = None) -> bytes:
+    """``table`` as one Arrow IPC stream (a /v1 produce body), optionally compressed."""
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=compression)
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def prom_sample(text: str, name: str, **labels: str) -> float | None:
+    """The value of one Prometheus sample in a /metrics answer (labels matched exactly,
+    in any order), or None when there is no such sample."""
+    for line in text.splitlines():
+        m = re.fullmatch(r"(\w+)(?:\{(.*)\})? (\S+)", line)
+        if not m or m.group(1) != name:
+            continue
+        if dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or "")) == labels:
+            return float(m.group(3))
+    return None

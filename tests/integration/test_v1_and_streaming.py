@@ -14,6 +14,7 @@ import pytest
 from laketail.records import HEADER_TYPE, RECORD_SCHEMA
 
 from .support import decode_binary, parse_concatenated_json, wait_for_table, wait_until
+from integration.support import ipc as _ipc
 
 pytestmark = pytest.mark.integration
 
@@ -25,11 +26,6 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def _ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
 
 
 def test_arrow_ipc_produce_and_fetch_round_trip(broker, make_topic):

@@ -23,6 +23,7 @@ import pytest
 from deltalake import DeltaTable
 
 from .support import assert_error, wait_until
+from integration.support import ipc
 
 pytestmark = pytest.mark.integration
 
@@ -45,11 +46,6 @@ def refused(resp, status: int | None, kafka_name: str) -> dict:
     return body
 
 
-def ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
 
 
 def nested(depth: int) -> str:

@@ -7,16 +7,11 @@ import pyarrow as pa
 import pytest
 
 from laketail.ipc_bounds import ROW_COST, IpcTooLarge, decoded_size
+from integration.support import ipc
 
 ARROW = "application/vnd.apache.arrow.stream"
 
 
-def ipc(table: pa.Table, compression: str | None = None) -> bytes:
-    sink = pa.BufferOutputStream()
-    options = pa.ipc.IpcWriteOptions(compression=compression)
-    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
 
 
 def bomb(records: int = 150, size: int = 1_000_000) -> bytes:
