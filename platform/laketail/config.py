@@ -227,6 +227,7 @@ class BrokerSettings:
     fetch_cache_bytes: int = 134_217_728
     # Slow clients and resource bounds (laketail.api.connections; partition limits).
     max_connections: int = 1000
+    connections_max_idle_ms: int = 30_000
     request_header_timeout_ms: int = 10_000
     request_body_timeout_ms: int = 30_000
     max_partitions_per_topic: int = 1000
@@ -291,6 +292,7 @@ _BROKER_KEYS = {
     "laketail.maintenance.interval.ms": "maintenance_interval_ms",
     "laketail.fetch.cache.bytes": "fetch_cache_bytes",
     "max.connections": "max_connections",
+    "connections.max.idle.ms": "connections_max_idle_ms",
     "laketail.request.header.timeout.ms": "request_header_timeout_ms",
     "laketail.request.body.timeout.ms": "request_body_timeout_ms",
     "laketail.topic.max.partitions": "max_partitions_per_topic",

@@ -121,3 +121,17 @@ def test_the_broker_closes_a_stalled_request(limited_broker):
     sock = connect(limited_broker.port)
     sock.sendall(b"GET /v3/clus")
     wait_until(lambda: closed_by_server(sock), "the broker closed the stalled connection", CLOSE_DEADLINE_S)
+
+
+def test_a_kept_alive_connection_outlives_the_usual_client_keep_alive(broker):
+    """connections.max.idle.ms (30 s) is longer than httpx's 5 s keep-alive expiry: the
+    broker used uvicorn's 5 s, so a client reusing a connection at ~5 s raced the
+    broker's close and got "Server disconnected without sending a response" (seen
+    under load in tests/integration/test_concurrency.py)."""
+    sock = connect(broker.port)
+    ask = b"GET /v3/clusters HTTP/1.1\r\nHost: a\r\n\r\n"
+    assert request(sock, ask).startswith(b"HTTP/1.1 200")
+    time.sleep(6.0)  # past the 5 s at which uvicorn's default closes an idle connection
+    assert not closed_by_server(sock)
+    assert request(sock, ask).startswith(b"HTTP/1.1 200")
+    sock.close()

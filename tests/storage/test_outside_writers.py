@@ -119,7 +119,8 @@ def test_an_outside_append_at_an_existing_offset_marks_the_partition_damaged(tmp
         write_deltalake(uri, row.cast(RECORD_SCHEMA), mode="append", partition_by=["partition"])
         with caplog.at_level(logging.ERROR, logger="laketail.storage.table_reader"):
             assert broker.tables.refresh("t")
-        assert any("t-0" in r.message and "7-7" in r.message for r in caplog.records if r.levelno == logging.ERROR)
+        assert any("t-0" in r.getMessage() and "7-7" in r.getMessage()
+               for r in caplog.records if r.levelno == logging.ERROR)
         damage = broker.tables.damage("t")
         assert [(d.first_offset, d.last_offset) for d in damage[0]] == [(7, 7)]
         assert _offsets(broker.tables.read("t", 0, 2, N, 500, 1 << 20)) == [2, 3, 4, 5, 6]

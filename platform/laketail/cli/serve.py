@@ -110,6 +110,7 @@ def serve(
         access_log=False,  # laketail's own (create_app's access_log) has duration and principal
         lifespan="on",
         http=guarded_protocol(settings),  # read deadlines and max.connections
+        timeout_keep_alive=settings.connections_max_idle_ms / 1000,
     )
     # uvicorn set up its handlers in Config(): escape what they log, as laketail's own
     escape_handlers("uvicorn", "uvicorn.error", "uvicorn.access")
