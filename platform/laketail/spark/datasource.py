@@ -25,6 +25,7 @@ once its last task has read it (partitions with nothing to read at planning).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -52,6 +53,7 @@ from laketail.spark.planning import (
     offsets_json,
     offsets_of,
     rate_limit,
+    replan,
 )
 from laketail.spark.scan import RangeReader, ScanSettings
 from laketail.spark.sink import BatchWriter, StreamWriter
@@ -89,7 +91,9 @@ class LaketailDataSource(DataSource):
 
 class BatchReader(DataSourceReader):
     """``spark.read.format("laketail")``: ``[startingOffsets, endingOffsets)``, fixed
-    when the query is planned."""
+    when the query is planned -- except a read of whole partitions (earliest to
+    latest, the default), whose tasks read each partition as it is when they run, so
+    a view ``USING laketail`` is live at every query."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
@@ -103,6 +107,13 @@ class BatchReader(DataSourceReader):
             ends = planner.resolve(self.options.ending, state, ending=True)
             commit = self.options.group_id is not None
             ranges = planner.ranges(starts, ends, state, commit=commit)
+            if self.options.whole_partitions:  # every partition, empty ones too, bound when read
+                have = {(r.topic, r.partition) for r in ranges}
+                ranges += [
+                    planner.offset_range(tp, end, end, state[tp[0]].snapshot, None)
+                    for tp, end in sorted(ends.items()) if tp not in have
+                ]
+                ranges = [dataclasses.replace(r, late=True) for r in ranges]
             if commit:  # partitions with nothing to read are done already
                 read = {(r.topic, r.partition) for r in ranges}
                 idle = {tp: end for tp, end in ends.items() if tp not in read and end >= starts[tp]}
@@ -114,6 +125,8 @@ class BatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, OffsetRange):
             return iter(())  # Spark reads one placeholder partition when planning found none
+        if partition.late:
+            partition = replan(self.options, partition)
         return RangeReader(self.settings, partition).batches()
 
 

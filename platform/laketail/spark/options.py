@@ -112,6 +112,16 @@ class SourceOptions:
     group_id: str | None = None
     timestamp_strategy: str = "error"
 
+    @property
+    def whole_partitions(self) -> bool:
+        """A batch read of every partition from earliest to latest, as a view does:
+        its ranges are bound when the tasks run (see ``OffsetRange.late``)."""
+        def open_ended(spec: OffsetSpec, default: int) -> bool:
+            return not spec.offsets and not spec.timestamps and spec.timestamp is None and spec.default == default
+
+        return (open_ended(self.starting, EARLIEST) and open_ended(self.ending, LATEST)
+                and self.min_partitions is None and self.group_id is None)
+
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> "SourceOptions":
         opts = _lower(options)

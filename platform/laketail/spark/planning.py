@@ -36,6 +36,11 @@ MAX_MARKER_FILES = 64
 class OffsetRange(InputPartition):
     """One Spark task's work: offsets ``[start, end)`` of one topic partition.
 
+    ``late`` ranges (a batch read of whole partitions, earliest to latest) are planned
+    again by the task when the partition moved since planning (:func:`replan`): Spark
+    keeps a Python data source's plan with the relation, so a view ``USING laketail``
+    would otherwise answer the same rows at every query.
+
     Rows below ``tiered_offset`` come from ``files``; ``marker_files`` are the
     partition's next files holding control rows (read_committed looks there for the
     end of a transaction that outlives the range). ``commit_offset`` is set on the last
@@ -50,6 +55,7 @@ class OffsetRange(InputPartition):
     files: tuple[TableFile, ...] = ()
     marker_files: tuple[TableFile, ...] = ()
     commit_offset: int | None = None
+    late: bool = False  # a whole-partition read: the task reads [log start, end) as of when it runs
 
     @property
     def size(self) -> int:
@@ -148,6 +154,25 @@ def _names_every_partition(spec: OffsetSpec, assigned: set[TopicPartition], whic
             + (" Use -1 for latest, -2 for earliest." if what == "specific offsets" else "")
             + f" Specified: {show(named)} Assigned: {show(assigned)}"
         )
+
+
+def replan(options: SourceOptions, work: OffsetRange) -> OffsetRange:
+    """``work`` (a ``late`` range) as of now: ``[log start, end)`` of its partition with
+    the files of the table's latest snapshot; ``work`` itself when nothing moved."""
+    planner = Planner(options)
+    try:
+        table = planner.gateway.table(work.topic)
+        offsets = table.partitions.get(work.partition)
+        if offsets is None:
+            return work
+        start, end = offsets.log_start_offset, offsets.end(options.isolation)
+        if (start, end) == (work.start, work.end) or start >= end and work.start >= work.end:
+            return work
+        snapshot = planner.snapshots.latest(table.uri, max(table.partitions) + 1)
+        start = max(start, snapshot.log_start_offset(work.partition))
+        return planner.offset_range((work.topic, work.partition), start, max(start, end), snapshot, None)
+    finally:
+        planner.close()
 
 
 # -- the planner ----------------------------------------------------------------------------------
