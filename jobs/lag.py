@@ -148,6 +148,8 @@ def run_streaming(args: Any, table_uri: str) -> int:
     checkpoint = args.checkpoint or f"{table_uri.rstrip('/')}_checkpoint"
     app_id = query_app_id(checkpoint)
     spark, owned = spark_session("laketail-lag")
+    if owned:  # the state (latest offset per group and partition) is small: few state partitions
+        spark.conf.set("spark.sql.shuffle.partitions", str(args.state_partitions))
     from laketail.spark import register
 
     register(spark)
@@ -209,6 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--checkpoint", metavar="DIR",
                         help="the streaming query's checkpoint [default: the table's URI + '_checkpoint']")
     parser.add_argument("--interval-s", type=float, default=30.0, help="seconds between micro-batches [30]")
+    parser.add_argument("--state-partitions", type=int, default=4,
+                        help="shuffle (state store) partitions of a new streaming query [4]")
     parser.add_argument("--max-rounds", type=int, default=0,
                         help="with --streaming, stop after this many micro-batches [0: never]")
     args = parser.parse_args(argv)
