@@ -177,6 +177,15 @@ def run_streaming(args: Any, table_uri: str) -> int:
         report({"job": "lag", "round": done["batches"], "batch_id": batch_id, "rows": len(rows),
                 "table": table_uri, "total_lag": sum(r["lag"] for r in rows)})
 
+    from laketail.errors import UnknownTopicOrPartition
+
+    while True:  # no group has committed yet: __consumer_offsets comes with the first commit
+        try:
+            gateway.table(OFFSETS_TOPIC)
+            break
+        except UnknownTopicOrPartition:
+            report({"job": "lag", "waiting_for": OFFSETS_TOPIC})
+            time.sleep(args.interval_s)
     ticks = max(1, int(round(1.0 / args.interval_s))) if args.interval_s < 1 else 1
     query = (committed_offsets(spark, args.servers, ticks).writeStream.outputMode("complete")
              .foreachBatch(each).option("checkpointLocation", checkpoint)
