@@ -158,6 +158,8 @@ def run_streaming(args: Any, table_uri: str) -> int:
     done = {"batches": 0}
 
     def each(frame: Any, batch_id: int) -> None:
+        if args.max_rounds and done["batches"] >= args.max_rounds:
+            return  # a batch begun while the query was being stopped
         if written_batch(table_uri, app_id) >= batch_id:
             report({"job": "lag", "batch_id": batch_id, "replayed": True, "rows": 0, "table": table_uri})
             done["batches"] += 1
