@@ -19,7 +19,7 @@ from laketail.jobs.common import REPORT_PREFIX
 
 from integration.support import wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.fault]
+pytestmark = [pytest.mark.integration, pytest.mark.fault, pytest.mark.timeout(900)]  # two driver JVMs
 
 LAG_JOB = Path(__file__).resolve().parents[2] / "jobs" / "lag.py"
 
