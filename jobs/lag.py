@@ -158,6 +158,9 @@ def run_streaming(args: Any, table_uri: str) -> int:
     done = {"batches": 0}
 
     def each(frame: Any, batch_id: int) -> None:
+        # Run the batch's plan whatever happens next: its state (the aggregation's
+        # store) must be committed for Spark to go on, a replayed batch's too.
+        latest = frame.collect()
         if args.max_rounds and done["batches"] >= args.max_rounds:
             return  # a batch begun while the query was being stopped
         if written_batch(table_uri, app_id) >= batch_id:
@@ -166,7 +169,7 @@ def run_streaming(args: Any, table_uri: str) -> int:
             return
         committed = {
             (r.group_id, r.topic, int(r.partition)): int(r.committed)
-            for r in frame.collect()
+            for r in latest
             if r.group_id is not None and r.committed is not None and (not groups or r.group_id in groups)
         }
         rows = lag_of(committed, gateway, plan_time_ms(args), batch_id)
