@@ -31,9 +31,9 @@ def _rows(table: Path) -> list[dict]:
 
 
 def _start(argv: list[str], log: Path) -> subprocess.Popen:
-    out = open(log, "ab")
-    return subprocess.Popen([sys.executable, str(LAG_JOB), *argv], stdout=out, stderr=subprocess.STDOUT,
-                            start_new_session=True, cwd=str(LAG_JOB.parents[1]))
+    with open(log, "ab") as out:  # the child keeps its own descriptor
+        return subprocess.Popen([sys.executable, str(LAG_JOB), *argv], stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=str(LAG_JOB.parents[1]))
 
 
 def _kill9(proc: subprocess.Popen) -> None:
@@ -90,8 +90,9 @@ def test_lag_query_survives_a_driver_kill9_without_duplicate_rows(broker, make_t
     keys = [(r["batch_id"], r["group_id"], r["topic"], r["partition"]) for r in rows]
     assert len(keys) == len(set(keys)), "a micro-batch wrote its lag rows twice"
     assert sorted({r["batch_id"] for r in rows}) == list(range(max(r["batch_id"] for r in rows) + 1))
-    reports = [json.loads(line[len(REPORT_PREFIX):]) for line in log.read_text(errors="replace").splitlines()
-               if line.startswith(REPORT_PREFIX)]
+    # Spark's console progress bar shares the driver's terminal: a report may follow it on a line.
+    reports = [json.loads(line[line.index(REPORT_PREFIX) + len(REPORT_PREFIX):])
+               for line in log.read_text(errors="replace").splitlines() if REPORT_PREFIX in line]
     assert {"batch_id": last, "replayed": True} in [
         {k: r.get(k) for k in ("batch_id", "replayed")} for r in reports
     ], "the batch run again after the kill was not recognised as written"
