@@ -56,7 +56,7 @@ def sql(query: str, topics: tuple[str, ...], master: str, max_rows: int, server:
     spark = local_session("laketail sql", master)
     try:
         try:
-            register_topics(spark, server, list(topics) or None)
+            register_topics(spark, server, list(topics) or None, follow=False)  # one query
             frame = spark.sql(query)
             rows = frame.limit(max_rows + 1).collect()
         except LaketailError as exc:

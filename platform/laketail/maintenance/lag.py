@@ -8,7 +8,10 @@ One row per group, topic and partition per measurement, with the numbers of
 * ``log_end_offset`` -- the partition's high watermark;
 * ``lag`` -- ``log_end_offset - current_offset`` (from the log start when nothing is
   committed);
-* ``time_lag_ms`` -- how long ago the first unconsumed record was appended.
+* ``time_lag_ms`` -- how long ago the first unconsumed record was appended;
+* ``status`` -- :func:`laketail.coordinator.lag.lag_status` of ``lag``;
+* ``batch_id`` -- the lag query's micro-batch that wrote the row (null when a one-off
+  measurement did): at most one row per batch, group, topic and partition.
 
 ``time`` is when the measurement was taken (microseconds, UTC, like records'
 timestamps). :func:`lag_rows` turns the endpoint's documents into rows and
@@ -21,6 +24,7 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
+from laketail.coordinator.lag import lag_status
 from laketail.records import TIMESTAMP_TYPE
 
 LAG_TABLE = "_system/consumer_lag"
@@ -37,6 +41,8 @@ LAG_SCHEMA = pa.schema(
         pa.field("time_lag_ms", pa.int64(), nullable=False),
         pa.field("consumer_id", pa.string()),
         pa.field("client_id", pa.string()),
+        pa.field("status", pa.string()),  # OK < 100, caution < 1,000, warning < 10,000, critical
+        pa.field("batch_id", pa.int64()),  # the lag query's micro-batch (null for a one-off measurement)
     ]
 )
 
@@ -59,6 +65,8 @@ def lag_rows(docs: Iterable[dict[str, Any]], now_ms: int) -> list[dict[str, Any]
             "time_lag_ms": int(doc.get("time_lag_ms") or 0),
             "consumer_id": doc.get("consumer_id") or None,
             "client_id": doc.get("client_id") or None,
+            "status": lag_status(int(doc["lag"])),
+            "batch_id": None,
         }
         for doc in docs
     ]

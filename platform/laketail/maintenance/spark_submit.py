@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 DEFAULT_MASTER = "local[2]"
-JOBS = ("compaction", "retention", "lag", "eos_pipeline")
+JOBS = ("compaction", "retention", "lag", "eos_pipeline", "maintenance")
 
 
 def jobs_dir() -> Path:

@@ -23,9 +23,9 @@ from pyspark.sql import SparkSession
 
 from laketail.spark.datasource import LaketailDataSource
 from laketail.spark.session import local_session
-from laketail.spark.sql import register_topics
+from laketail.spark.sql import register_topics, stop_following
 
-__all__ = ["LaketailDataSource", "local_session", "register", "register_topics"]
+__all__ = ["LaketailDataSource", "local_session", "register", "register_topics", "stop_following"]
 
 
 def register(spark: SparkSession) -> None:

@@ -25,6 +25,7 @@ once its last task has read it (partitions with nothing to read at planning).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -44,7 +45,16 @@ from pyspark.sql.types import StructType
 
 from laketail.spark.columns import source_ddl
 from laketail.spark.options import SinkOptions, SourceOptions, TopicPartition
-from laketail.spark.planning import OffsetRange, Planner, TopicState, offsets_json, offsets_of, rate_limit
+from laketail.spark.planning import (
+    OffsetRange,
+    Planner,
+    TopicState,
+    offset_changed,
+    offsets_json,
+    offsets_of,
+    rate_limit,
+    replan,
+)
 from laketail.spark.scan import RangeReader, ScanSettings
 from laketail.spark.sink import BatchWriter, StreamWriter
 
@@ -81,7 +91,9 @@ class LaketailDataSource(DataSource):
 
 class BatchReader(DataSourceReader):
     """``spark.read.format("laketail")``: ``[startingOffsets, endingOffsets)``, fixed
-    when the query is planned."""
+    when the query is planned -- except a read of whole partitions (earliest to
+    latest, the default), whose tasks read each partition as it is when they run, so
+    a view ``USING laketail`` is live at every query."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
@@ -95,6 +107,13 @@ class BatchReader(DataSourceReader):
             ends = planner.resolve(self.options.ending, state, ending=True)
             commit = self.options.group_id is not None
             ranges = planner.ranges(starts, ends, state, commit=commit)
+            if self.options.whole_partitions:  # every partition, empty ones too, bound when read
+                have = {(r.topic, r.partition) for r in ranges}
+                ranges += [
+                    planner.offset_range(tp, end, end, state[tp[0]].snapshot, None)
+                    for tp, end in sorted(ends.items()) if tp not in have
+                ]
+                ranges = [dataclasses.replace(r, late=True) for r in ranges]
             if commit:  # partitions with nothing to read are done already
                 read = {(r.topic, r.partition) for r in ranges}
                 idle = {tp: end for tp, end in ends.items() if tp not in read and end >= starts[tp]}
@@ -106,6 +125,8 @@ class BatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, OffsetRange):
             return iter(())  # Spark reads one placeholder partition when planning found none
+        if partition.late:
+            partition = replan(self.options, partition)
         return RangeReader(self.settings, partition).batches()
 
 
@@ -157,10 +178,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._commit_group(start)
         state = self._fresh_state()
         starts = self._with_new_partitions(offsets_of(start), state)
+        # Positions past a log's end (a topic deleted and created again): an error
+        # under failOnDataLoss, else this batch reads the partition from its log start.
+        moved = {tp for tp, o in self.planner.past_the_end(starts, state).items() if o != starts[tp]}
         ends = self.planner.end_offsets(state)
         if self._target is not None:
             ends = {tp: min(end, self._target.get(tp, starts[tp])) for tp, end in ends.items()}
-        ends = {tp: max(end, starts[tp]) for tp, end in ends.items()}
+        ends = {tp: end if tp in moved else max(end, starts[tp]) for tp, end in ends.items()}
         if isinstance(limit, ReadMaxRows):
             ends = rate_limit(starts, ends, limit.max_rows)
         return offsets_json(ends)
@@ -185,7 +209,17 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if state is None or any(t not in state for t, _ in ends):
             state = self._fresh_state()
         ends = {tp: o for tp, o in ends.items() if tp[0] in state and tp[1] in state[tp[0]].table.partitions}
-        starts = self._with_new_partitions(offsets_of(start), state)
+        beyond = {
+            tp: (o, state[tp[0]].table.partitions[tp[1]].high_watermark)
+            for tp, o in ends.items() if o > state[tp[0]].table.partitions[tp[1]].high_watermark
+        }  # a batch planned before the topic was deleted and created again, run again now
+        if beyond and self.options.fail_on_data_loss:
+            raise offset_changed(beyond)
+        ends = {tp: min(o, beyond[tp][1]) if tp in beyond else o for tp, o in ends.items()}
+        starts = self.planner.past_the_end(self._with_new_partitions(offsets_of(start), state), state)
+        for tp, end in ends.items():
+            if end < starts.get(tp, end):  # latestOffset found the log moved back under failOnDataLoss=false
+                starts[tp] = self.planner.log_start(state, tp)
         return list(self.planner.ranges(starts, ends, state))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -18,6 +18,8 @@ Source (as Spark's Kafka source, ``laketail.servers`` playing ``kafka.bootstrap.
 ``maxOffsetsPerTrigger``           streaming: bound on offsets per micro-batch
 ``minPartitions``                  split offset ranges so a scan has at least this many tasks
 ``failOnDataLoss``                 ``true`` (default): fail when a range starts below the log start
+                                   or past the log end (a topic deleted and created again);
+                                   ``false``: go on from what the partition holds
 ``includeHeaders``                 ``false`` (default): add the ``headers`` column
 ``isolation.level``                ``read_committed`` (default) or ``read_uncommitted``
                                    (``kafka.isolation.level`` is accepted too)
@@ -25,8 +27,9 @@ Source (as Spark's Kafka source, ``laketail.servers`` playing ``kafka.bootstrap.
 =================================  ===========================================================
 
 A timestamp option wins over ``startingOffsets`` (``startingOffsetsByTimestamp`` over
-``startingTimestamp``), as in Spark. Partitions a JSON spec does not name start at the
-earliest offset (and end at the latest), like partitions discovered later.
+``startingTimestamp``), as in Spark. A JSON spec must name every subscribed partition,
+exactly, as Spark's Kafka source requires (INVALID_CONFIG otherwise); partitions
+discovered later by a stream start at their earliest offset.
 
 Sink: ``laketail.servers``, ``topic`` (overrides the ``topic`` column), ``sinkId``
 (default: the streaming query's checkpoint, else its id; a fresh id for a batch write),
@@ -108,6 +111,16 @@ class SourceOptions:
     isolation: IsolationLevel = "read_committed"
     group_id: str | None = None
     timestamp_strategy: str = "error"
+
+    @property
+    def whole_partitions(self) -> bool:
+        """A batch read of every partition from earliest to latest, as a view does:
+        its ranges are bound when the tasks run (see ``OffsetRange.late``)."""
+        def open_ended(spec: OffsetSpec, default: int) -> bool:
+            return not spec.offsets and not spec.timestamps and spec.timestamp is None and spec.default == default
+
+        return (open_ended(self.starting, EARLIEST) and open_ended(self.ending, LATEST)
+                and self.min_partitions is None and self.group_id is None)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> "SourceOptions":

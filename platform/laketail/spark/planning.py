@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from laketail.errors import OffsetOutOfRange, UnknownTopicOrPartition
+from laketail.errors import InvalidConfig, OffsetOutOfRange, UnknownTopicOrPartition
 from laketail.spark.gateway import SparkGateway, TopicTable
 from laketail.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, TopicPartition
 from laketail.spark.snapshot import SnapshotCache, TableFile, TableSnapshot
@@ -35,6 +35,11 @@ MAX_MARKER_FILES = 64
 @dataclass(frozen=True)
 class OffsetRange(InputPartition):
     """One Spark task's work: offsets ``[start, end)`` of one topic partition.
+
+    ``late`` ranges (a batch read of whole partitions, earliest to latest) are planned
+    again by the task when the partition moved since planning (:func:`replan`): Spark
+    keeps a Python data source's plan with the relation, so a view ``USING laketail``
+    would otherwise answer the same rows at every query.
 
     Rows below ``tiered_offset`` come from ``files``; ``marker_files`` are the
     partition's next files holding control rows (read_committed looks there for the
@@ -50,6 +55,7 @@ class OffsetRange(InputPartition):
     files: tuple[TableFile, ...] = ()
     marker_files: tuple[TableFile, ...] = ()
     commit_offset: int | None = None
+    late: bool = False  # a whole-partition read: the task reads [log start, end) as of when it runs
 
     @property
     def size(self) -> int:
@@ -107,6 +113,20 @@ def data_loss(lost: dict[TopicPartition, tuple[int, int]]) -> OffsetOutOfRange:
     )
 
 
+def offset_changed(changed: dict[TopicPartition, tuple[int, int]]) -> OffsetOutOfRange:
+    """The failOnDataLoss error for positions past the log's end (the topic was deleted
+    and created again, or its log truncated): Spark's Kafka source's words."""
+    moves = "; ".join(
+        f"Partition {t}-{p}'s offset was changed from {a} to {b}, some data may have been missed"
+        for (t, p), (a, b) in sorted(changed.items())
+    )
+    return OffsetOutOfRange(
+        f"{moves}. Some data may have been lost because they are not available any more; the topic may have "
+        "been deleted and created again before all its data was processed. Set failOnDataLoss=false to go on "
+        "from what the partition holds now"
+    )
+
+
 def offsets_json(offsets: dict[TopicPartition, int]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for (topic, partition), offset in sorted(offsets.items()):
@@ -116,6 +136,43 @@ def offsets_json(offsets: dict[TopicPartition, int]) -> dict[str, dict[str, int]
 
 def offsets_of(doc: dict) -> dict[TopicPartition, int]:
     return {(t, int(p)): int(o) for t, parts in (doc or {}).items() for p, o in parts.items()}
+
+
+def _names_every_partition(spec: OffsetSpec, assigned: set[TopicPartition], which: str) -> None:
+    if spec.timestamps:
+        named, option, what = set(spec.timestamps), f"{which}OffsetsByTimestamp", "specific timestamps"
+    elif spec.timestamp is None and spec.offsets:
+        named, option, what = set(spec.offsets), f"{which}Offsets", "specific offsets"
+    else:
+        return
+    if named != assigned:
+        def show(tps: set[TopicPartition]) -> str:
+            return "[" + ", ".join(f"{t}-{p}" for t, p in sorted(tps)) + "]"
+
+        raise InvalidConfig(
+            f"If {option} contains {what}, you must specify all TopicPartitions."
+            + (" Use -1 for latest, -2 for earliest." if what == "specific offsets" else "")
+            + f" Specified: {show(named)} Assigned: {show(assigned)}"
+        )
+
+
+def replan(options: SourceOptions, work: OffsetRange) -> OffsetRange:
+    """``work`` (a ``late`` range) as of now: ``[log start, end)`` of its partition with
+    the files of the table's latest snapshot; ``work`` itself when nothing moved."""
+    planner = Planner(options)
+    try:
+        table = planner.gateway.table(work.topic)
+        offsets = table.partitions.get(work.partition)
+        if offsets is None:
+            return work
+        start, end = offsets.log_start_offset, offsets.end(options.isolation)
+        if (start, end) == (work.start, work.end) or start >= end and work.start >= work.end:
+            return work
+        snapshot = planner.snapshots.latest(table.uri, max(table.partitions) + 1)
+        start = max(start, snapshot.log_start_offset(work.partition))
+        return planner.offset_range((work.topic, work.partition), start, max(start, end), snapshot, None)
+    finally:
+        planner.close()
 
 
 # -- the planner ----------------------------------------------------------------------------------
@@ -167,8 +224,10 @@ class Planner:
         return max(s.table.partitions[tp[1]].log_start_offset, s.snapshot.log_start_offset(tp[1]))
 
     def resolve(self, spec: OffsetSpec, state: dict[str, TopicState], *, ending: bool) -> dict[TopicPartition, int]:
-        """``spec`` as an offset for every subscribed partition."""
+        """``spec`` as an offset for every subscribed partition. A JSON spec must name
+        every subscribed partition, exactly (Spark's Kafka source's rule)."""
         latest = self.end_offsets(state)
+        _names_every_partition(spec, set(latest), "ending" if ending else "starting")
         out = {}
         for tp in latest:
             kind, value = spec.for_partition(tp)
@@ -205,6 +264,31 @@ class Planner:
                 out[tp] = first
         if lost and self.options.fail_on_data_loss:
             raise data_loss(lost)
+        return out
+
+    def past_the_end(
+        self, starts: dict[TopicPartition, int], state: dict[str, TopicState]
+    ) -> dict[TopicPartition, int]:
+        """Starts beyond a partition's log end offset (the topic was deleted and created
+        again since they were read): an error with failOnDataLoss, else each such
+        partition goes on from its log start offset. Partitions of ``starts`` that
+        are gone count the same way (their log end is 0)."""
+        changed = {}
+        out = dict(starts)
+        for tp, start in starts.items():
+            topic_state = state.get(tp[0])
+            if topic_state is None:
+                continue  # not subscribed any more (a pattern that no longer matches)
+            offsets = topic_state.table.partitions.get(tp[1])
+            end = offsets.high_watermark if offsets is not None else 0
+            if start > end:
+                changed[tp] = (start, end)
+                if offsets is not None:
+                    out[tp] = self.log_start(state, tp)
+                else:
+                    del out[tp]
+        if changed and self.options.fail_on_data_loss:
+            raise offset_changed(changed)
         return out
 
     def ranges(

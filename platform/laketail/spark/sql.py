@@ -16,15 +16,25 @@ Parquet reader.
   as a filter expression or, when there are many, a broadcast anti-join. A table
   without transactions costs what a plain Parquet scan of its files costs.
 
-Views are snapshots of the table version current when they are registered: register
-again to see newer data. Records not tiered yet (the last ``table.flush.interval.ms``)
-are not in them; ``format("laketail")`` reads those too. Names with characters SQL
-needs quoted (``-``, ``.``) are used as given: write ``SELECT * FROM `my-topic```.
+Views are live: a view over Spark's Parquet reader names a file list, which Spark
+fixes when the view is made, so ``register_topics`` leaves a :class:`ViewFollower`
+behind -- one daemon thread per session that checks every ``interval_s`` (default
+0.2 s) whether a topic's Delta table moved to a new version (or its last stable offset
+moved) and then replaces the topic's two views with ones over the new snapshot. A
+query therefore sees the latest committed snapshot as of at most ``interval_s`` ago, at
+a plain Parquet scan's speed; register once, query all day. ``follow=False`` keeps
+the old one-shot snapshot; :func:`stop_following` ends a session's follower. Records
+not tiered yet (the last ``table.flush.interval.ms``) are not in these views;
+``format("laketail")`` -- also from SQL alone, ``CREATE TEMPORARY VIEW t USING laketail
+OPTIONS (...)``, planned afresh by Spark at every query -- reads those too. Names with
+characters SQL needs quoted (``-``, ``.``) are used as given: write ``SELECT * FROM
+`my-topic```.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -34,6 +44,7 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from laketail.errors import UnknownTopicOrPartition
 from laketail.records import RECORD_SCHEMA
 from laketail.spark.columns import TABLE_COLUMNS
 from laketail.spark.gateway import SparkGateway, TopicTable, parse_servers
@@ -193,17 +204,149 @@ def register_topics(
     spark: SparkSession,
     servers: str | Sequence[str],
     topics: Iterable[str] | None = None,
+    *,
+    follow: bool = True,
+    interval_s: float | None = None,
 ) -> dict[str, str]:
     """Create the ``<topic>`` and ``<topic>_all`` views of every topic (or of
-    ``topics``); return each topic's committed view name."""
+    ``topics``); return each topic's committed view name. With ``follow`` (the
+    default) the session's :class:`ViewFollower` keeps them on the latest snapshot
+    (and, when ``topics`` is None, adds views for topics created later)."""
     urls = parse_servers(servers if isinstance(servers, str) else ",".join(servers))
-    cache = SnapshotCache()
-    names = {}
-    with SparkGateway(urls) as gateway:
-        for topic in list(topics) if topics is not None else gateway.topics():
-            table = gateway.table(topic)
-            snapshot = cache.latest(table.uri, max(table.partitions, default=-1) + 1)
-            table_frame(spark, snapshot).createOrReplaceTempView(view_name(f"{topic}_all"))
-            committed_frame(spark, snapshot, table).createOrReplaceTempView(view_name(topic))
-            names[topic] = topic
-    return names
+    wanted = None if topics is None else list(topics)
+    if not follow:
+        with SparkGateway(urls) as gateway:
+            views = _TopicViews(spark, gateway, SnapshotCache())
+            return {t: t for t in views.refresh(wanted if wanted is not None else gateway.topics())}
+    with _FOLLOWERS_LOCK:
+        follower = _FOLLOWERS.get(id(spark))
+        if follower is None or not follower.alive or follower.urls != urls:
+            if follower is not None:
+                follower.stop()
+            follower = _FOLLOWERS[id(spark)] = ViewFollower(spark, urls, interval_s)
+        elif interval_s is not None:
+            follower.interval_s = interval_s
+    return {t: t for t in follower.follow(wanted)}
+
+
+def stop_following(spark: SparkSession) -> None:
+    """End the session's :class:`ViewFollower` (its views stay, frozen where they are)."""
+    with _FOLLOWERS_LOCK:
+        follower = _FOLLOWERS.pop(id(spark), None)
+    if follower is not None:
+        follower.stop()
+
+
+#: How often a follower looks at its tables' Delta logs and the gateway's offsets.
+FOLLOW_INTERVAL_S = 0.2
+
+_FOLLOWERS: dict[int, "ViewFollower"] = {}
+_FOLLOWERS_LOCK = threading.Lock()
+_log = logging.getLogger("laketail.spark.sql")
+
+
+class _TopicViews:
+    """Makes a session's views of topics over given snapshots; remembers what each
+    view shows (table version and the offsets that bound it) so that an unchanged
+    topic costs one Delta log check and one offsets request, and no Spark call."""
+
+    def __init__(self, spark: SparkSession, gateway: SparkGateway, cache: SnapshotCache) -> None:
+        self.spark = spark
+        self.gateway = gateway
+        self.cache = cache
+        self.shown: dict[str, tuple] = {}
+
+    def refresh(self, topics: Iterable[str]) -> list[str]:
+        """Bring the views of ``topics`` up to date; the topics that have views."""
+        out = []
+        for topic in topics:
+            table = self.gateway.table(topic)
+            snapshot = self.cache.latest(table.uri, max(table.partitions, default=-1) + 1)
+            bounds = tuple(sorted(
+                (p, o.last_stable_offset) for p, o in table.partitions.items()
+                if o.last_stable_offset < snapshot.tiered_offset(p)
+            ))
+            key = (table.uri, snapshot.version, bounds)
+            if self.shown.get(topic) != key:
+                table_frame(self.spark, snapshot).createOrReplaceTempView(view_name(f"{topic}_all"))
+                committed_frame(self.spark, snapshot, table).createOrReplaceTempView(view_name(topic))
+                self.shown[topic] = key
+            out.append(topic)
+        return out
+
+    def drop(self, topic: str) -> None:
+        self.shown.pop(topic, None)
+        self.spark.catalog.dropTempView(f"{topic}_all")
+        self.spark.catalog.dropTempView(topic)
+
+
+class ViewFollower:
+    """Keeps one session's topic views on their tables' latest snapshots.
+
+    Role: the views' file lists are fixed by Spark when a view is made; this thread
+    makes the view again whenever the table it shows has a new version. Invariant:
+    after a pass, every followed topic's views show the version its Delta log had
+    when the pass looked. Thread-safety: :meth:`follow` (any thread) and the
+    follower's own thread take turns on one lock; Spark's catalog is safe to call from
+    both. Errors of a pass (a gateway down, a topic deleted) are logged and the next
+    pass tries again; a deleted topic's views are dropped. The thread ends with
+    :meth:`stop` or when the session's SparkContext stops.
+    """
+
+    def __init__(self, spark: SparkSession, urls: tuple[str, ...], interval_s: float | None = None) -> None:
+        self.urls = urls
+        self.interval_s = FOLLOW_INTERVAL_S if interval_s is None else interval_s
+        self._spark = spark
+        self._views = _TopicViews(spark, SparkGateway(urls), SnapshotCache())
+        self._topics: set[str] | None = set()  # None: every topic, new ones too
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="laketail-view-follower", daemon=True)
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and not self._stop.is_set()
+
+    def follow(self, topics: list[str] | None) -> list[str]:
+        """Follow ``topics`` too (None: every topic); their views are current on return."""
+        with self._lock:
+            if topics is None:
+                self._topics = None
+                topics = self._views.gateway.topics()
+                self._views.shown.clear()  # asked to register: made again, whatever they show
+                return self._views.refresh(topics)
+            for topic in topics:
+                self._views.shown.pop(topic, None)
+            if self._topics is not None:
+                self._topics.update(topics)
+            return self._views.refresh(topics)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.interval_s):
+                if self._spark.sparkContext._jsc is None:
+                    return  # the session was stopped
+                try:
+                    self._pass()
+                except Exception as exc:  # noqa: BLE001 - a follower outlives a bad pass
+                    _log.warning("laketail view follower: %s: %s", type(exc).__name__, exc)
+        finally:
+            self._views.gateway.close()
+
+    def _pass(self) -> None:
+        with self._lock:
+            topics = self._views.gateway.topics() if self._topics is None else sorted(self._topics)
+            for gone in set(self._views.shown) - set(topics):
+                self._views.drop(gone)
+            for topic in topics:
+                try:
+                    self._views.refresh([topic])
+                except UnknownTopicOrPartition:
+                    if topic in self._views.shown:
+                        self._views.drop(topic)
