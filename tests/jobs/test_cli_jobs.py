@@ -16,7 +16,7 @@ def test_list_names_every_job():
     result = CliRunner().invoke(cli, ["jobs", "list"])
     assert result.exit_code == 0, result.output
     assert [line.split()[0] for line in result.output.splitlines()] == [
-        "compaction", "retention", "lag", "eos_pipeline"]
+        "compaction", "retention", "lag", "eos_pipeline", "maintenance"]
 
 
 def test_help_after_the_name_shows_the_jobs_options():
