@@ -241,7 +241,7 @@ MAX_JSON_DEPTH = 128
 
 def parse_json(body: bytes, *, nested_values: bool = True) -> Any:
     """orjson, with broken JSON or JSON nested deeper than :data:`MAX_JSON_DEPTH` as
-    INVALID_REQUEST (400/40001). Every JSON body a route reads itself comes through here.
+    INVALID_REQUEST (400/40002). Every JSON body a route reads itself comes through here.
 
     ``nested_values=False`` is for bodies whose every value is then checked to be a
     string, a number or a list of flat objects (v2 ``binary`` produce, the hot path):

@@ -6,7 +6,7 @@ that turn them into a response with the error's HTTP status and Confluent-style 
 What is not a laketail error yet is translated here, once:
 
 * FastAPI request validation (bad query parameter, broken or incomplete admin body)
-  -> INVALID_REQUEST 400/40001;
+  -> INVALID_REQUEST 400/40002;
 * Starlette's own HTTP errors (no such route 404, wrong method 405) -> Jersey's answer
   in Confluent's REST Proxy: ``{"error_code": 404, "message": "HTTP 404 Not Found"}``;
 * a client that disconnects while its body is read -> nothing worth logging;
