@@ -75,3 +75,21 @@ def spark_session(app_name: str):
         os.environ["PYSPARK_PYTHON"] = sys.executable
         builder = builder.config("spark.pyspark.python", sys.executable)
     return builder.getOrCreate(), True
+
+
+def run_query(writer: Any, name: str, interval_s: float, done: dict[str, int], max_rounds: int) -> str | None:
+    """Start ``writer`` (a ``DataStreamWriter``) as the query ``name``, triggered every
+    ``interval_s`` (100 ms at least), and wait until it ends, until ``max_rounds``
+    micro-batches ran (``done["batches"]``, counted by its foreachBatch; 0: no bound) or
+    until Ctrl-C. The first line of the query's failure, or None."""
+    query = (writer.trigger(processingTime=f"{max(int(interval_s * 1000), 100)} milliseconds")
+             .queryName(name).start())
+    try:
+        while query.isActive:
+            query.awaitTermination(0.5)
+            if max_rounds and done["batches"] >= max_rounds:
+                query.stop()
+    except KeyboardInterrupt:
+        query.stop()
+    error = query.exception()
+    return None if error is None else str(error).splitlines()[0]

@@ -39,7 +39,7 @@ from typing import Any, Sequence
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from laketail.coordinator.lag import lag_status
-from laketail.jobs.common import base_parser, fail, plan_time_ms, report, spark_session
+from laketail.jobs.common import base_parser, fail, plan_time_ms, report, run_query, spark_session
 from laketail.maintenance.lag import lag_rows, lag_table, lag_table_uri
 from laketail.maintenance.topics import Gateway
 
@@ -192,22 +192,11 @@ def run_streaming(args: Any, table_uri: str) -> int:
             report({"job": "lag", "waiting_for": OFFSETS_TOPIC})
             time.sleep(args.interval_s)
     ticks = max(1, int(round(1.0 / args.interval_s))) if args.interval_s < 1 else 1
-    query = (committed_offsets(spark, args.servers, ticks).writeStream.outputMode("complete")
-             .foreachBatch(each).option("checkpointLocation", checkpoint)
-             .trigger(processingTime=f"{max(int(args.interval_s * 1000), 100)} milliseconds")
-             .queryName("laketail-lag").start())
+    writer = (committed_offsets(spark, args.servers, ticks).writeStream.outputMode("complete")
+              .foreachBatch(each).option("checkpointLocation", checkpoint))
     try:
-        while query.isActive:
-            query.awaitTermination(0.5)
-            if args.max_rounds and done["batches"] >= args.max_rounds:
-                query.stop()
-        error = query.exception()
-        if error is not None:
-            return fail(f"lag query failed: {str(error).splitlines()[0]}")
-        return 0
-    except KeyboardInterrupt:
-        query.stop()
-        return 0
+        error = run_query(writer, "laketail-lag", args.interval_s, done, args.max_rounds)
+        return fail(f"lag query failed: {error}") if error is not None else 0
     finally:
         gateway.close()
         if owned:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Iterator, Sequence
 
-from laketail.jobs.common import base_parser, fail, plan_time_ms, report, spark_session
+from laketail.jobs.common import base_parser, fail, plan_time_ms, report, run_query, spark_session
 from laketail.jobs.compaction import spark_rewriter
 from laketail.maintenance.file_compaction import DEFAULT_TARGET_FILE_BYTES
 from laketail.maintenance.runs import DEFAULT_VACUUM_AFTER_MS, run_compaction, run_retention
@@ -153,20 +153,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             report({"job": "maintenance", "batch_id": batch_id, "topics": moved})
 
         checkpoint = args.checkpoint or f"{args.data.rstrip('/')}/_system/checkpoints/maintenance"
-        query = (spark.readStream.format("laketail_table_commits").option("data", args.data)
-                 .option("topics", ",".join(sorted(topics))).load()
-                 .writeStream.foreachBatch(each).option("checkpointLocation", checkpoint)
-                 .trigger(processingTime=f"{max(int(args.interval_s * 1000), 100)} milliseconds")
-                 .queryName("laketail-maintenance").start())
-        try:
-            while query.isActive:
-                query.awaitTermination(0.5)
-                if args.max_rounds and done["batches"] >= args.max_rounds:
-                    query.stop()
-        except KeyboardInterrupt:
-            query.stop()
-        error = query.exception()
-        return fail(f"maintenance query failed: {str(error).splitlines()[0]}") if error is not None else 0
+        writer = (spark.readStream.format("laketail_table_commits").option("data", args.data)
+                  .option("topics", ",".join(sorted(topics))).load()
+                  .writeStream.foreachBatch(each).option("checkpointLocation", checkpoint))
+        error = run_query(writer, "laketail-maintenance", args.interval_s, done, args.max_rounds)
+        return fail(f"maintenance query failed: {error}") if error is not None else 0
     except Exception as exc:
         return fail(f"{type(exc).__name__}: {exc}")
     finally:
