@@ -23,19 +23,19 @@ from pydantic import Field
 from starlette.responses import Response
 
 from laketail.bounds import INT16_MAX, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, parse_int
-from laketail.errors import UnknownCluster
 from laketail.errors import (
     InvalidRequest,
     LaketailError,
     RecordTooLarge,
+    UnknownCluster,
     UnknownTopicOrPartition,
 )
 from laketail.records import HEADER_TYPE, Acks, IsolationLevel
 from laketail.storage.partition_log import ProducerBatch
 
 if TYPE_CHECKING:
-    from laketail.broker import Broker, FetchResult, ProduceResult
     from laketail.api.metrics import GatewayMetrics
+    from laketail.broker import Broker, FetchResult, ProduceResult
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,7 @@ from typing import Any, Literal
 import orjson
 
 from laketail.bounds import timestamp_ms
-from laketail.errors import UnsupportedMediaType
-from laketail.errors import InvalidRecord, NotAcceptable
+from laketail.errors import InvalidRecord, NotAcceptable, UnsupportedMediaType
 
 EmbeddedFormat = Literal["binary", "json"]
 

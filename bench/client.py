@@ -17,7 +17,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-
 #: a pooled connection idle this long is not reused (uvicorn's keep-alive timeout is 5 s)
 _STALE_S = 3.0
 

@@ -259,6 +259,7 @@ def run(ctx: Context) -> list[Figure]:
 
     ctx.status("starting Spark (local[2])")
     from deltalake import DeltaTable
+
     from laketail.spark import register_topics
     from laketail.spark.session import local_session
 

@@ -3,9 +3,7 @@ the error body for anything that is not a route."""
 
 from __future__ import annotations
 
-
 import pytest
-
 from api_inprocess import BINARY_V2, assert_error, b64, create_topic, gateway, produce
 from integration.support import prom_sample
 

@@ -6,10 +6,10 @@ import uuid
 
 import pyarrow as pa
 import pytest
-
 from api_inprocess import ARROW, assert_error, b64, create_topic, gateway
-from laketail.records import RECORD_SCHEMA
 from integration.support import ipc
+
+from laketail.records import RECORD_SCHEMA
 
 
 @pytest.fixture(scope="module")

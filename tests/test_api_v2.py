@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 
 import pytest
-
 from api_inprocess import BINARY_V2, JSON_V2, V2, assert_error, b64, create_topic, gateway, produce, unb64
 
 

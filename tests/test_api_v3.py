@@ -7,7 +7,6 @@ import json
 import uuid
 
 import pytest
-
 from api_inprocess import assert_error, b64, cluster_id, create_topic, gateway, unb64
 
 

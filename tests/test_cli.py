@@ -20,7 +20,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from conftest import free_port
 
 pytestmark = pytest.mark.integration

@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 import httpx
 import pyarrow as pa
 import pytest
-
 from groups.support import V2Consumer
-from integration.support import ipc, prom_sample as sample, wait_until
+from integration.support import ipc, wait_until
+from integration.support import prom_sample as sample
 
 pytestmark = pytest.mark.integration
 

@@ -22,6 +22,7 @@ offsets in headers: ``X-Laketail-Next-Offset`` (where the next fetch starts),
 from __future__ import annotations
 
 from time import perf_counter
+
 import pyarrow as pa
 import pyarrow.compute as pc
 from fastapi import APIRouter, Request

@@ -11,8 +11,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from laketail.errors import BrokerNotAvailable
 from laketail.api.deps import broker_of, check_cluster, json_response
+from laketail.errors import BrokerNotAvailable
 
 router = APIRouter(tags=["v3 clusters"])
 

@@ -12,8 +12,8 @@ never appear. An offset outside [log start, high watermark] is OFFSET_OUT_OF_RAN
 
 from __future__ import annotations
 
-from time import perf_counter
 import binascii
+from time import perf_counter
 
 import orjson
 import pyarrow as pa

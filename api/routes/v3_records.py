@@ -37,8 +37,8 @@ from starlette.types import Receive, Scope, Send
 
 from laketail.api.deps import (
     ACKS_QUERY,
-    Records,
     MAX_JSON_DEPTH,
+    Records,
     broker_of,
     check_cluster,
     check_json_depth,

@@ -43,7 +43,6 @@ from laketail.errors import (
     InvalidReplicationFactor,
     InvalidRequest,
     LeaderNotAvailable,
-    NotLeaderOrFollower,
     OffsetOutOfRange,
     RecordTooLarge,
     RequestTimedOut,
@@ -67,8 +66,8 @@ from laketail.storage.block_cache import BLOCKS, NotCached
 from laketail.storage.log_manager import LogManager
 from laketail.storage.partition_log import OffsetBelowHotTier, ProducerBatch
 from laketail.storage.table_reader import TableReader
-from laketail.storage.topic_check import check_partition
 from laketail.storage.tierer import Tierer
+from laketail.storage.topic_check import check_partition
 
 log = logging.getLogger(__name__)
 

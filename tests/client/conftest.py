@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 import pytest
-
 from conftest import QUICK_GROUPS, BrokerProcess, running_broker
 
 GROUP_ENV = QUICK_GROUPS

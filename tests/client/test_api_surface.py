@@ -19,8 +19,8 @@ from laketail.client import (
     KafkaException,
     Message,
     TopicPartition,
+    admin,
 )
-from laketail.client import admin
 from laketail.client.accumulator import PendingRecord, RecordAccumulator
 from laketail.client.config import ConsumerConfig, ProducerConfig, parse
 from laketail.errors import NotEnoughReplicas, UnknownTopicOrPartition, from_body

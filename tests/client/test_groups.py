@@ -11,6 +11,7 @@ import time
 import uuid
 
 import pytest
+from integration.support import wait_until
 
 from laketail.client import (
     OFFSET_INVALID,
@@ -22,8 +23,6 @@ from laketail.client import (
     TopicPartition,
 )
 from laketail.client.admin import AdminClient, ConsumerGroupState
-
-from integration.support import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -16,13 +16,13 @@ import time
 from typing import Any
 
 import pytest
-from tests.client.stub_cluster import StubCluster, answer, leader_not_available
 
 from laketail.client import AdminClient, Consumer, KafkaError, Producer, TopicPartition
 from laketail.client.admin_types import PartitionMetadata
 from laketail.client.gateway import Gateway
 from laketail.client.metadata import BrokerAddress, Metadata, parse_brokers, parse_partition
 from laketail.errors import NotEnoughReplicas, NotEnoughReplicasAfterAppend, NotLeaderOrFollower, from_body
+from tests.client.stub_cluster import StubCluster, answer, leader_not_available
 
 RECORDS = "/v1/topics/t/partitions/{}/records"
 

@@ -8,17 +8,17 @@ are retried until ``delivery.timeout.ms``; local checks raise at ``produce()``.
 from __future__ import annotations
 
 import pytest
+from conftest import free_port
 
 from laketail.client import (
     OFFSET_INVALID,
     TIMESTAMP_CREATE_TIME,
+    Consumer,
     KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
-    Consumer,
 )
-from conftest import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -16,11 +16,10 @@ Bounded for CI: derandomized, no example database, three runs of at most 12 step
 
 from __future__ import annotations
 
-import base64
 import itertools
-import json
 
 import pytest
+from conftest import QUICK_GROUPS, TEST_TABLE_FLUSH_MS
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -32,8 +31,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from conftest import QUICK_GROUPS, TEST_TABLE_FLUSH_MS
-from tests.transactions.support import BINARY_V2, V2, Session, read_values
+from tests.transactions.support import Session, read_values
 
 from .support import commit_offset, committed, enlist, sink_state
 

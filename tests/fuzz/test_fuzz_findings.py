@@ -4,7 +4,6 @@ against the shared broker with the request the fuzzer sent."""
 from __future__ import annotations
 
 import pytest
-
 from integration.support import assert_error
 
 pytestmark = pytest.mark.integration

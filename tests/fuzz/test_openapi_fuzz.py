@@ -31,14 +31,14 @@ import httpx
 import pytest
 import requests
 import schemathesis
+from conftest import QUICK_GROUPS, BrokerProcess, running_broker
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from integration.support import wait_until
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
-from conftest import QUICK_GROUPS, BrokerProcess, running_broker
 from fuzz.internal_openapi import with_internal_paths
-from integration.support import wait_until
 
 pytestmark = pytest.mark.integration
 

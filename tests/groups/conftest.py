@@ -15,9 +15,7 @@ from __future__ import annotations
 from typing import Iterator
 
 import pytest
-
 from conftest import QUICK_GROUPS, BrokerProcess, running_broker
-
 
 
 @pytest.fixture(scope="module")

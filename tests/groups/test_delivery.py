@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from integration.support import wait_until
 
 from .conftest import QUICK_GROUPS

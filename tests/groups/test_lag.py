@@ -16,7 +16,6 @@ import time
 from typing import Any
 
 import pytest
-
 from integration.support import wait_until
 
 from .support import V1Member, V2Consumer, describe_v1, error_of, unique

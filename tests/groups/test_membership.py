@@ -12,7 +12,6 @@ import threading
 from typing import Any
 
 import pytest
-
 from integration.support import wait_until
 
 from .support import V1Member, V2Consumer, committed_v1, describe_v1, error_of, unb64, unique

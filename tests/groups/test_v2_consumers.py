@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from integration.support import wait_until
 
 from .conftest import QUICK_GROUPS

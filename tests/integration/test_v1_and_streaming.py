@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from integration.support import ipc as _ipc
 from laketail.records import HEADER_TYPE, RECORD_SCHEMA
 
 from .support import decode_binary, parse_concatenated_json, wait_for_table, wait_until
-from integration.support import ipc as _ipc
 
 pytestmark = pytest.mark.integration
 

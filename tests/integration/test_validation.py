@@ -22,8 +22,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from .support import assert_error, wait_until
 from integration.support import ipc
+
+from .support import assert_error, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from laketail.maintenance.table_commit import TableSnapshot
-
 from integration.support import TIER_DEADLINE_S, decode_binary, wait_until
+
+from laketail.maintenance.table_commit import TableSnapshot
 
 #: Topic configs under which hot segments roll small and go as soon as they are tiered,
 #: so fetches below the active segment read the Delta table (what maintenance changes).

@@ -10,11 +10,11 @@ import sys
 import threading
 
 import pytest
+from integration.support import read_table, rows_by_offset, wait_until
 
 from laketail.client import Consumer, TopicPartition
 from laketail.jobs import compaction
 
-from integration.support import rows_by_offset, read_table, wait_until
 from .support import TABLE_ONLY, fetch_all, hot_segments, produce_rounds, run_job, table_files
 
 pytestmark = pytest.mark.integration

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from integration.support import wait_until
 
 from laketail.client import Consumer, TopicPartition
 from laketail.jobs.common import REPORT_PREFIX
-
-from integration.support import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault, pytest.mark.timeout(900)]  # two driver JVMs
 

@@ -9,13 +9,13 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from integration.support import assert_error, wait_until
 
 from laketail.client import Consumer, TopicPartition
 from laketail.config import BrokerSettings
 from laketail.jobs import retention
 from laketail.maintenance.scheduler import MaintenanceScheduler
 
-from integration.support import assert_error, wait_until
 from .support import TABLE_ONLY, fetch_all, produce_rounds, run_job, table_files
 
 pytestmark = pytest.mark.integration

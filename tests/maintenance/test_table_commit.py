@@ -10,11 +10,10 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction
 
 from laketail.config import TopicConfig
-from laketail.maintenance.rewrite import compact_keys
-from laketail.maintenance.rewrite import rewrite_locally
+from laketail.maintenance.retention import plan_retention
+from laketail.maintenance.rewrite import compact_keys, rewrite_locally
 from laketail.maintenance.runs import plan_compaction, run_compaction, run_retention
 from laketail.maintenance.table_commit import MaintenanceConflict, TableSnapshot, commit_retention, commit_rewrite
-from laketail.maintenance.retention import plan_retention
 from laketail.maintenance.topics import MaintainedTopic
 from laketail.records import HEADER_TYPE, RECORD_SCHEMA, TIMESTAMP_TYPE
 from laketail.storage.data_files import write_data_file

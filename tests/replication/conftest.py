@@ -15,7 +15,6 @@ import pytest
 
 from .support import Cluster
 
-
 _FAILED = pytest.StashKey[bool]()
 
 

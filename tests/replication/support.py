@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import httpx
-from deltalake import DeltaTable
-
 from conftest import BINARY_V2, V2, BrokerProcess, Rest
+from deltalake import DeltaTable
 
 T = TypeVar("T")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Iterator
 
 import pytest
-
 from conftest import BrokerProcess, running_broker
 
 #: The limited broker's settings (the test modules read them from here).

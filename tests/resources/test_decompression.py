@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from integration.support import ipc
 
 from laketail.ipc_bounds import ROW_COST, IpcTooLarge, decoded_size
-from integration.support import ipc
 
 ARROW = "application/vnd.apache.arrow.stream"
 

@@ -9,6 +9,7 @@ from urllib.parse import quote
 
 from groups.support import V1Member, unique
 from integration.support import wait_until
+
 from laketail.log_format import EscapingFormatter, escape_control, escape_handlers
 
 FORGED = "2026-01-01 00:00:00,000 WARNING laketail.security: user admin granted ALL"

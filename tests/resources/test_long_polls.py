@@ -11,7 +11,6 @@ import threading
 from typing import Any
 
 import httpx
-
 from conftest import BINARY_V2
 from groups.support import V2Consumer, unique
 from integration.support import wait_until

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from groups.support import unique
 from integration.support import wait_until
 

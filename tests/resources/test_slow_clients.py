@@ -14,9 +14,9 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import uvicorn
-
 from conftest import free_port
 from integration.support import wait_until
+
 from laketail.api.connections import GuardedHttpProtocol
 
 #: A closed connection must be seen within this (a failure bound, not a speed claim).

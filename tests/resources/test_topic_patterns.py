@@ -4,10 +4,10 @@ semantics; what RE2 cannot match in linear time is refused (issue 14, section 3)
 from __future__ import annotations
 
 import pytest
-
 from conftest import V2
 from groups.support import V2Consumer, unique
 from integration.support import wait_until
+
 from laketail.client import Consumer, KafkaException
 from laketail.errors import InvalidRequest
 from laketail.spark.options import Subscription

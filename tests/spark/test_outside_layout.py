@@ -4,7 +4,6 @@ once. Runs without a JVM: these are the pure-Python parts a Spark task calls."""
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 import pytest
 
 from laketail.errors import CorruptMessage

@@ -2,7 +2,6 @@
 
 import zlib
 
-import pyarrow as pa
 import pytest
 
 from laketail.records import build_frame_batch

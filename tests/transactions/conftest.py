@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Iterator
 
 import pytest
-
 from conftest import BrokerProcess, running_broker
 
 TXN_ENV = {

@@ -7,6 +7,7 @@ offsets) yet audit-able in the topic's Delta table, and Spark's batch transactio
 from __future__ import annotations
 
 import base64
+
 import httpx
 import pyarrow as pa
 import pytest

@@ -39,9 +39,9 @@ from laketail.client.errors import KafkaError, KafkaException, local_error
 from laketail.client.fetcher import Fetcher
 from laketail.client.gateway import Gateway
 from laketail.client.message import OFFSET_INVALID, OFFSET_STORED, Message, TopicPartition
+from laketail.client.metadata import Metadata, cluster_metadata
 from laketail.errors import InvalidRequest
 from laketail.topic_pattern import TopicPattern
-from laketail.client.metadata import Metadata, cluster_metadata
 
 log = logging.getLogger(__name__)
 

@@ -45,7 +45,6 @@ import pyarrow as pa
 from laketail.client.config import ConsumerConfig
 from laketail.client.errors import KafkaError, KafkaException, local_error
 from laketail.client.gateway import ARROW_STREAM, Gateway
-from laketail.client.metadata import REFRESH_CODES, Metadata
 from laketail.client.message import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -54,6 +53,7 @@ from laketail.client.message import (
     Message,
     error_message,
 )
+from laketail.client.metadata import REFRESH_CODES, Metadata
 
 log = logging.getLogger(__name__)
 

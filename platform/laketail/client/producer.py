@@ -33,9 +33,9 @@ import httpx
 
 from laketail.client.accumulator import PendingRecord, RecordAccumulator
 from laketail.client.config import ProducerConfig, producer_config
+from laketail.client.consumer import ConsumerGroupMetadata
 from laketail.client.errors import KafkaError, KafkaException, local_error
 from laketail.client.gateway import Gateway
-from laketail.client.consumer import ConsumerGroupMetadata
 from laketail.client.message import TIMESTAMP_CREATE_TIME, Message, TopicPartition, normalize_headers
 from laketail.client.metadata import Metadata, cluster_metadata
 from laketail.client.sender import Sender
