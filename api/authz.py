@@ -1,0 +1,202 @@
+"""Authorization at the gateway's edge: one middleware reads the route's entry in
+:mod:`laketail.api.acl_rules` and asks the broker's
+:class:`~laketail.security.authorizer.Authorizer` before anything else runs.
+
+:class:`Authorization` is a pure ASGI middleware outside the coordinator proxy and the
+hot produce/fetch dispatch, so every request -- routed by FastAPI, matched by
+:mod:`laketail.api.hot_routes`, or proxied to the controller -- is checked once, here.
+It is installed only when authorization is on (``authorizer.class.name`` set): with it
+off the gateway runs exactly as before. Decisions are cached by the authorizer, so a
+produce or fetch pays one route match and one dictionary lookup.
+
+Routes whose resource is in the body (commits, AddPartitionsToTxn, InitProducerId,
+CreateTopics) check it themselves with :func:`check`; listings keep what
+:func:`may_describe` allows. Both use the principal this middleware settled on.
+
+**The principal of a proxied request.** A broker that proxies a coordinator request
+to the controller has already checked it, and sends the client's principal and host
+in ``laketail-forwarded-principal`` / ``laketail-forwarded-host``. The receiving broker
+believes those headers only when the caller itself holds ClusterAction on the cluster
+(a broker: a super user or granted it); from anyone else they are dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from starlette.requests import HTTPConnection, Request
+from starlette.routing import Mount
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from laketail.api.acl_rules import Rule, rule_for
+from laketail.api.errors import error_response
+from laketail.api.principal import host_of, principal_of
+from laketail.errors import ClusterAuthorizationFailed, LaketailError
+from laketail.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from laketail.security.authorizer import Authorizer
+from laketail.security.principal import KafkaPrincipal
+
+FORWARDED_PRINCIPAL = b"laketail-forwarded-principal"
+FORWARDED_HOST = b"laketail-forwarded-host"
+_STATE_KEY = "laketail.authz"
+
+
+def walk_routes(routes: Iterable[Any]) -> list[Any]:
+    """Every route, looking into included routers (the gateway includes them without a prefix)."""
+    found = []
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            found.extend(walk_routes(inner.routes))
+        else:
+            found.append(route)
+    return found
+
+
+def route_key(route: Any, method: str) -> str:
+    return f"MOUNT {route.path}" if isinstance(route, Mount) else f"{method} {route.path}"
+
+
+class _Entry:
+    __slots__ = ("methods", "regex", "rule", "key")
+
+    def __init__(self, route: Any, method: str, rule: Rule | None) -> None:
+        self.methods = None if isinstance(route, Mount) else {method}
+        self.regex = route.path_regex
+        self.rule = rule
+        self.key = route_key(route, method)
+
+
+def acting(conn: HTTPConnection) -> tuple[KafkaPrincipal, str]:
+    """The principal and host a request is authorized as (set by :class:`Authorization`)."""
+    found = conn.scope.get("state", {}).get(_STATE_KEY)
+    return found if found is not None else (principal_of(conn), host_of(conn))
+
+
+def authorizer_of(conn: HTTPConnection) -> Authorizer:
+    return conn.app.state.authorizer
+
+
+def check(request: Request, operation: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME) -> None:
+    """An in-handler check (the resource came in the body); no-op with authorization off."""
+    authorizer = authorizer_of(request)
+    if authorizer.enabled:
+        principal, host = acting(request)
+        authorizer.check(principal, host, operation, resource_type, name)
+
+
+def may_describe(request: Request, resource_type: ResourceType, name: str) -> bool:
+    """Whether a listing shows ``name`` (Describe, never audited as a denial)."""
+    authorizer = authorizer_of(request)
+    if not authorizer.enabled:
+        return True
+    principal, host = acting(request)
+    return authorizer.authorize(principal, host, AclOperation.DESCRIBE, resource_type, name, audit_denied=False)
+
+
+def forwarded_headers(scope: Scope) -> list[tuple[str, str]]:
+    """What the coordinator proxy adds so the controller authorizes the client, not the broker."""
+    found = scope.get("state", {}).get(_STATE_KEY)
+    if found is None:
+        return []
+    principal, host = found
+    return [(FORWARDED_PRINCIPAL.decode(), str(principal)), (FORWARDED_HOST.decode(), host)]
+
+
+class Authorization:
+    """The gateway's authorization middleware (see the module docstring)."""
+
+    def __init__(self, app: ASGIApp, fastapi_app: Any, authorizer: Authorizer) -> None:
+        self.app = app
+        self.fastapi_app = fastapi_app
+        self.authorizer = authorizer
+        self._entries: list[_Entry] | None = None
+
+    def _build(self) -> list[_Entry]:
+        from laketail.api.hot_routes import HOT_ENDPOINTS
+
+        hot, rest = [], []
+        for route in walk_routes(self.fastapi_app.routes):
+            methods = ["*"] if isinstance(route, Mount) else sorted(getattr(route, "methods", None) or [])
+            for method in methods:
+                lookup = "GET" if method == "HEAD" else method
+                rule = rule_for("MOUNT", route.path) if method == "*" else rule_for(lookup, route.path)
+                entry = _Entry(route, method, rule)
+                (hot if getattr(route, "endpoint", None) in HOT_ENDPOINTS else rest).append(entry)
+        return hot + rest  # produce and fetch are found first
+
+    def _match(self, method: str, path: str) -> tuple[_Entry, dict[str, str]] | None:
+        if self._entries is None:
+            self._entries = self._build()
+        for entry in self._entries:
+            if entry.methods is not None and method not in entry.methods:
+                continue
+            found = entry.regex.match(path)
+            if found is not None:
+                return entry, found.groupdict()
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        principal, host = self._settle_principal(scope)
+        scope.setdefault("state", {})[_STATE_KEY] = (principal, host)
+        try:
+            self._authorize(scope, principal, host)
+        except LaketailError as err:
+            await error_response(err, scope["path"])(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _settle_principal(self, scope: Scope) -> tuple[KafkaPrincipal, str]:
+        conn = HTTPConnection(scope)
+        principal, host = principal_of(conn), host_of(conn)
+        forwarded = forwarded_host = None
+        kept = []
+        for name, value in scope["headers"]:
+            if name == FORWARDED_PRINCIPAL:
+                forwarded = value.decode("latin-1")
+            elif name == FORWARDED_HOST:
+                forwarded_host = value.decode("latin-1")
+            else:
+                kept.append((name, value))
+        if forwarded is None and forwarded_host is None:
+            return principal, host
+        scope["headers"] = kept  # never passed on as they came
+        if forwarded is not None and self.authorizer.authorize(
+                principal, host, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, audit_denied=False):
+            try:
+                return KafkaPrincipal.parse(forwarded), forwarded_host or "*"
+            except LaketailError:
+                pass
+        return principal, host
+
+    def _authorize(self, scope: Scope, principal: KafkaPrincipal, host: str) -> None:
+        if self.authorizer.is_super_user(principal):
+            return
+        matched = self._match(scope["method"], scope["path"])
+        if matched is None:
+            return  # no such route: 404/405 follow, nothing to protect
+        entry, params = matched
+        rule = entry.rule
+        if rule is None:
+            raise ClusterAuthorizationFailed(f"route {entry.key} has no entry in the ACL table; super users only")
+        if rule.kind != "checked":
+            return
+        authorizer = self.authorizer
+        decisions = []
+        for need in rule.needs:
+            name = CLUSTER_NAME if need.param is None else params[need.param]
+            if rule.any_of:
+                decisions.append(authorizer.authorize(principal, host, need.operation, need.resource_type, name))
+            else:
+                authorizer.check(principal, host, need.operation, need.resource_type, name)
+        if rule.any_of and not any(decisions):
+            first = rule.needs[0]
+            authorizer.check(principal, host, first.operation, first.resource_type,
+                             CLUSTER_NAME if first.param is None else params[first.param])
+        if rule.produce and b"producer_id=" in scope["query_string"]:
+            query = scope["query_string"]
+            if b"transactional=true" not in query.lower():
+                authorizer.check(principal, host, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)
