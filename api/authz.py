@@ -85,6 +85,15 @@ def check(request: Request, operation: AclOperation, resource_type: ResourceType
         authorizer.check(principal, host, operation, resource_type, name)
 
 
+def may(request: Request, operation: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME) -> bool:
+    """Whether the request may (for rules with alternatives); a denial here is not audited."""
+    authorizer = authorizer_of(request)
+    if not authorizer.enabled:
+        return True
+    principal, host = acting(request)
+    return authorizer.authorize(principal, host, operation, resource_type, name, audit_denied=False)
+
+
 def may_describe(request: Request, resource_type: ResourceType, name: str) -> bool:
     """Whether a listing shows ``name`` (Describe, never audited as a denial)."""
     authorizer = authorizer_of(request)
