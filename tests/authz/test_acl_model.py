@@ -57,7 +57,8 @@ def decide(bindings, op, rtype, name, principal=ALICE, host="10.0.0.1", **kw) ->
     ([acl("User:alice", "READ", "TOPIC", "orders", host="10.0.0.2")], Op.READ, R.TOPIC, "orders", False),
     # deny wins, on any pattern that matches; a deny of All denies everything
     ([acl("User:alice", "READ", "TOPIC", "orders", "PREFIXED"),
-      acl("User:alice", "READ", "TOPIC", "orders-secret", permission="DENY")], Op.READ, R.TOPIC, "orders-secret", False),
+      acl("User:alice", "READ", "TOPIC", "orders-secret", permission="DENY")], Op.READ, R.TOPIC, "orders-secret",
+     False),
     ([acl("User:alice", "ALL", "TOPIC", "*"),
       acl("User:*", "ALL", "TOPIC", "pay", "PREFIXED", permission="DENY")], Op.WRITE, R.TOPIC, "payments", False),
     ([acl("User:alice", "READ", "TOPIC", "orders"),
