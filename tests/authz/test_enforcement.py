@@ -1,0 +1,200 @@
+"""Authorization end to end on an in-process gateway: per resource type and pattern
+type, allowed and denied; listings filtered; body resources; internal topics;
+idempotent producers; cache invalidation; the forwarded principal; audit lines."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from api_inprocess import BINARY_V2, b64
+from integration.support import wait_until
+
+from laketail.security.authorizer import Authorizer
+
+from .acting_as import AUTHORIZER, allow, authz_gateway, deny
+
+ALICE, BOB = "User:alice", "User:bob"
+RECORDS = {"records": [{"value": b64(b"v")}]}
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory):
+    with authz_gateway(tmp_path_factory.mktemp("authz")) as client:
+        yield client
+
+
+def produce(gw, who: str, topic: str, **params):
+    return gw.as_(who, "POST", f"/topics/{topic}/partitions/0", json=RECORDS,
+                  headers={"Content-Type": BINARY_V2}, params=params)
+
+
+def fetch(gw, who: str, topic: str):
+    return gw.as_(who, "GET", f"/topics/{topic}/partitions/0/records", params={"offset": 0})
+
+
+def create(gw, who: str, topic: str):
+    return gw.as_(who, "POST", f"/v3/clusters/{gw.cluster_id}/topics", json={"topic_name": topic,
+                                                                             "partitions_count": 1})
+
+
+def error_name(resp) -> str:
+    assert resp.status_code == 403, resp.text
+    assert resp.json()["error_code"] == 40301, resp.text
+    return resp.json()["message"].split(":")[0]
+
+
+def test_topic_acls_literal_prefixed_and_deny_wins(gw):
+    for t in ("orders-eu", "orders-secret", "payments"):
+        assert create(gw, "User:admin", t).status_code == 201
+    gw.grant(allow(ALICE, "WRITE", "TOPIC", "orders-", "PREFIXED"),
+             deny(ALICE, "WRITE", "TOPIC", "orders-secret"),
+             allow(BOB, "READ", "TOPIC", "orders-eu"))
+    assert produce(gw, ALICE, "orders-eu").status_code == 200
+    assert error_name(produce(gw, ALICE, "orders-secret")) == "TOPIC_AUTHORIZATION_FAILED"
+    assert error_name(produce(gw, ALICE, "payments")) == "TOPIC_AUTHORIZATION_FAILED"
+    assert error_name(fetch(gw, ALICE, "orders-eu")) == "TOPIC_AUTHORIZATION_FAILED"  # Write is not Read
+    resp = fetch(gw, BOB, "orders-eu")
+    assert resp.status_code == 200 and len(resp.json()) == 1  # what alice wrote
+    assert error_name(produce(gw, BOB, "orders-eu")) == "TOPIC_AUTHORIZATION_FAILED"
+    # the Arrow and v3 produce paths are the same permission
+    v3 = gw.as_(BOB, "POST", f"/v3/clusters/{gw.cluster_id}/topics/orders-eu/records", json={})
+    assert error_name(v3) == "TOPIC_AUTHORIZATION_FAILED"
+
+
+def test_internal_topics_only_for_super_users(gw):
+    gw.grant(allow("User:carol", "ALL", "TOPIC", "*"))
+    for topic in ("__consumer_offsets", "__transaction_state"):
+        assert error_name(fetch(gw, "User:carol", topic)) == "TOPIC_AUTHORIZATION_FAILED"
+        assert error_name(produce(gw, "User:carol", topic)) == "TOPIC_AUTHORIZATION_FAILED"
+    assert gw.admin("GET", "/topics/__consumer_offsets/partitions/0/records",
+                    params={"offset": 0}).status_code != 403
+
+
+def test_listings_show_only_what_the_principal_may_describe(gw):
+    for t in ("list-visible", "list-hidden"):
+        assert create(gw, "User:admin", t).status_code == 201
+    for g in ("lg-visible", "lg-hidden"):
+        resp = gw.admin("POST", f"/v1/groups/{g}/commit",
+                        json={"offsets": [{"topic": "list-visible", "partition": 0, "offset": 0}]})
+        assert resp.status_code == 200, resp.text
+    gw.grant(allow("User:dave", "DESCRIBE", "TOPIC", "list-v", "PREFIXED"),
+             allow("User:dave", "READ", "GROUP", "lg-visible"))
+    v2 = gw.as_("User:dave", "GET", "/topics").json()
+    assert "list-visible" in v2 and "list-hidden" not in v2
+    assert "list-hidden" in gw.admin("GET", "/topics").json()
+    v3 = [t["topic_name"] for t in gw.as_("User:dave", "GET", f"/v3/clusters/{gw.cluster_id}/topics").json()["data"]]
+    assert v3 == ["list-visible"]
+    groups = [g["group_id"] for g in gw.as_("User:dave", "GET", "/v1/groups").json()["groups"]]
+    assert groups == ["lg-visible"]
+    v3g = gw.as_("User:dave", "GET", f"/v3/clusters/{gw.cluster_id}/consumer-groups").json()["data"]
+    assert [g["consumer_group_id"] for g in v3g] == ["lg-visible"]
+    assert gw.as_("User:nobody", "GET", "/topics").json() == []
+
+
+def test_commit_needs_read_on_the_group_and_on_every_topic_of_the_body(gw):
+    assert create(gw, "User:admin", "commit-ok").status_code == 201
+    gw.grant(allow("User:erin", "READ", "GROUP", "erin-", "PREFIXED"), allow("User:erin", "READ", "TOPIC", "commit-ok"))
+    body = {"offsets": [{"topic": "commit-ok", "partition": 0, "offset": 0}]}
+    assert gw.as_("User:erin", "POST", "/v1/groups/erin-1/commit", json=body).status_code == 200
+    other = {"offsets": [{"topic": "commit-ok", "partition": 0, "offset": 0},
+                         {"topic": "commit-forbidden", "partition": 0, "offset": 5}]}
+    resp = gw.as_("User:erin", "POST", "/v1/groups/erin-2/commit", json=other)
+    assert error_name(resp) == "TOPIC_AUTHORIZATION_FAILED"
+    # nothing was committed for the refused request
+    committed = gw.admin("POST", "/v1/groups/erin-2/committed",
+                         json={"partitions": [{"topic": "commit-ok", "partition": 0}]}).json()["offsets"]
+    assert committed[0]["offset"] == -1
+    assert error_name(gw.as_("User:erin", "POST", "/v1/groups/other/commit", json=body)) == \
+        "GROUP_AUTHORIZATION_FAILED"
+
+
+def test_create_topics_needs_create_on_the_cluster_or_the_topic(gw):
+    gw.grant(allow("User:frank", "CREATE", "TOPIC", "frank-", "PREFIXED"))
+    assert create(gw, "User:frank", "frank-1").status_code == 201
+    assert error_name(create(gw, "User:frank", "elsewhere-1")) == "TOPIC_AUTHORIZATION_FAILED"
+    assert gw.admin("GET", "/topics/elsewhere-1").status_code == 404  # nothing was created
+    gw.grant(allow("User:grace", "CREATE", "CLUSTER"))
+    assert create(gw, "User:grace", "grace-anything").status_code == 201
+    assert error_name(gw.as_("User:frank", "DELETE", f"/v3/clusters/{gw.cluster_id}/topics/frank-1")) == \
+        "TOPIC_AUTHORIZATION_FAILED"
+
+
+def test_idempotent_and_transactional_producers(gw):
+    assert create(gw, "User:admin", "idem").status_code == 201
+    gw.grant(allow("User:heidi", "WRITE", "TOPIC", "idem"))
+    assert error_name(gw.as_("User:heidi", "POST", "/v1/producers", json={})) == "CLUSTER_AUTHORIZATION_FAILED"
+    idem = {"producer_id": 0, "producer_epoch": 0, "sequence": 0}
+    assert error_name(produce(gw, "User:heidi", "idem", **idem)) == "CLUSTER_AUTHORIZATION_FAILED"
+    resp = gw.as_("User:heidi", "POST", "/v1/producers", json={"transactional_id": "heidi-tx"})
+    assert error_name(resp) == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    gw.grant(allow("User:heidi", "IDEMPOTENT_WRITE", "CLUSTER"),
+             allow("User:heidi", "WRITE", "TRANSACTIONAL_ID", "heidi-", "PREFIXED"))
+    producer = gw.as_("User:heidi", "POST", "/v1/producers", json={})
+    assert producer.status_code == 200, producer.text
+    pid = producer.json()
+    resp = produce(gw, "User:heidi", "idem", producer_id=pid["producer_id"], producer_epoch=pid["producer_epoch"],
+                   sequence=0)
+    assert resp.status_code == 200, resp.text
+    txn = gw.as_("User:heidi", "POST", "/v1/producers", json={"transactional_id": "heidi-tx"})
+    assert txn.status_code == 200, txn.text
+    session = {"producer_id": txn.json()["producer_id"], "producer_epoch": txn.json()["producer_epoch"]}
+    add = gw.as_("User:heidi", "POST", "/v1/transactions/heidi-tx/partitions",
+                 json={**session, "partitions": [{"topic": "not-heidis", "partition": 0}]})
+    assert error_name(add) == "TOPIC_AUTHORIZATION_FAILED"
+
+
+def test_a_deleted_acl_stops_allowing_at_once(gw):
+    assert create(gw, "User:admin", "revoked").status_code == 201
+    gw.grant(allow("User:ivan", "READ", "TOPIC", "revoked"))
+    assert fetch(gw, "User:ivan", "revoked").status_code == 200  # the decision is cached now
+    resp = gw.admin("DELETE", f"/v3/clusters/{gw.cluster_id}/acls",
+                    params={"resource_type": "TOPIC", "resource_name": "revoked", "principal": "User:ivan"})
+    assert len(resp.json()["data"]) == 1
+    assert error_name(fetch(gw, "User:ivan", "revoked")) == "TOPIC_AUTHORIZATION_FAILED"
+
+
+def test_forwarded_principal_is_believed_only_from_a_broker(gw):
+    header = {"laketail-forwarded-principal": "User:admin"}
+    resp = gw.as_("User:judy", "GET", "/metrics", headers=header)
+    assert error_name(resp) == "CLUSTER_AUTHORIZATION_FAILED"  # judy cannot pose as admin
+    gw.grant(allow("User:broker-1", "CLUSTER_ACTION", "CLUSTER"))
+    resp = gw.as_("User:broker-1", "GET", "/metrics", headers={"laketail-forwarded-principal": "User:judy"})
+    assert error_name(resp) == "CLUSTER_AUTHORIZATION_FAILED"  # a broker forwards judy: judy's rights
+    gw.grant(allow("User:judy", "DESCRIBE", "CLUSTER"))
+    resp = gw.as_("User:broker-1", "GET", "/metrics", headers={"laketail-forwarded-principal": "User:judy"})
+    assert resp.status_code == 200
+
+
+def test_audit_lines_for_denials_and_changes(gw, caplog):
+    caplog.set_level(logging.INFO, logger="laketail.authorizer")
+    assert create(gw, "User:admin", "audited").status_code == 201
+    fetch(gw, "User:mallory", "audited")
+    gw.admin("POST", f"/v3/clusters/{gw.cluster_id}/acls", json={
+        "resource_type": "TOPIC", "resource_name": "audited", "pattern_type": "LITERAL", "principal": "User:oscar",
+        "host": "*", "operation": "READ", "permission": "ALLOW"})
+    lines = [r.getMessage() for r in caplog.records if r.name == "laketail.authorizer"]
+    assert ("principal=User:mallory host=127.0.0.1 operation=READ resource=TOPIC:audited decision=DENIED"
+            in lines), lines
+    assert any(line.startswith("principal=User:admin host=127.0.0.1 operation=CREATE_ACLS resource=(principal="
+                               "User:oscar") and line.endswith("decision=ALLOWED") for line in lines), lines
+
+
+def test_another_brokers_acl_change_is_seen_after_a_reload(gw):
+    assert create(gw, "User:admin", "reloaded").status_code == 201
+    assert error_name(fetch(gw, "User:peggy", "reloaded")) == "TOPIC_AUTHORIZATION_FAILED"
+    other = Authorizer(gw.app.state.settings.data, AUTHORIZER)  # another broker on the same catalog
+    gw.run(other.start())
+    gw.run(other.create([allow("User:peggy", "READ", "TOPIC", "reloaded")], "User:admin", "test"))
+    wait_until(lambda: fetch(gw, "User:peggy", "reloaded").status_code == 200, "the gateway reloads the ACLs",
+               timeout_s=30)
+
+
+def test_off_by_default_everything_allowed_and_acl_api_security_disabled(tmp_path):
+    from api_inprocess import gateway
+
+    with gateway(tmp_path, tier_enabled=False) as client:
+        assert client.post("/topics/free/partitions/0", json=RECORDS,
+                           headers={"Content-Type": BINARY_V2}).status_code == 200
+        resp = client.get(f"/v3/clusters/{client.broker.cluster_id}/acls")
+        assert resp.status_code == 400 and resp.json()["message"].startswith("SECURITY_DISABLED"), resp.text
