@@ -13,7 +13,8 @@ Kinds of entries:
   named by a path parameter (``topic``, ``group``, ``transactional_id``, ...);
   ``any_of=True``: one of them is enough (CreateTopics: Create on the cluster or on
   the topic);
-* ``produce``: Write on the topic, and when the query carries ``producer_id`` for an
+* ``produce``: Write on the topic; Create on the cluster or the topic when the produce
+  would auto-create it; and when the query carries ``producer_id`` for an
   idempotent (not transactional) batch, IdempotentWrite on the cluster. A
   transactional batch needs no more here: its partitions were added to the
   transaction by AddPartitionsToTxn, which required Write on the transactional id and

@@ -31,7 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from laketail.api.acl_rules import Rule, rule_for
 from laketail.api.errors import error_response
 from laketail.api.principal import host_of, principal_of
-from laketail.errors import ClusterAuthorizationFailed, LaketailError
+from laketail.errors import ClusterAuthorizationFailed, LaketailError, UnknownTopicOrPartition
 from laketail.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from laketail.security.authorizer import Authorizer
 from laketail.security.principal import KafkaPrincipal
@@ -205,7 +205,23 @@ class Authorization:
             first = rule.needs[0]
             authorizer.check(principal, host, first.operation, first.resource_type,
                              CLUSTER_NAME if first.param is None else params[first.param])
-        if rule.produce and b"producer_id=" in scope["query_string"]:
+        if rule.produce:
+            self._authorize_produce(scope, params["topic"], principal, host)
+
+    def _authorize_produce(self, scope: Scope, topic: str, principal: KafkaPrincipal, host: str) -> None:
+        """What a produce needs beyond Write on the topic: Create (on the cluster or the
+        topic) when it would auto-create the topic, as Kafka's auto-creation requires;
+        IdempotentWrite on the cluster for an idempotent batch."""
+        authorizer = self.authorizer
+        broker = self.fastapi_app.state.broker
+        if broker.settings.auto_create_topics_enable:
+            try:
+                broker.topic(topic)
+            except UnknownTopicOrPartition:
+                if not authorizer.authorize(principal, host, AclOperation.CREATE, ResourceType.CLUSTER,
+                                            audit_denied=False):
+                    authorizer.check(principal, host, AclOperation.CREATE, ResourceType.TOPIC, topic)
+        if b"producer_id=" in scope["query_string"]:
             query = scope["query_string"]
             if b"transactional=true" not in query.lower():
                 authorizer.check(principal, host, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)

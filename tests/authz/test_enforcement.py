@@ -62,6 +62,15 @@ def test_topic_acls_literal_prefixed_and_deny_wins(gw):
     assert error_name(v3) == "TOPIC_AUTHORIZATION_FAILED"
 
 
+def test_auto_creating_a_topic_by_producing_needs_create(gw):
+    gw.grant(allow("User:kim", "WRITE", "TOPIC", "kim-", "PREFIXED"))
+    assert error_name(produce(gw, "User:kim", "kim-new")) == "TOPIC_AUTHORIZATION_FAILED"
+    assert gw.admin("GET", "/topics/kim-new").status_code == 404  # nothing was created
+    gw.grant(allow("User:kim", "CREATE", "TOPIC", "kim-", "PREFIXED"))
+    assert produce(gw, "User:kim", "kim-new").status_code == 200
+    assert gw.admin("GET", "/topics/kim-new").status_code == 200
+
+
 def test_internal_topics_only_for_super_users(gw):
     gw.grant(allow("User:carol", "ALL", "TOPIC", "*"))
     for topic in ("__consumer_offsets", "__transaction_state"):

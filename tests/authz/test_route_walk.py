@@ -15,9 +15,9 @@ import re
 
 import pytest
 
-from laketail.api.acl_rules import RULES
+from laketail.api.acl_rules import RULES, Need, Rule
 from laketail.api.authz import route_key, walk_routes
-from laketail.security.acl import CLUSTER_NAME, AclBinding, ResourceType
+from laketail.security.acl import CLUSTER_NAME, AclBinding, AclOperation, ResourceType
 
 from .acting_as import authz_gateway
 
@@ -54,6 +54,10 @@ def url_of(path: str, cluster_id: str) -> str:
     return re.sub(r"{([^}]+)}", value, path)
 
 
+def needs_of(rule: Rule) -> tuple[Need, ...]:
+    return rule.needs + ((Need(AclOperation.CREATE, ResourceType.TOPIC, "topic"),) if rule.produce else ())
+
+
 def test_every_route_has_an_entry_and_every_entry_a_route(gw):
     keys = {key for key, _, _ in registered(gw.app)}
     assert keys - set(RULES) == set(), "routes with no entry in laketail.api.acl_rules.RULES"
@@ -82,10 +86,11 @@ def test_every_checked_route_needs_its_permission(gw):
         assert resp.status_code == 403, f"{key} answered {resp.status_code} to a principal with no ACL: {resp.text}"
         assert resp.json()["error_code"] == 40301, key
         assert resp.json()["message"].startswith(ERRORS[first.resource_type]), (key, resp.text)
-    # one principal per route, granted exactly that route's permissions (one ACL commit for all)
+    # one principal per route, granted exactly that route's permissions (one ACL commit for all);
+    # a produce to the (missing) topic would auto-create it, which needs Create too
     gw.grant(*(AclBinding.of(need.resource_type, CLUSTER_NAME if need.param is None else PARAMS[need.param],
                              "LITERAL", f"User:granted-{i}", "*", need.operation, "ALLOW")
-               for i, key, _, _ in checked for need in RULES[key].needs))
+               for i, key, _, _ in checked for need in needs_of(RULES[key])))
     for i, key, method, route in checked:
         resp = gw.as_(f"User:granted-{i}", method, url_of(route.path, gw.cluster_id))
         assert resp.status_code != 403, f"{key} refused a principal holding {RULES[key].needs}: {resp.text}"

@@ -184,6 +184,10 @@ class Authorizer:
         return sorted(removed, key=_order)
 
 
+#: The name ``authorizer.class.name`` gives it.
+AclAuthorizer = Authorizer
+
+
 def _order(b: AclBinding) -> tuple:
     return (b.pattern.resource_type.name, b.pattern.name, b.pattern.pattern_type.name, b.entry.principal,
             b.entry.host, b.entry.operation.name, b.entry.permission.name)
