@@ -207,3 +207,20 @@ def test_off_by_default_everything_allowed_and_acl_api_security_disabled(tmp_pat
                            headers={"Content-Type": BINARY_V2}).status_code == 200
         resp = client.get(f"/v3/clusters/{client.broker.cluster_id}/acls")
         assert resp.status_code == 400 and resp.json()["message"].startswith("SECURITY_DISABLED"), resp.text
+
+
+def test_settings_keys_and_strict_values(tmp_path):
+    from laketail.config import load_settings
+    from laketail.errors import InvalidConfig, InvalidRequest
+
+    settings = load_settings(env={"LAKETAIL_AUTHORIZER_CLASS_NAME": "org.apache.kafka.metadata.authorizer."
+                                  "StandardAuthorizer", "LAKETAIL_SUPER_USERS": "User:admin; User:broker",
+                                  "LAKETAIL_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "true"})
+    authorizer = Authorizer.from_settings(settings)
+    assert authorizer.enabled and authorizer.allow_if_no_acl
+    assert authorizer.super_users == {"User:admin", "User:broker"}
+    assert not Authorizer.from_settings(load_settings(env={})).enabled  # off unless named
+    with pytest.raises(InvalidConfig, match="authorizer.class.name"):
+        Authorizer(tmp_path, "com.example.MyAuthorizer")
+    with pytest.raises(InvalidRequest, match="<type>:<name>"):
+        Authorizer(tmp_path, AUTHORIZER, super_users="admin")
