@@ -14,10 +14,9 @@ CreateTopics) check it themselves with :func:`check`; listings keep what
 :func:`may_describe` allows. Both use the principal this middleware settled on.
 
 **The principal of a proxied request.** A broker that proxies a coordinator request
-to the controller has already checked it, and sends the client's principal and host
-in ``laketail-forwarded-principal`` / ``laketail-forwarded-host``. The receiving broker
-believes those headers only when the caller itself holds ClusterAction on the cluster
-(a broker: a super user or granted it); from anyone else they are dropped.
+to the controller checks it here first (this middleware is outside the proxy); the
+controller checks it again with the client's principal, which the listener's authentication
+takes from a peer broker's forwarding headers (only a peer broker may forward one).
 """
 
 from __future__ import annotations
@@ -36,8 +35,6 @@ from laketail.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from laketail.security.authorizer import Authorizer
 from laketail.security.principal import KafkaPrincipal
 
-FORWARDED_PRINCIPAL = b"laketail-forwarded-principal"
-FORWARDED_HOST = b"laketail-forwarded-host"
 _STATE_KEY = "laketail.authz"
 
 
@@ -103,15 +100,6 @@ def may_describe(request: Request, resource_type: ResourceType, name: str) -> bo
     return authorizer.authorize(principal, host, AclOperation.DESCRIBE, resource_type, name, audit_denied=False)
 
 
-def forwarded_headers(scope: Scope) -> list[tuple[str, str]]:
-    """What the coordinator proxy adds so the controller authorizes the client, not the broker."""
-    found = scope.get("state", {}).get(_STATE_KEY)
-    if found is None:
-        return []
-    principal, host = found
-    return [(FORWARDED_PRINCIPAL.decode(), str(principal)), (FORWARDED_HOST.decode(), host)]
-
-
 class Authorization:
     """The gateway's authorization middleware (see the module docstring)."""
 
@@ -149,7 +137,8 @@ class Authorization:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        principal, host = self._settle_principal(scope)
+        conn = HTTPConnection(scope)
+        principal, host = principal_of(conn), host_of(conn)
         scope.setdefault("state", {})[_STATE_KEY] = (principal, host)
         try:
             self._authorize(scope, principal, host)
@@ -157,29 +146,6 @@ class Authorization:
             await error_response(err, scope["path"])(scope, receive, send)
             return
         await self.app(scope, receive, send)
-
-    def _settle_principal(self, scope: Scope) -> tuple[KafkaPrincipal, str]:
-        conn = HTTPConnection(scope)
-        principal, host = principal_of(conn), host_of(conn)
-        forwarded = forwarded_host = None
-        kept = []
-        for name, value in scope["headers"]:
-            if name == FORWARDED_PRINCIPAL:
-                forwarded = value.decode("latin-1")
-            elif name == FORWARDED_HOST:
-                forwarded_host = value.decode("latin-1")
-            else:
-                kept.append((name, value))
-        if forwarded is None and forwarded_host is None:
-            return principal, host
-        scope["headers"] = kept  # never passed on as they came
-        if forwarded is not None and self.authorizer.authorize(
-                principal, host, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, audit_denied=False):
-            try:
-                return KafkaPrincipal.parse(forwarded), forwarded_host or "*"
-            except LaketailError:
-                pass
-        return principal, host
 
     def _authorize(self, scope: Scope, principal: KafkaPrincipal, host: str) -> None:
         if self.authorizer.is_super_user(principal):

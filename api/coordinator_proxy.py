@@ -12,9 +12,7 @@ Coordinator requests: the group protocol and commits (``/v1/groups``), transacti
 producer ids and Spark sink batches (``/v1/transactions``, ``/v1/producers``,
 ``/v1/sinks``), v2 consumer instances (``/consumers``), v3 consumer groups and lag, and
 idempotent or transactional produce (a ``producer_id`` in the query), whose epochs the
-transaction coordinator checks. Everything else is answered locally. With authorization
-on, the request was authorized before it got here, and the client's principal travels
-with it (:func:`laketail.api.authz.forwarded_headers`). A pure ASGI
+transaction coordinator checks. Everything else is answered locally. A pure ASGI
 middleware, so the hot paths pay one prefix check.
 """
 
@@ -25,7 +23,6 @@ import logging
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from laketail.api.authz import forwarded_headers
 from laketail.errors import NotController
 
 log = logging.getLogger(__name__)
@@ -60,7 +57,6 @@ class CoordinatorProxy:
             if not message.get("more_body"):
                 break
         headers = [(k.decode(), v.decode()) for k, v in scope["headers"] if k.decode().lower() not in _HOP_BY_HOP]
-        headers += forwarded_headers(scope)  # the controller authorizes the client, not this broker
         path = scope["path"] + (("?" + scope["query_string"].decode()) if scope["query_string"] else "")
         try:
             resp = await self.broker.cluster.call_controller_raw(scope["method"], path, headers=headers, content=body)
