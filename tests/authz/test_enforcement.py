@@ -151,6 +151,31 @@ def test_idempotent_and_transactional_producers(gw):
     add = gw.as_("User:heidi", "POST", "/v1/transactions/heidi-tx/partitions",
                  json={**session, "partitions": [{"topic": "not-heidis", "partition": 0}]})
     assert error_name(add) == "TOPIC_AUTHORIZATION_FAILED"
+    offsets = gw.as_("User:heidi", "POST", "/v1/transactions/heidi-tx/offsets",
+                     json={**session, "group_id": "not-heidis", "offsets": [{"topic": "idem", "partition": 0,
+                                                                              "offset": 0}]})
+    assert error_name(offsets) == "GROUP_AUTHORIZATION_FAILED"  # TxnOffsetCommit: Read on the group
+
+
+def test_a_v2_consumer_polls_only_topics_it_may_read(gw):
+    for t in ("poll-mine", "poll-theirs"):
+        assert create(gw, "User:admin", t).status_code == 201
+    gw.grant(allow("User:lena", "READ", "GROUP", "lena-g"), allow("User:lena", "READ", "TOPIC", "poll-mine"))
+    v2 = {"Content-Type": "application/vnd.kafka.v2+json"}
+    made = gw.as_("User:lena", "POST", "/consumers/lena-g", json={"name": "c1", "format": "binary"}, headers=v2)
+    assert made.status_code == 200, made.text
+    base = "/consumers/lena-g/instances/c1"
+    resp = gw.as_("User:lena", "POST", base + "/subscription", json={"topics": ["poll-theirs"]}, headers=v2)
+    assert resp.status_code == 204, resp.text
+    poll = gw.as_("User:lena", "GET", base + "/records", params={"timeout": 0},
+                  headers={"Accept": "application/vnd.kafka.binary.v2+json"})
+    assert error_name(poll) == "TOPIC_AUTHORIZATION_FAILED"
+    commit = gw.as_("User:lena", "POST", base + "/offsets", headers=v2,
+                    json={"offsets": [{"topic": "poll-theirs", "partition": 0, "offset": 0}]})
+    assert error_name(commit) == "TOPIC_AUTHORIZATION_FAILED"
+    assert error_name(gw.as_("User:lena", "DELETE", "/consumers/other-g/instances/c1")) == \
+        "GROUP_AUTHORIZATION_FAILED"
+    assert gw.as_("User:lena", "DELETE", base).status_code == 204
 
 
 def test_a_deleted_acl_stops_allowing_at_once(gw):
