@@ -32,7 +32,7 @@ from laketail.api.errors import error_response
 from laketail.api.principal import host_of, principal_of
 from laketail.errors import ClusterAuthorizationFailed, LaketailError, UnknownTopicOrPartition
 from laketail.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from laketail.security.authorizer import Authorizer
+from laketail.security.authorizer import AUDITED_CHANGES, Authorizer
 from laketail.security.principal import KafkaPrincipal
 
 _STATE_KEY = "laketail.authz"
@@ -108,6 +108,10 @@ class Authorization:
         self.fastapi_app = fastapi_app
         self.authorizer = authorizer
         self._entries: list[_Entry] | None = None
+        # (principal, host, method, path) of requests allowed at this authorizer generation:
+        # a repeated produce or fetch skips the route match and the decisions
+        self._allowed: dict[tuple, bool] = {}
+        self._generation = -1
 
     def _build(self) -> list[_Entry]:
         from laketail.api.hot_routes import HOT_ENDPOINTS
@@ -140,25 +144,32 @@ class Authorization:
         conn = HTTPConnection(scope)
         principal, host = principal_of(conn), host_of(conn)
         scope.setdefault("state", {})[_STATE_KEY] = (principal, host)
+        key = (principal, host, scope["method"], scope["path"])
+        if self._generation != self.authorizer.generation:
+            self._allowed = {}
+            self._generation = self.authorizer.generation
         try:
-            self._authorize(scope, principal, host)
+            if key not in self._allowed and self._authorize(scope, principal, host) and len(self._allowed) < 100_000:
+                self._allowed[key] = True
         except LaketailError as err:
             await error_response(err, scope["path"])(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
-    def _authorize(self, scope: Scope, principal: KafkaPrincipal, host: str) -> None:
+    def _authorize(self, scope: Scope, principal: KafkaPrincipal, host: str) -> bool:
+        """Raise the refusal, if any; True when the same request (principal, host, method
+        and path) would be allowed again until the ACLs change: it depends on nothing else."""
         if self.authorizer.is_super_user(principal):
-            return
+            return True
         matched = self._match(scope["method"], scope["path"])
         if matched is None:
-            return  # no such route: 404/405 follow, nothing to protect
+            return False  # no such route: 404/405 follow, nothing to protect
         entry, params = matched
         rule = entry.rule
         if rule is None:
             raise ClusterAuthorizationFailed(f"route {entry.key} has no entry in the ACL table; super users only")
         if rule.kind != "checked":
-            return
+            return True
         authorizer = self.authorizer
         decisions = []
         for need in rule.needs:
@@ -172,22 +183,28 @@ class Authorization:
             authorizer.check(principal, host, first.operation, first.resource_type,
                              CLUSTER_NAME if first.param is None else params[first.param])
         if rule.produce:
-            self._authorize_produce(scope, params["topic"], principal, host)
+            return self._authorize_produce(scope, params["topic"], principal, host)
+        return not any(need.operation in AUDITED_CHANGES for need in rule.needs)  # each change is audited
 
-    def _authorize_produce(self, scope: Scope, topic: str, principal: KafkaPrincipal, host: str) -> None:
+    def _authorize_produce(self, scope: Scope, topic: str, principal: KafkaPrincipal, host: str) -> bool:
         """What a produce needs beyond Write on the topic: Create (on the cluster or the
         topic) when it would auto-create the topic, as Kafka's auto-creation requires;
-        IdempotentWrite on the cluster for an idempotent batch."""
+        IdempotentWrite on the cluster for an idempotent batch. True when that is all
+        settled by the path (the topic exists, no producer in the query)."""
         authorizer = self.authorizer
         broker = self.fastapi_app.state.broker
+        repeatable = True
         if broker.settings.auto_create_topics_enable:
             try:
                 broker.topic(topic)
             except UnknownTopicOrPartition:
+                repeatable = False
                 if not authorizer.authorize(principal, host, AclOperation.CREATE, ResourceType.CLUSTER,
                                             audit_denied=False):
                     authorizer.check(principal, host, AclOperation.CREATE, ResourceType.TOPIC, topic)
-        if b"producer_id=" in scope["query_string"]:
-            query = scope["query_string"]
+        query = scope["query_string"]
+        if b"producer_id=" in query:
+            repeatable = False
             if b"transactional=true" not in query.lower():
                 authorizer.check(principal, host, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)
+        return repeatable

@@ -68,7 +68,8 @@ DENIED_ERRORS: dict[ResourceType, type[LaketailError]] = {
     ResourceType.CLUSTER: ClusterAuthorizationFailed,
     ResourceType.TRANSACTIONAL_ID: TransactionalIdAuthorizationFailed,
 }
-_CHANGES = frozenset({AclOperation.CREATE, AclOperation.DELETE, AclOperation.ALTER, AclOperation.ALTER_CONFIGS})
+#: Operations whose allowed uses are audited too (they change the cluster).
+AUDITED_CHANGES = frozenset({AclOperation.CREATE, AclOperation.DELETE, AclOperation.ALTER, AclOperation.ALTER_CONFIGS})
 _CACHE_MAX = 100_000
 
 
@@ -98,6 +99,9 @@ class Authorizer:
         self.store = AclStore(root)
         self._store_lock = threading.Lock()
         self._cache: dict[tuple, bool] = {}
+        #: Grows whenever the bindings change; callers that cache decisions of their own
+        #: (the gateway's per-path cache) drop them when it moves.
+        self.generation = 0
 
     @classmethod
     def from_settings(cls, settings) -> Authorizer:
@@ -108,7 +112,7 @@ class Authorizer:
 
     async def start(self) -> None:
         await asyncio.to_thread(self._locked, self.store.open)
-        self._cache = {}
+        self._invalidate()
 
     async def run_refresher(self) -> None:
         """Reload the bindings when another broker changed them, forever (cancel to stop)."""
@@ -121,7 +125,11 @@ class Authorizer:
 
     async def refresh(self) -> None:
         if await asyncio.to_thread(self._locked, self.store.reload_if_changed):
-            self._cache = {}
+            self._invalidate()
+
+    def _invalidate(self) -> None:
+        self._cache = {}
+        self.generation += 1
 
     def _locked(self, fn, *args):
         with self._store_lock:
@@ -146,7 +154,7 @@ class Authorizer:
             if len(self._cache) >= _CACHE_MAX:
                 self._cache = {}
             self._cache[key] = allowed
-        if (not allowed and audit_denied) or (allowed and operation in _CHANGES):
+        if (not allowed and audit_denied) or (allowed and operation in AUDITED_CHANGES):
             audit_line(principal, host, operation.name, f"{resource_type.name}:{name}", allowed)
         return allowed
 
@@ -166,7 +174,7 @@ class Authorizer:
     async def create(self, bindings: list[AclBinding], principal: KafkaPrincipal, host: str) -> None:
         new = frozenset(bindings)
         await asyncio.to_thread(self._locked, self.store.mutate, lambda current: current | new)
-        self._cache = {}
+        self._invalidate()
         for b in bindings:
             audit_line(principal, host, "CREATE_ACLS", b.describe(), True)
 
@@ -178,7 +186,7 @@ class Authorizer:
             return current - frozenset(removed)
 
         await asyncio.to_thread(self._locked, self.store.mutate, change)
-        self._cache = {}
+        self._invalidate()
         for b in removed:
             audit_line(principal, host, "DELETE_ACLS", b.describe(), True)
         return sorted(removed, key=_order)
