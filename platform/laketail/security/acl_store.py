@@ -23,7 +23,7 @@ from typing import Callable, Iterable
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from laketail.errors import InvalidRequest, KafkaStorageError
 from laketail.security.acl import AclBinding
@@ -57,7 +57,7 @@ class AclStore:
         except TableNotFoundError:
             try:
                 DeltaTable.create(self.uri, ACLS_SCHEMA, mode="error", name="laketail_acls")
-            except Exception:  # noqa: BLE001 -- another broker created it first; the load below proves it
+            except DeltaError:  # another broker created it first; the load below proves it
                 log.debug("acls table created concurrently", exc_info=True)
         self._load(DeltaTable(self.uri))
 

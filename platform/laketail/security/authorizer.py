@@ -31,6 +31,8 @@ import logging
 import threading
 from pathlib import Path
 
+from deltalake.exceptions import DeltaError
+
 from laketail.errors import (
     ClusterAuthorizationFailed,
     GroupAuthorizationFailed,
@@ -120,7 +122,7 @@ class Authorizer:
             await asyncio.sleep(self.refresh_ms / 1000)
             try:
                 await self.refresh()
-            except Exception:  # noqa: BLE001 -- a storage hiccup: keep the last bindings, try again
+            except (DeltaError, OSError):  # a storage hiccup: keep the last bindings, try again
                 audit.getChild("refresh").warning("could not reload the ACLs", exc_info=True)
 
     async def refresh(self) -> None:
