@@ -30,7 +30,8 @@ Decided for laketail: ``/metrics`` needs Describe on the cluster (it names every
 and group); the Spark table location (``/v1/topics/{t}/table``) needs Read on the
 topic (Spark then reads the files, protected by the storage's own permissions);
 ``/v1/sinks/{sink_id}`` batches need Write on the transactional id named by the sink
-id (each batch's transactional ids derive from it); ``/internal`` routes need
+id, and so do the sink's sessions (``/v1/transactions/__sink:<sink_id>:...``, see
+:func:`laketail.api.authz.resource_name`); ``/internal`` routes need
 ClusterAction on the cluster.
 """
 

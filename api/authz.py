@@ -27,9 +27,10 @@ from starlette.requests import HTTPConnection, Request
 from starlette.routing import Mount
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from laketail.api.acl_rules import Rule, rule_for
+from laketail.api.acl_rules import Need, Rule, rule_for
 from laketail.api.errors import error_response
 from laketail.api.principal import host_of, principal_of
+from laketail.coordinator.transactions import SINK_PREFIX
 from laketail.errors import ClusterAuthorizationFailed, LaketailError, UnknownTopicOrPartition
 from laketail.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from laketail.security.authorizer import AUDITED_CHANGES, Authorizer
@@ -98,6 +99,18 @@ def may_describe(request: Request, resource_type: ResourceType, name: str) -> bo
         return True
     principal, host = acting(request)
     return authorizer.authorize(principal, host, AclOperation.DESCRIBE, resource_type, name, audit_denied=False)
+
+
+def resource_name(need: Need, params: dict[str, str]) -> str:
+    """The resource a need names in this request. A Spark sink's session (transactional
+    id ``__sink:<sink_id>:<batch>:<n>``, made by the coordinator) is the sink's resource:
+    Write on the TransactionalId ``<sink_id>`` covers the sink and all its sessions."""
+    if need.param is None:
+        return CLUSTER_NAME
+    name = params[need.param]
+    if need.resource_type is ResourceType.TRANSACTIONAL_ID and name.startswith(SINK_PREFIX):
+        return name[len(SINK_PREFIX):].rsplit(":", 2)[0]
+    return name
 
 
 class Authorization:
@@ -173,15 +186,14 @@ class Authorization:
         authorizer = self.authorizer
         decisions = []
         for need in rule.needs:
-            name = CLUSTER_NAME if need.param is None else params[need.param]
+            name = resource_name(need, params)
             if rule.any_of:
                 decisions.append(authorizer.authorize(principal, host, need.operation, need.resource_type, name))
             else:
                 authorizer.check(principal, host, need.operation, need.resource_type, name)
         if rule.any_of and not any(decisions):
             first = rule.needs[0]
-            authorizer.check(principal, host, first.operation, first.resource_type,
-                             CLUSTER_NAME if first.param is None else params[first.param])
+            authorizer.check(principal, host, first.operation, first.resource_type, resource_name(first, params))
         if rule.produce:
             return self._authorize_produce(scope, params["topic"], principal, host)
         return not any(need.operation in AUDITED_CHANGES for need in rule.needs)  # each change is audited

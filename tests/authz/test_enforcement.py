@@ -157,6 +157,25 @@ def test_idempotent_and_transactional_producers(gw):
     assert error_name(offsets) == "GROUP_AUTHORIZATION_FAILED"  # TxnOffsetCommit: Read on the group
 
 
+def test_a_spark_sink_and_its_sessions_need_write_on_the_sink_id(gw):
+    assert create(gw, "User:admin", "sink-out").status_code == 201
+    gw.grant(allow("User:sam", "WRITE", "TRANSACTIONAL_ID", "sam-sink"),
+             allow("User:sam", "WRITE", "TOPIC", "sink-out"))
+    enlisted = gw.as_("User:sam", "POST", "/v1/sinks/sam-sink/batches/0/enlist", json={})
+    assert enlisted.status_code == 200, enlisted.text
+    session = enlisted.json()
+    assert session["transactional_id"].startswith("__sink:sam-sink:")
+    add = gw.as_("User:sam", "POST", f"/v1/transactions/{session['transactional_id']}/partitions",
+                 json={"producer_id": session["producer_id"], "producer_epoch": session["producer_epoch"],
+                       "partitions": [{"topic": "sink-out", "partition": 0}]})
+    assert add.status_code == 200, add.text
+    other = gw.as_("User:sam", "POST", "/v1/sinks/someone-elses/batches/0/enlist", json={})
+    assert error_name(other) == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    forged = gw.as_("User:sam", "POST", "/v1/transactions/__sink:someone-elses:0:abc/commit",
+                    json={"producer_id": 1, "producer_epoch": 0})
+    assert error_name(forged) == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+
+
 def test_a_v2_consumer_polls_only_topics_it_may_read(gw):
     for t in ("poll-mine", "poll-theirs"):
         assert create(gw, "User:admin", t).status_code == 201
