@@ -15,10 +15,9 @@ Kinds of entries:
   the topic);
 * ``produce``: Write on the topic; Create on the cluster or the topic when the produce
   would auto-create it; and when the query carries ``producer_id`` for an
-  idempotent (not transactional) batch, IdempotentWrite on the cluster. A
-  transactional batch needs no more here: its partitions were added to the
-  transaction by AddPartitionsToTxn, which required Write on the transactional id and
-  on each topic;
+  idempotent (not transactional) batch, IdempotentWrite on the cluster; for a
+  transactional one (it adds its partition to the transaction), Write on the
+  producer's transactional id;
 * ``IN_HANDLER``: the resource is in the body, so the route checks it itself
   (``laketail.api.authz.check``), as noted beside the entry;
 * ``LISTING``: no permission to call; the answer holds only what the principal may

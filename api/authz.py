@@ -22,6 +22,7 @@ takes from a peer broker's forwarding headers (only a peer broker may forward on
 from __future__ import annotations
 
 from typing import Any, Iterable
+from urllib.parse import parse_qs
 
 from starlette.requests import HTTPConnection, Request
 from starlette.routing import Mount
@@ -219,4 +220,19 @@ class Authorization:
             repeatable = False
             if b"transactional=true" not in query.lower():
                 authorizer.check(principal, host, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)
+            else:
+                self._authorize_transactional(query, principal, host)
         return repeatable
+
+    def _authorize_transactional(self, query: bytes, principal: KafkaPrincipal, host: str) -> None:
+        """A transactional batch adds its partition to the producer's transaction, so it needs
+        Write on that transactional id, as Kafka's transactional produce does. A producer id the
+        coordinator here does not know passes: this broker proxies the request to the
+        controller, which checks it again, and the coordinator refuses an unknown producer id."""
+        raw = parse_qs(query.decode("latin-1")).get("producer_id", [""])[-1]
+        if not raw.isdigit():
+            return  # the route answers INVALID_REQUEST
+        tid = self.fastapi_app.state.broker.transactions.transactional_id_of(int(raw))
+        if tid is not None:
+            name = resource_name(Need(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, "tid"), {"tid": tid})
+            self.authorizer.check(principal, host, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, name)

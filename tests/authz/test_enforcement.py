@@ -155,6 +155,16 @@ def test_idempotent_and_transactional_producers(gw):
                      json={**session, "group_id": "not-heidis", "offsets": [{"topic": "idem", "partition": 0,
                                                                               "offset": 0}]})
     assert error_name(offsets) == "GROUP_AUTHORIZATION_FAILED"  # TxnOffsetCommit: Read on the group
+    # a transactional batch joins the producer's transaction: Write on its transactional id
+    own = produce(gw, "User:heidi", "idem", producer_id=session["producer_id"],
+                  producer_epoch=session["producer_epoch"], sequence=0, transactional="true")
+    assert own.status_code == 200, own.text
+    victim = gw.admin("POST", "/v1/producers", json={"transactional_id": "victim-tx"}).json()
+    forged = produce(gw, "User:heidi", "idem", producer_id=victim["producer_id"],
+                     producer_epoch=victim["producer_epoch"], sequence=0, transactional="true")
+    assert error_name(forged) == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    state = gw.admin("GET", "/v1/transactions/victim-tx").json()
+    assert state["partitions"] == []  # nothing joined the victim's transaction
 
 
 def test_a_spark_sink_and_its_sessions_need_write_on_the_sink_id(gw):
