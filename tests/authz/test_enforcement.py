@@ -224,11 +224,15 @@ def test_audit_lines_for_denials_and_changes(gw, caplog):
     gw.admin("POST", f"/v3/clusters/{gw.cluster_id}/acls", json={
         "resource_type": "TOPIC", "resource_name": "audited", "pattern_type": "LITERAL", "principal": "User:oscar",
         "host": "*", "operation": "READ", "permission": "ALLOW"})
+    gw.admin("DELETE", f"/v3/clusters/{gw.cluster_id}/topics/audited")
     lines = [r.getMessage() for r in caplog.records if r.name == "laketail.authorizer"]
     assert ("principal=User:mallory host=127.0.0.1 operation=READ resource=TOPIC:audited decision=DENIED"
             in lines), lines
     assert any(line.startswith("principal=User:admin host=127.0.0.1 operation=CREATE_ACLS resource=(principal="
                                "User:oscar") and line.endswith("decision=ALLOWED") for line in lines), lines
+    # a super user's changes are audited too
+    assert ("principal=User:admin host=127.0.0.1 operation=DELETE resource=TOPIC:audited decision=ALLOWED"
+            in lines), lines
 
 
 def test_another_brokers_acl_change_is_seen_after_a_reload(gw):
