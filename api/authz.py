@@ -130,7 +130,8 @@ class Authorization:
     def _build(self) -> list[_Entry]:
         from laketail.api.hot_routes import HOT_ENDPOINTS
 
-        hot, rest = [], []
+        hot: list[_Entry] = []
+        rest: list[_Entry] = []
         for route in walk_routes(self.fastapi_app.routes):
             methods = ["*"] if isinstance(route, Mount) else sorted(getattr(route, "methods", None) or [])
             for method in methods:

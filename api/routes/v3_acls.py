@@ -109,7 +109,7 @@ async def list_acls(request: Request, cluster_id: str) -> Response:
     return json_response({
         "kind": "KafkaAclList",
         "metadata": list_metadata(str(request.url)),
-        "data": [acl_doc(request, cluster_id, b) for b in authorizer.list(selector)],
+        "data": [acl_doc(request, cluster_id, b) for b in authorizer.matching(selector)],
     })
 
 

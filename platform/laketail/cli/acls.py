@@ -95,7 +95,8 @@ def acls(action: str | None, allow_principal: tuple[str, ...], deny_principal: t
             _remove(gw, resources, pattern, allow_principal, deny_principal, allow_host, deny_host, operation)
         else:
             found = []
-            for rtype, name in resources or [("ANY", None)]:
+            selectors: list[tuple[str, str | None]] = list(resources) or [("ANY", None)]
+            for rtype, name in selectors:
                 params = {"resource_type": rtype}
                 if name is not None:
                     params |= {"resource_name": name,

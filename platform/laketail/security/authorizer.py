@@ -170,7 +170,7 @@ class Authorizer:
 
     # -- ACL administration (Confluent v3 /acls, laketail acls) --------------------------------
 
-    def list(self, selector: AclBindingFilter) -> list[AclBinding]:
+    def matching(self, selector: AclBindingFilter) -> list[AclBinding]:
         return sorted((b for b in self.store.bindings if selector.matches(b)), key=_order)
 
     async def create(self, bindings: list[AclBinding], principal: KafkaPrincipal, host: str) -> None:
