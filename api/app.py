@@ -85,6 +85,7 @@ def create_app(settings: BrokerSettings, broker: Broker | None = None, *, access
         finally:
             if refresher is not None:
                 refresher.cancel()
+                await asyncio.gather(refresher, return_exceptions=True)
             await app.state.consumers.close()  # v2 consumer instances leave their groups
             pending = list(app.state.pending)
             if pending:

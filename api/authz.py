@@ -167,6 +167,9 @@ class Authorization:
             if key not in self._allowed and self._authorize(scope, principal, host) and len(self._allowed) < 100_000:
                 self._allowed[key] = True
         except LaketailError as err:
+            metrics = getattr(self.fastapi_app.state, "metrics", None)
+            if metrics is not None:
+                metrics.count_error(err)  # laketail_request_errors_total{error="TOPIC_AUTHORIZATION_FAILED"}, ...
             await error_response(err, scope["path"])(scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -78,6 +78,8 @@ def test_internal_topics_only_for_super_users(gw):
         assert error_name(produce(gw, "User:carol", topic)) == "TOPIC_AUTHORIZATION_FAILED"
     assert gw.admin("GET", "/topics/__consumer_offsets/partitions/0/records",
                     params={"offset": 0}).status_code != 403
+    metrics = gw.admin("GET", "/metrics").text
+    assert 'laketail_request_errors_total{error="TOPIC_AUTHORIZATION_FAILED"}' in metrics
 
 
 def test_listings_show_only_what_the_principal_may_describe(gw):
