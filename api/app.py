@@ -8,7 +8,11 @@ are at ``GET /metrics``; the OpenAPI UIs at ``/docs`` and ``/redoc`` need no int
 (:mod:`laketail.api.docs_pages`); ``--access-log`` logs every request
 (:mod:`laketail.api.access_log`).
 
-State on ``app.state``: ``settings``, ``broker``, ``metrics``, ``pending`` (the
+Authorization (on when ``authorizer.class.name`` is set) is one middleware outside
+everything but the access log (:mod:`laketail.api.authz`, its table in
+:mod:`laketail.api.acl_rules`).
+
+State on ``app.state``: ``settings``, ``broker``, ``authorizer``, ``metrics``, ``pending`` (the
 tasks of acks=0 appends, kept referenced until they end) and ``consumers`` (the v2
 consumer instances, destroyed at shutdown).
 """
@@ -25,6 +29,7 @@ from starlette.responses import Response
 from laketail import __version__
 from laketail.api import docs_pages, errors
 from laketail.api.access_log import AccessLog
+from laketail.api.authz import Authorization
 from laketail.api.coordinator_proxy import CoordinatorProxy
 from laketail.api.hot_routes import HotRoutes
 from laketail.api.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
@@ -32,6 +37,7 @@ from laketail.api.routes import ROUTERS, spark_v1
 from laketail.broker import Broker
 from laketail.config import BrokerSettings
 from laketail.coordinator.instances import ConsumerInstances
+from laketail.security.authorizer import Authorizer
 
 DESCRIPTION = """\
 laketail is a streaming platform with Kafka's semantics whose topics are Delta Lake tables.
@@ -65,13 +71,21 @@ def create_app(settings: BrokerSettings, broker: Broker | None = None, *, access
     been started. ``access_log`` logs every request on ``laketail.access``.
     """
     broker = broker if broker is not None else Broker(settings)
+    authorizer = Authorizer.from_settings(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await broker.start()
+        refresher = None
+        if authorizer.enabled:
+            await authorizer.start()
+            refresher = asyncio.create_task(authorizer.run_refresher(), name="laketail-acl-refresh")
         try:
             yield
         finally:
+            if refresher is not None:
+                refresher.cancel()
+                await asyncio.gather(refresher, return_exceptions=True)
             await app.state.consumers.close()  # v2 consumer instances leave their groups
             pending = list(app.state.pending)
             if pending:
@@ -88,12 +102,15 @@ def create_app(settings: BrokerSettings, broker: Broker | None = None, *, access
     )
     app.state.settings = settings
     app.state.broker = broker
+    app.state.authorizer = authorizer
     app.state.metrics = GatewayMetrics(broker)
     app.state.pending = set()
     app.state.consumers = ConsumerInstances(broker, settings.consumer_instance_timeout_ms)
     app.add_middleware(HotRoutes, fastapi_app=app)  # innermost: produce and fetch skip FastAPI's routing
     errors.install(app, settings.socket_request_max_bytes)
     app.add_middleware(CoordinatorProxy, broker=broker)
+    if authorizer.enabled:  # outside the proxy and the hot routes: every request is checked first
+        app.add_middleware(Authorization, fastapi_app=app, authorizer=authorizer)
     if access_log:
         app.add_middleware(AccessLog)  # outermost: sees every answer, proxied ones too
     for router in ROUTERS:

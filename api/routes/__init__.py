@@ -16,6 +16,7 @@ from laketail.api.routes import (
     produce,
     topics,
     transactions_v1,
+    v3_acls,
     v3_groups,
     v3_records,
     v3_replicas,
@@ -37,6 +38,7 @@ ROUTERS = [
     v3_groups.router,
     check.router,
     v3_replicas.router,
+    v3_acls.router,
     internal.router,
 ]
 

@@ -38,6 +38,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from laketail.api import authz
 from laketail.api import consumer_schemas as bodies
 from laketail.api.deps import broker_of, json_response, parse_json, query_int, read_body
 from laketail.api.encoding import MEDIA_TYPES, V2_JSON, EmbeddedFormat, format_of
@@ -47,6 +48,8 @@ from laketail.bounds import int32, int64
 from laketail.coordinator.instance_config import InstanceConfig
 from laketail.coordinator.instances import ConsumerInstance, ConsumerInstances
 from laketail.errors import InvalidRequest, NotAcceptable, UnknownTopicOrPartition, UnsupportedMediaType
+from laketail.security.acl import AclOperation as Op
+from laketail.security.acl import ResourceType as R
 
 router = APIRouter(tags=["v2 consumers"])
 
@@ -269,12 +272,15 @@ def accepted_format(accept: str | None, instance_format: EmbeddedFormat) -> Embe
             openapi_extra=bodies.RECORDS_OPENAPI)
 async def read_records(request: Request, group: str, instance: str) -> Response:
     consumer = instance_of(request)
+    for topic in {t for t, _ in consumer.assignment} | set(consumer.subscription()):
+        authz.check(request, Op.READ, R.TOPIC, topic)  # Fetch: Read on each topic polled
     fmt = accepted_format(request.headers.get("accept"), consumer.config.format)
     batches = await consumer.records(
         query_int(request, "timeout", None), query_int(request, "max_bytes", None),
     )
     rows: list[dict] = []
     for topic, table in batches:
+        authz.check(request, Op.READ, R.TOPIC, topic)  # a pattern may have added a topic meanwhile
         rows.extend(encode_records(topic, table, fmt)[0])
     return Response(orjson.dumps(rows), media_type=MEDIA_TYPES[fmt])
 
@@ -298,6 +304,8 @@ async def commit_offsets(request: Request, group: str, instance: str) -> Respons
                 raise InvalidRequest(f"{where}.metadata must be a string")
             entries.append((_str_field(o, "topic", where), _int_field(o, "partition", where),
                             _int_field(o, "offset", where), metadata))
+        for topic in {e[0] for e in entries}:
+            authz.check(request, Op.READ, R.TOPIC, topic)  # OffsetCommit: Read on each topic
         await consumer.commit(entries)
     return _v2([])
 
@@ -307,6 +315,8 @@ async def commit_offsets(request: Request, group: str, instance: str) -> Respons
 async def committed_offsets(request: Request, group: str, instance: str) -> Response:
     consumer = instance_of(request)
     partitions = partitions_of(await _body(request))
+    for topic in {t for t, _ in partitions}:
+        authz.check(request, Op.DESCRIBE, R.TOPIC, topic)  # OffsetFetch: Describe on each topic
     committed = consumer.committed(partitions)
     return _v2({"offsets": [
         {"topic": t, "partition": p, "offset": c.offset, "metadata": c.metadata}

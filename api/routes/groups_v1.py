@@ -30,9 +30,12 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
+from laketail.api import authz
 from laketail.api.deps import CommittedOffsetValue, Int32, broker_of, json_response
 from laketail.coordinator.groups import Group
 from laketail.coordinator.offsets import CommittedOffset
+from laketail.security.acl import AclOperation as Op
+from laketail.security.acl import ResourceType as R
 
 router = APIRouter(tags=["v1 groups"])
 
@@ -124,6 +127,8 @@ async def leave(request: Request, group: str, body: LeaveRequest) -> Response:
 
 @router.post("/v1/groups/{group}/commit", summary="Commit offsets (each the next offset to read)")
 async def commit(request: Request, group: str, body: CommitRequest) -> Response:
+    for t in {o.topic for o in body.offsets}:
+        authz.check(request, Op.READ, R.TOPIC, t)  # OffsetCommit: Read on each topic
     broker = broker_of(request)
     now_ms = broker.clock.now_ms()
     offsets = {(o.topic, o.partition): CommittedOffset(o.offset, o.metadata or "", now_ms) for o in body.offsets}
@@ -133,6 +138,8 @@ async def commit(request: Request, group: str, body: CommitRequest) -> Response:
 
 @router.post("/v1/groups/{group}/committed", summary="The group's committed offsets for some partitions")
 async def committed(request: Request, group: str, body: CommittedRequest) -> Response:
+    for t in {p.topic for p in body.partitions}:
+        authz.check(request, Op.DESCRIBE, R.TOPIC, t)  # OffsetFetch: Describe on each topic
     found = broker_of(request).groups.committed(group, [(p.topic, p.partition) for p in body.partitions])
     return json_response({"offsets": [
         {"topic": t, "partition": p, "offset": c.offset if c else -1, "metadata": c.metadata if c else ""}
@@ -145,6 +152,7 @@ async def list_groups(request: Request) -> Response:
     return json_response({"groups": [
         {"group_id": g.group_id, "state": g.state, "protocol": g.protocol or "", "members": len(g.members)}
         for g in broker_of(request).groups.list_groups()
+        if authz.may_describe(request, R.GROUP, g.group_id)
     ]})
 
 

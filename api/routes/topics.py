@@ -16,9 +16,11 @@ from typing import Literal
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
+from laketail.api import authz
 from laketail.api.deps import broker_of, json_response
 from laketail.api.encoding import V2_JSON
 from laketail.broker import PartitionState
+from laketail.security.acl import ResourceType as R
 
 router = APIRouter(tags=["v2 topics"])
 
@@ -40,7 +42,8 @@ def _v2(doc) -> Response:
 
 @router.get("/topics", summary="List topic names")
 async def list_topics(request: Request) -> Response:
-    return _v2(broker_of(request).list_topics(include_internal=False))
+    return _v2([t for t in broker_of(request).list_topics(include_internal=False)
+                if authz.may_describe(request, R.TOPIC, t)])
 
 
 @router.get("/topics/{topic}", summary="Describe a topic: configs and partitions")

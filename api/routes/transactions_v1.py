@@ -33,10 +33,13 @@ from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
+from laketail.api import authz
 from laketail.api.deps import broker_of, json_response
 from laketail.bounds import INT16_MAX, INT32_MAX, INT64_MAX
 from laketail.coordinator.offsets import CommittedOffset
 from laketail.errors import InvalidProducerIdMapping
+from laketail.security.acl import AclOperation as Op
+from laketail.security.acl import ResourceType as R
 
 router = APIRouter(tags=["v1 transactions"])
 
@@ -115,6 +118,10 @@ class CommitBatchRequest(BaseModel):
 )
 async def init_producer(request: Request, body: InitProducerRequest | None = None) -> Response:
     body = body or InitProducerRequest()
+    if body.transactional_id:  # InitProducerId: Write on the transactional id, else IdempotentWrite
+        authz.check(request, Op.WRITE, R.TRANSACTIONAL_ID, body.transactional_id)
+    else:
+        authz.check(request, Op.IDEMPOTENT_WRITE, R.CLUSTER)
     expected = None
     if body.producer_id is not None and body.producer_epoch is not None:
         expected = (body.producer_id, body.producer_epoch)
@@ -146,6 +153,8 @@ async def begin(request: Request, transactional_id: str, body: ProducerSession) 
     responses=_ERRORS,
 )
 async def add_partitions(request: Request, transactional_id: str, body: AddPartitionsRequest) -> Response:
+    for t in {tp.topic for tp in body.partitions}:
+        authz.check(request, Op.WRITE, R.TOPIC, t)  # AddPartitionsToTxn: Write on each topic
     await broker_of(request).transactions.add_partitions(
         transactional_id, body.producer_id, body.producer_epoch,
         [(tp.topic, tp.partition) for tp in body.partitions],
@@ -159,6 +168,9 @@ async def add_partitions(request: Request, transactional_id: str, body: AddParti
     responses=_ERRORS,
 )
 async def add_offsets(request: Request, transactional_id: str, body: AddOffsetsRequest) -> Response:
+    authz.check(request, Op.READ, R.GROUP, body.group_id)  # TxnOffsetCommit: Read on the group and topics
+    for t in {o.topic for o in body.offsets}:
+        authz.check(request, Op.READ, R.TOPIC, t)
     offsets = {(o.topic, o.partition): CommittedOffset(o.offset, o.metadata or "") for o in body.offsets}
     await broker_of(request).transactions.add_offsets(
         transactional_id, body.producer_id, body.producer_epoch, body.group_id, offsets,

@@ -33,11 +33,13 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from laketail.api import authz
 from laketail.api.deps import broker_of, check_cluster, json_response
 from laketail.api.routes.clusters import cluster_crn, cluster_url, list_metadata
 from laketail.coordinator.groups import Group, Member
 from laketail.coordinator.lag import PartitionLag, group_lags
 from laketail.errors import GroupIdNotFound, UnknownMemberId
+from laketail.security.acl import ResourceType as R
 
 router = APIRouter(tags=["v3 consumer groups"])
 
@@ -141,7 +143,8 @@ async def list_groups(request: Request, cluster_id: str) -> Response:
     return json_response({
         "kind": "KafkaConsumerGroupList",
         "metadata": list_metadata(f"{cluster_url(request, cluster_id)}/consumer-groups"),
-        "data": [group_doc(request, cluster_id, g) for g in broker.groups.list_groups()],
+        "data": [group_doc(request, cluster_id, g) for g in broker.groups.list_groups()
+                 if authz.may_describe(request, R.GROUP, g.group_id)],
     })
 
 

@@ -17,11 +17,14 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
+from laketail.api import authz
 from laketail.api.deps import broker_of, check_cluster, json_response
 from laketail.api.routes.clusters import cluster_crn, cluster_url, list_metadata
 from laketail.broker import ConfigEntry
 from laketail.config import TOPIC_CONFIGS, validate_topic_overrides
 from laketail.errors import InvalidConfig
+from laketail.security.acl import AclOperation as Op
+from laketail.security.acl import ResourceType as R
 
 router = APIRouter(tags=["v3 topics"])
 
@@ -135,7 +138,8 @@ async def list_topics(request: Request, cluster_id: str) -> Response:
     return json_response({
         "kind": "KafkaTopicList",
         "metadata": list_metadata(f"{cluster_url(request, cluster_id)}/topics"),
-        "data": [topic_doc(request, cluster_id, broker.topic(name)) for name in broker.list_topics()],
+        "data": [topic_doc(request, cluster_id, broker.topic(name)) for name in broker.list_topics()
+                 if authz.may_describe(request, R.TOPIC, name)],
     })
 
 
@@ -143,6 +147,8 @@ async def list_topics(request: Request, cluster_id: str) -> Response:
 async def create_topic(request: Request, cluster_id: str, body: CreateTopicRequest) -> Response:
     broker = broker_of(request)
     check_cluster(broker, cluster_id)
+    if not authz.may(request, Op.CREATE, R.CLUSTER):  # CreateTopics: Create on the cluster or the topic
+        authz.check(request, Op.CREATE, R.TOPIC, body.topic_name)
     configs = {}
     for item in body.configs:
         value = _str(item.value)

@@ -232,6 +232,12 @@ class BrokerSettings:
     request_body_timeout_ms: int = 30_000
     max_partitions_per_topic: int = 1000
     max_partitions: int = 10_000
+    # Authorization (Kafka's keys; laketail.security.authorizer). Off while
+    # authorizer.class.name is empty: every request is allowed, as before ACLs existed.
+    authorizer_class_name: str = ""
+    super_users: str = ""  # "User:admin;User:broker"
+    allow_everyone_if_no_acl_found: bool = False
+    acl_refresh_ms: int = 500  # how often a broker looks for ACL changes made through another broker
     topic_defaults: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -297,6 +303,10 @@ _BROKER_KEYS = {
     "laketail.request.body.timeout.ms": "request_body_timeout_ms",
     "laketail.topic.max.partitions": "max_partitions_per_topic",
     "laketail.max.partitions": "max_partitions",
+    "authorizer.class.name": "authorizer_class_name",
+    "super.users": "super_users",
+    "allow.everyone.if.no.acl.found": "allow_everyone_if_no_acl_found",
+    "laketail.acl.refresh.ms": "acl_refresh_ms",
 }
 
 

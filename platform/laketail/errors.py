@@ -37,11 +37,13 @@ classes by :func:`code_table` and kept equal to it by ``tests/test_conformance.p
     │   InvalidTxnState 40912, InvalidProducerIdMapping 40913, ConcurrentTransactions
     │   40914, ProducerFenced 40915, TransactionalIdNotFound 404 40407
     ├── UnsupportedMediaType         415 41501
-    └── consumer groups: IllegalGeneration 409 40904, RebalanceInProgress 409 40905,
+    ├── consumer groups: IllegalGeneration 409 40904, RebalanceInProgress 409 40905,
         UnknownMemberId 404 40405, GroupIdNotFound 404 40406 (v3: 404), NonEmptyGroup
         409 40906, NoOffsetForPartition 409 40907, InvalidGroupId 422 42210,
         InvalidSessionTimeout 422 42211, InconsistentGroupProtocol 422 42212,
         OffsetMetadataTooLarge 422 42213
+    └── authorization, 403 40301: TopicAuthorizationFailed, GroupAuthorizationFailed,
+        ClusterAuthorizationFailed, TransactionalIdAuthorizationFailed
 """
 
 from __future__ import annotations
@@ -460,3 +462,43 @@ class OffsetMetadataTooLarge(LaketailError):
     kafka_name = "OFFSET_METADATA_TOO_LARGE"
     http_status = 422
     rest_code = 42213
+
+
+# -- authorization (Kafka's ACLs; Confluent answers every one with 403 40301) ------------------
+
+
+class TopicAuthorizationFailed(LaketailError):
+    kafka_code = 29
+    kafka_name = "TOPIC_AUTHORIZATION_FAILED"
+    http_status = 403
+    rest_code = 40301
+
+
+class GroupAuthorizationFailed(LaketailError):
+    kafka_code = 30
+    kafka_name = "GROUP_AUTHORIZATION_FAILED"
+    http_status = 403
+    rest_code = 40301
+
+
+class ClusterAuthorizationFailed(LaketailError):
+    kafka_code = 31
+    kafka_name = "CLUSTER_AUTHORIZATION_FAILED"
+    http_status = 403
+    rest_code = 40301
+
+
+class TransactionalIdAuthorizationFailed(LaketailError):
+    kafka_code = 53
+    kafka_name = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    http_status = 403
+    rest_code = 40301
+
+
+class SecurityDisabled(LaketailError):
+    """An ACL request to a broker whose ``authorizer.class.name`` is empty."""
+
+    kafka_code = 54
+    kafka_name = "SECURITY_DISABLED"
+    http_status = 400
+    rest_code = 40002

@@ -10,6 +10,7 @@ One module per command group; this one only assembles them::
     laketail sql        SQL over topics on a local SparkSession (sql.py)
     laketail jobs       run the Spark jobs with spark-submit (jobs.py)
     laketail check      verify a topic's table and hot logs (check.py)
+    laketail acls       add, remove, list ACLs with kafka-acls's flags (acls.py)
 
 Every command that talks to a broker takes ``--server URL`` (default
 ``$LAKETAIL_SERVER`` or http://127.0.0.1:8082), before the command's name
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 import click
 
 from laketail import __version__
+from laketail.cli.acls import acls
 from laketail.cli.check import check
 from laketail.cli.consume import consume
 from laketail.cli.groups import groups
@@ -44,7 +46,7 @@ def cli() -> None:
     """laketail: Kafka's semantics, topics stored as Delta Lake tables."""
 
 
-for _command in (serve, topics, produce, consume, groups, jobs, sql, check):
+for _command in (serve, topics, produce, consume, groups, jobs, sql, check, acls):
     cli.add_command(_command)
 
 

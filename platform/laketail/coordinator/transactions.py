@@ -464,6 +464,11 @@ class TransactionCoordinator:
             raise InvalidProducerIdMapping(f"producer id {producer_id} has no transactional id")
         await self.add_partitions(transactional_id, producer_id, producer_epoch, [(topic, partition)])
 
+    def transactional_id_of(self, producer_id: int) -> str | None:
+        """The transactional id ``producer_id`` was issued for; None when this coordinator
+        does not know it (an idempotent producer, or the coordinator runs elsewhere)."""
+        return self._by_pid.get(producer_id)
+
     def check_idempotent_produce(self, producer_id: int, producer_epoch: int) -> None:
         """A non-transactional batch from a transactional producer must still be current."""
         transactional_id = self._by_pid.get(producer_id)

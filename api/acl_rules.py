@@ -1,0 +1,219 @@
+"""What every route of the gateway requires: the one route -> permission table.
+
+Each entry names a route as FastAPI registered it (``"METHOD path"``) and the ACL
+permission its Kafka equivalent requires (Kafka's "Operations and Resources on
+Protocols" table), checked by :class:`laketail.api.authz.Authorization` before the
+request reaches the route, the hot produce/fetch dispatch or the coordinator proxy.
+A route that is not in the table is refused to everybody but super users, and
+``tests/security/test_route_walk.py`` fails until it is added.
+
+Kinds of entries:
+
+* ``needs(...)``: every listed permission, each on the cluster or on the resource
+  named by a path parameter (``topic``, ``group``, ``transactional_id``, ...);
+  ``any_of=True``: one of them is enough (CreateTopics: Create on the cluster or on
+  the topic);
+* ``produce``: Write on the topic; Create on the cluster or the topic when the produce
+  would auto-create it; and when the query carries ``producer_id`` for an
+  idempotent (not transactional) batch, IdempotentWrite on the cluster; for a
+  transactional one (it adds its partition to the transaction), Write on the
+  producer's transactional id;
+* ``IN_HANDLER``: the resource is in the body, so the route checks it itself
+  (``laketail.api.authz.check``), as noted beside the entry;
+* ``LISTING``: no permission to call; the answer holds only what the principal may
+  Describe (Kafka's Metadata and ListGroups);
+* ``OPEN``: no permission, as Kafka's Metadata answers brokers and the cluster id to
+  anyone; and the API's own description (``/docs``, ``/redoc``, ``/openapi.json``).
+
+Decided for laketail: ``/metrics`` needs Describe on the cluster (it names every topic
+and group); the Spark table location (``/v1/topics/{t}/table``) needs Read on the
+topic (Spark then reads the files, protected by the storage's own permissions);
+``/v1/sinks/{sink_id}`` batches need Write on the transactional id named by the sink
+id, and so do the sink's sessions (``/v1/transactions/__sink:<sink_id>:...``, see
+:func:`laketail.api.authz.resource_name`); ``/internal`` routes need
+ClusterAction on the cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from laketail.security.acl import AclOperation as Op
+from laketail.security.acl import ResourceType as R
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """One permission: ``operation`` on the cluster (``param`` None) or on the resource of
+    ``resource_type`` the path parameter ``param`` names."""
+
+    operation: Op
+    resource_type: R
+    param: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    needs: tuple[Need, ...] = ()
+    any_of: bool = False
+    produce: bool = False
+    kind: str = "checked"  # "checked", "in_handler", "listing", "open"
+    note: str = ""
+
+
+def needs(*items: Need, any_of: bool = False, note: str = "") -> Rule:
+    return Rule(tuple(items), any_of=any_of, note=note)
+
+
+def topic(op: Op, param: str = "topic") -> Need:
+    return Need(op, R.TOPIC, param)
+
+
+def group(op: Op, param: str = "group") -> Need:
+    return Need(op, R.GROUP, param)
+
+
+def txn(op: Op, param: str = "transactional_id") -> Need:
+    return Need(op, R.TRANSACTIONAL_ID, param)
+
+
+def cluster(op: Op) -> Need:
+    return Need(op, R.CLUSTER)
+
+
+def in_handler(note: str, *items: Need) -> Rule:
+    return Rule(tuple(items), kind="in_handler", note=note)
+
+
+PRODUCE = Rule((topic(Op.WRITE),), produce=True)
+LISTING = Rule(kind="listing")
+OPEN = Rule(kind="open")
+_CONSUMER = "/consumers/{group}/instances/{instance}"
+_V3 = "/v3/clusters/{cluster_id}"
+_GROUPS = _V3 + "/consumer-groups"
+_INTERNAL = "/internal/v1"
+
+RULES: dict[str, Rule] = {
+    # -- the API's description, cluster metadata, metrics --------------------------------------
+    "GET /openapi.json": OPEN,
+    "GET /docs": OPEN,
+    "GET /redoc": OPEN,
+    "GET /docs/oauth2-redirect": OPEN,
+    "MOUNT /docs-assets": OPEN,  # the UIs' packaged scripts and styles
+    "GET /metrics": needs(cluster(Op.DESCRIBE)),
+    "GET /brokers": OPEN,
+    "GET /v3/clusters": OPEN,
+    f"GET {_V3}": OPEN,
+    f"GET {_V3}/brokers": OPEN,
+    f"GET {_V3}/brokers/{{broker_id}}": OPEN,
+    # -- v2 topics, produce, fetch ---------------------------------------------------------
+    "GET /topics": LISTING,
+    "GET /topics/{topic}": needs(topic(Op.DESCRIBE)),
+    "GET /topics/{topic}/partitions": needs(topic(Op.DESCRIBE)),
+    "GET /topics/{topic}/partitions/{partition}": needs(topic(Op.DESCRIBE)),
+    "GET /topics/{topic}/partitions/{partition}/offsets": needs(topic(Op.DESCRIBE)),  # ListOffsets
+    "POST /topics/{topic}": PRODUCE,
+    "POST /topics/{topic}/partitions/{partition}": PRODUCE,
+    "GET /topics/{topic}/partitions/{partition}/records": needs(topic(Op.READ)),  # Fetch
+    # -- v1: Arrow, offsets, check, Spark --------------------------------------------------
+    "POST /v1/topics/{topic}/records": PRODUCE,
+    "POST /v1/topics/{topic}/partitions/{partition}/records": PRODUCE,
+    "GET /v1/topics/{topic}/partitions/{partition}/records": needs(topic(Op.READ)),
+    "GET /v1/topics/{topic}/partitions/{partition}/offsets": needs(topic(Op.DESCRIBE)),
+    "GET /v1/topics/{topic}/check": needs(topic(Op.DESCRIBE)),
+    "GET /v1/topics/{topic}/damage": needs(topic(Op.DESCRIBE)),
+    "GET /v1/topics/{topic}/table": needs(topic(Op.READ)),
+    # -- v1 group protocol -------------------------------------------------------------------
+    "POST /v1/groups/{group}/join": needs(group(Op.READ)),
+    "POST /v1/groups/{group}/sync": needs(group(Op.READ)),
+    "POST /v1/groups/{group}/heartbeat": needs(group(Op.READ)),
+    "POST /v1/groups/{group}/leave": needs(group(Op.READ)),
+    "POST /v1/groups/{group}/commit": needs(group(Op.READ), note="and Read on each topic of the body"),
+    "POST /v1/groups/{group}/committed": needs(group(Op.DESCRIBE), note="and Describe on each topic of the body"),
+    "GET /v1/groups": LISTING,
+    "GET /v1/groups/{group}": needs(group(Op.DESCRIBE)),
+    # -- v1 producers and transactions -------------------------------------------------------
+    "POST /v1/producers": in_handler("InitProducerId: Write on the body's transactional_id, "
+                                     "else IdempotentWrite on the cluster"),
+    "POST /v1/transactions/{transactional_id:path}/begin": needs(txn(Op.WRITE)),
+    "POST /v1/transactions/{transactional_id:path}/partitions": needs(
+        txn(Op.WRITE), note="AddPartitionsToTxn: and Write on each topic of the body"),
+    "POST /v1/transactions/{transactional_id:path}/offsets": needs(
+        txn(Op.WRITE), note="AddOffsetsToTxn + TxnOffsetCommit: and Read on the body's group"),
+    "POST /v1/transactions/{transactional_id:path}/commit": needs(txn(Op.WRITE)),  # EndTxn
+    "POST /v1/transactions/{transactional_id:path}/abort": needs(txn(Op.WRITE)),
+    "GET /v1/transactions/{transactional_id:path}": needs(txn(Op.DESCRIBE)),
+    "POST /v1/sinks/{sink_id:path}/batches/{batch_id}/enlist": needs(txn(Op.WRITE, "sink_id")),
+    "POST /v1/sinks/{sink_id:path}/batches/{batch_id}/commit": needs(txn(Op.WRITE, "sink_id")),
+    "POST /v1/sinks/{sink_id:path}/batches/{batch_id}/abort": needs(txn(Op.WRITE, "sink_id")),
+    "GET /v1/sinks/{sink_id:path}": needs(txn(Op.DESCRIBE, "sink_id")),
+    # -- v2 consumer instances (JoinGroup/SyncGroup/Heartbeat/LeaveGroup: Read on the group) -
+    "POST /consumers/{group}": needs(group(Op.READ)),
+    f"DELETE {_CONSUMER}": needs(group(Op.READ)),
+    f"POST {_CONSUMER}/subscription": needs(group(Op.READ)),
+    f"GET {_CONSUMER}/subscription": needs(group(Op.READ)),
+    f"DELETE {_CONSUMER}/subscription": needs(group(Op.READ)),
+    f"POST {_CONSUMER}/assignments": needs(group(Op.READ)),
+    f"GET {_CONSUMER}/assignments": needs(group(Op.READ)),
+    f"POST {_CONSUMER}/positions": needs(group(Op.READ)),
+    f"POST {_CONSUMER}/positions/beginning": needs(group(Op.READ)),
+    f"POST {_CONSUMER}/positions/end": needs(group(Op.READ)),
+    f"GET {_CONSUMER}/records": needs(group(Op.READ), note="Fetch: and Read on each topic it returns"),
+    f"POST {_CONSUMER}/offsets": needs(group(Op.READ), note="OffsetCommit: and Read on each topic committed"),
+    f"GET {_CONSUMER}/offsets": needs(group(Op.DESCRIBE), note="OffsetFetch: and Describe on each topic"),
+    # -- v3 topics and configs -----------------------------------------------------------------
+    f"GET {_V3}/topics": LISTING,
+    f"POST {_V3}/topics": in_handler("CreateTopics: Create on the cluster or on the body's topic_name"),
+    f"GET {_V3}/topics/{{topic}}": needs(topic(Op.DESCRIBE)),
+    f"DELETE {_V3}/topics/{{topic}}": needs(topic(Op.DELETE)),
+    f"GET {_V3}/topics/{{topic}}/partitions": needs(topic(Op.DESCRIBE)),
+    f"GET {_V3}/topics/{{topic}}/partitions/{{partition}}": needs(topic(Op.DESCRIBE)),
+    f"GET {_V3}/topics/{{topic}}/configs": needs(topic(Op.DESCRIBE_CONFIGS)),
+    f"POST {_V3}/topics/{{topic}}/configs:alter": needs(topic(Op.ALTER_CONFIGS)),
+    f"GET {_V3}/topics/{{topic}}/configs/{{name}}": needs(topic(Op.DESCRIBE_CONFIGS)),
+    f"PUT {_V3}/topics/{{topic}}/configs/{{name}}": needs(topic(Op.ALTER_CONFIGS)),
+    f"DELETE {_V3}/topics/{{topic}}/configs/{{name}}": needs(topic(Op.ALTER_CONFIGS)),
+    f"POST {_V3}/topics/{{topic}}/records": PRODUCE,
+    f"POST {_V3}/topics/{{topic}}/partitions/{{partition}}/records": PRODUCE,
+    # -- v3 replicas, reassignments, broker configs --------------------------------------------
+    f"GET {_V3}/topics/{{topic}}/partitions/{{partition}}/replicas": needs(topic(Op.DESCRIBE)),
+    f"GET {_V3}/topics/{{topic}}/partitions/{{partition}}/replicas/{{broker_id}}": needs(topic(Op.DESCRIBE)),
+    f"GET {_V3}/brokers/{{broker_id}}/partition-replicas": needs(cluster(Op.DESCRIBE)),
+    f"GET {_V3}/topics/-/partitions/-/reassignment": needs(cluster(Op.DESCRIBE)),
+    f"GET {_V3}/topics/{{topic}}/partitions/-/reassignment": needs(topic(Op.DESCRIBE)),
+    f"GET {_V3}/brokers/{{broker_id}}/configs": needs(cluster(Op.DESCRIBE_CONFIGS)),
+    f"GET {_V3}/brokers/{{broker_id}}/configs/{{name}}": needs(cluster(Op.DESCRIBE_CONFIGS)),
+    f"GET {_V3}/broker-configs": needs(cluster(Op.DESCRIBE_CONFIGS)),
+    # -- v3 consumer groups (DescribeGroups; lag also reads committed offsets) -----------------
+    f"GET {_GROUPS}": LISTING,
+    f"GET {_GROUPS}/{{group_id}}": needs(group(Op.DESCRIBE, "group_id")),
+    f"GET {_GROUPS}/{{group_id}}/consumers": needs(group(Op.DESCRIBE, "group_id")),
+    f"GET {_GROUPS}/{{group_id}}/consumers/{{consumer_id}}": needs(group(Op.DESCRIBE, "group_id")),
+    f"GET {_GROUPS}/{{group_id}}/consumers/{{consumer_id}}/assignments": needs(group(Op.DESCRIBE, "group_id")),
+    f"GET {_GROUPS}/{{group_id}}/lags": needs(group(Op.DESCRIBE, "group_id")),
+    f"GET {_GROUPS}/{{group_id}}/lags/{{topic}}/partitions/{{partition}}": needs(
+        group(Op.DESCRIBE, "group_id"), topic(Op.DESCRIBE)),
+    f"GET {_GROUPS}/{{group_id}}/lag-summary": needs(group(Op.DESCRIBE, "group_id")),
+    # -- v3 ACLs (DescribeAcls, CreateAcls, DeleteAcls) ----------------------------------------
+    f"GET {_V3}/acls": needs(cluster(Op.DESCRIBE)),
+    f"POST {_V3}/acls": needs(cluster(Op.ALTER)),
+    f"DELETE {_V3}/acls": needs(cluster(Op.ALTER)),
+    f"POST {_V3}/acls:batch": needs(cluster(Op.ALTER)),
+    # -- between brokers -------------------------------------------------------------------------
+    f"POST {_INTERNAL}/heartbeat": needs(cluster(Op.CLUSTER_ACTION)),
+    f"POST {_INTERNAL}/alter-partition": needs(cluster(Op.CLUSTER_ACTION)),
+    f"POST {_INTERNAL}/topics": needs(cluster(Op.CLUSTER_ACTION)),
+    f"DELETE {_INTERNAL}/topics/{{topic}}": needs(cluster(Op.CLUSTER_ACTION)),
+    f"PUT {_INTERNAL}/topics/{{topic}}/configs": needs(cluster(Op.CLUSTER_ACTION)),
+    f"POST {_INTERNAL}/metadata": needs(cluster(Op.CLUSTER_ACTION)),
+    f"POST {_INTERNAL}/replica-fetch": needs(cluster(Op.CLUSTER_ACTION)),
+    f"POST {_INTERNAL}/partitions/{{topic}}/{{partition}}/append": needs(cluster(Op.CLUSTER_ACTION)),
+    f"GET {_INTERNAL}/partitions/{{topic}}/{{partition}}/records": needs(cluster(Op.CLUSTER_ACTION)),
+    f"GET {_INTERNAL}/partitions/{{topic}}/{{partition}}/state": needs(cluster(Op.CLUSTER_ACTION)),
+    f"GET {_INTERNAL}/partitions/{{topic}}/{{partition}}/offset-for-timestamp": needs(cluster(Op.CLUSTER_ACTION)),
+}
+
+
+def rule_for(method: str, path: str) -> Rule | None:
+    """The entry for a route (``path`` as registered, e.g. ``/topics/{topic}``)."""
+    return RULES.get(f"{method} {path}")

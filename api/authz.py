@@ -1,0 +1,242 @@
+"""Authorization at the gateway's edge: one middleware reads the route's entry in
+:mod:`laketail.api.acl_rules` and asks the broker's
+:class:`~laketail.security.authorizer.Authorizer` before anything else runs.
+
+:class:`Authorization` is a pure ASGI middleware outside the coordinator proxy and the
+hot produce/fetch dispatch, so every request -- routed by FastAPI, matched by
+:mod:`laketail.api.hot_routes`, or proxied to the controller -- is checked once, here.
+It is installed only when authorization is on (``authorizer.class.name`` set): with it
+off the gateway runs exactly as before. Decisions are cached by the authorizer, so a
+produce or fetch pays one route match and one dictionary lookup.
+
+Routes whose resource is in the body (commits, AddPartitionsToTxn, InitProducerId,
+CreateTopics) check it themselves with :func:`check`; listings keep what
+:func:`may_describe` allows. Both use the principal this middleware settled on.
+
+**The principal of a proxied request.** A broker that proxies a coordinator request
+to the controller checks it here first (this middleware is outside the proxy); the
+controller checks it again with the client's principal, which the listener's authentication
+takes from a peer broker's forwarding headers (only a peer broker may forward one).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+from urllib.parse import parse_qs
+
+from starlette.requests import HTTPConnection, Request
+from starlette.routing import Mount
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from laketail.api.acl_rules import Need, Rule, rule_for
+from laketail.api.errors import error_response
+from laketail.api.principal import host_of, principal_of
+from laketail.coordinator.transactions import SINK_PREFIX
+from laketail.errors import ClusterAuthorizationFailed, LaketailError, UnknownTopicOrPartition
+from laketail.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from laketail.security.authorizer import AUDITED_CHANGES, Authorizer
+from laketail.security.principal import KafkaPrincipal
+
+_STATE_KEY = "laketail.authz"
+
+
+def walk_routes(routes: Iterable[Any]) -> list[Any]:
+    """Every route, looking into included routers (the gateway includes them without a prefix)."""
+    found = []
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            found.extend(walk_routes(inner.routes))
+        else:
+            found.append(route)
+    return found
+
+
+def route_key(route: Any, method: str) -> str:
+    return f"MOUNT {route.path}" if isinstance(route, Mount) else f"{method} {route.path}"
+
+
+class _Entry:
+    __slots__ = ("methods", "regex", "rule", "key")
+
+    def __init__(self, route: Any, method: str, rule: Rule | None) -> None:
+        self.methods = None if isinstance(route, Mount) else {method}
+        self.regex = route.path_regex
+        self.rule = rule
+        self.key = route_key(route, method)
+
+
+def acting(conn: HTTPConnection) -> tuple[KafkaPrincipal, str]:
+    """The principal and host a request is authorized as (set by :class:`Authorization`)."""
+    found = conn.scope.get("state", {}).get(_STATE_KEY)
+    return found if found is not None else (principal_of(conn), host_of(conn))
+
+
+def authorizer_of(conn: HTTPConnection) -> Authorizer:
+    return conn.app.state.authorizer
+
+
+def check(request: Request, operation: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME) -> None:
+    """An in-handler check (the resource came in the body); no-op with authorization off."""
+    authorizer = authorizer_of(request)
+    if authorizer.enabled:
+        principal, host = acting(request)
+        authorizer.check(principal, host, operation, resource_type, name)
+
+
+def may(request: Request, operation: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME) -> bool:
+    """Whether the request may (for rules with alternatives); a denial here is not audited."""
+    authorizer = authorizer_of(request)
+    if not authorizer.enabled:
+        return True
+    principal, host = acting(request)
+    return authorizer.authorize(principal, host, operation, resource_type, name, audit_denied=False)
+
+
+def may_describe(request: Request, resource_type: ResourceType, name: str) -> bool:
+    """Whether a listing shows ``name`` (Describe, never audited as a denial)."""
+    authorizer = authorizer_of(request)
+    if not authorizer.enabled:
+        return True
+    principal, host = acting(request)
+    return authorizer.authorize(principal, host, AclOperation.DESCRIBE, resource_type, name, audit_denied=False)
+
+
+def resource_name(need: Need, params: dict[str, str]) -> str:
+    """The resource a need names in this request. A Spark sink's session (transactional
+    id ``__sink:<sink_id>:<batch>:<n>``, made by the coordinator) is the sink's resource:
+    Write on the TransactionalId ``<sink_id>`` covers the sink and all its sessions."""
+    if need.param is None:
+        return CLUSTER_NAME
+    name = params[need.param]
+    if need.resource_type is ResourceType.TRANSACTIONAL_ID and name.startswith(SINK_PREFIX):
+        return name[len(SINK_PREFIX):].rsplit(":", 2)[0]
+    return name
+
+
+class Authorization:
+    """The gateway's authorization middleware (see the module docstring)."""
+
+    def __init__(self, app: ASGIApp, fastapi_app: Any, authorizer: Authorizer) -> None:
+        self.app = app
+        self.fastapi_app = fastapi_app
+        self.authorizer = authorizer
+        self._entries: list[_Entry] | None = None
+        # (principal, host, method, path) of requests allowed at this authorizer generation:
+        # a repeated produce or fetch skips the route match and the decisions
+        self._allowed: dict[tuple, bool] = {}
+        self._generation = -1
+
+    def _build(self) -> list[_Entry]:
+        from laketail.api.hot_routes import HOT_ENDPOINTS
+
+        hot: list[_Entry] = []
+        rest: list[_Entry] = []
+        for route in walk_routes(self.fastapi_app.routes):
+            methods = ["*"] if isinstance(route, Mount) else sorted(getattr(route, "methods", None) or [])
+            for method in methods:
+                lookup = "GET" if method == "HEAD" else method
+                rule = rule_for("MOUNT", route.path) if method == "*" else rule_for(lookup, route.path)
+                entry = _Entry(route, method, rule)
+                (hot if getattr(route, "endpoint", None) in HOT_ENDPOINTS else rest).append(entry)
+        return hot + rest  # produce and fetch are found first
+
+    def _match(self, method: str, path: str) -> tuple[_Entry, dict[str, str]] | None:
+        if self._entries is None:
+            self._entries = self._build()
+        for entry in self._entries:
+            if entry.methods is not None and method not in entry.methods:
+                continue
+            found = entry.regex.match(path)
+            if found is not None:
+                return entry, found.groupdict()
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        conn = HTTPConnection(scope)
+        principal, host = principal_of(conn), host_of(conn)
+        scope.setdefault("state", {})[_STATE_KEY] = (principal, host)
+        key = (principal, host, scope["method"], scope["path"])
+        if self._generation != self.authorizer.generation:
+            self._allowed = {}
+            self._generation = self.authorizer.generation
+        try:
+            if key not in self._allowed and self._authorize(scope, principal, host) and len(self._allowed) < 100_000:
+                self._allowed[key] = True
+        except LaketailError as err:
+            metrics = getattr(self.fastapi_app.state, "metrics", None)
+            if metrics is not None:
+                metrics.count_error(err)  # laketail_request_errors_total{error="TOPIC_AUTHORIZATION_FAILED"}, ...
+            await error_response(err, scope["path"])(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _authorize(self, scope: Scope, principal: KafkaPrincipal, host: str) -> bool:
+        """Raise the refusal, if any; True when the same request (principal, host, method
+        and path) would be allowed again until the ACLs change: it depends on nothing else."""
+        matched = self._match(scope["method"], scope["path"])
+        if matched is None:
+            return False  # no such route: 404/405 follow, nothing to protect
+        entry, params = matched
+        rule = entry.rule
+        if rule is None:
+            if self.authorizer.is_super_user(principal):
+                return True
+            raise ClusterAuthorizationFailed(f"route {entry.key} has no entry in the ACL table; super users only")
+        if rule.kind != "checked":
+            return True
+        authorizer = self.authorizer
+        decisions = []
+        for need in rule.needs:
+            name = resource_name(need, params)
+            if rule.any_of:
+                decisions.append(authorizer.authorize(principal, host, need.operation, need.resource_type, name))
+            else:
+                authorizer.check(principal, host, need.operation, need.resource_type, name)
+        if rule.any_of and not any(decisions):
+            first = rule.needs[0]
+            authorizer.check(principal, host, first.operation, first.resource_type, resource_name(first, params))
+        if rule.produce:
+            return self._authorize_produce(scope, params["topic"], principal, host)
+        return not any(need.operation in AUDITED_CHANGES for need in rule.needs)  # each change is audited
+
+    def _authorize_produce(self, scope: Scope, topic: str, principal: KafkaPrincipal, host: str) -> bool:
+        """What a produce needs beyond Write on the topic: Create (on the cluster or the
+        topic) when it would auto-create the topic, as Kafka's auto-creation requires;
+        IdempotentWrite on the cluster for an idempotent batch. True when that is all
+        settled by the path (the topic exists, no producer in the query)."""
+        authorizer = self.authorizer
+        broker = self.fastapi_app.state.broker
+        repeatable = True
+        if broker.settings.auto_create_topics_enable:
+            try:
+                broker.topic(topic)
+            except UnknownTopicOrPartition:
+                repeatable = False
+                if not authorizer.authorize(principal, host, AclOperation.CREATE, ResourceType.CLUSTER,
+                                            audit_denied=False):
+                    authorizer.check(principal, host, AclOperation.CREATE, ResourceType.TOPIC, topic)
+        query = scope["query_string"]
+        if b"producer_id=" in query:
+            repeatable = False
+            if b"transactional=true" not in query.lower():
+                authorizer.check(principal, host, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)
+            else:
+                self._authorize_transactional(query, principal, host)
+        return repeatable
+
+    def _authorize_transactional(self, query: bytes, principal: KafkaPrincipal, host: str) -> None:
+        """A transactional batch adds its partition to the producer's transaction, so it needs
+        Write on that transactional id, as Kafka's transactional produce does. A producer id the
+        coordinator here does not know passes: this broker proxies the request to the
+        controller, which checks it again, and the coordinator refuses an unknown producer id."""
+        raw = parse_qs(query.decode("latin-1")).get("producer_id", [""])[-1]
+        if not raw.isdigit():
+            return  # the route answers INVALID_REQUEST
+        tid = self.fastapi_app.state.broker.transactions.transactional_id_of(int(raw))
+        if tid is not None:
+            name = resource_name(Need(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, "tid"), {"tid": tid})
+            self.authorizer.check(principal, host, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, name)
