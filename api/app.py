@@ -23,7 +23,7 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 from laketail import __version__
-from laketail.api import docs_pages, errors
+from laketail.api import console, docs_pages, errors
 from laketail.api.access_log import AccessLog
 from laketail.api.coordinator_proxy import CoordinatorProxy
 from laketail.api.hot_routes import HotRoutes
@@ -100,6 +100,7 @@ def create_app(settings: BrokerSettings, broker: Broker | None = None, *, access
         app.include_router(router)
     app.include_router(spark_v1.router)  # table locations for Spark's driver
     docs_pages.install(app)
+    console.install(app)  # the web console at /console and its /v1/console endpoints
 
     @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")
     async def metrics(request: Request) -> Response:
