@@ -90,7 +90,7 @@ function link(path, text, attrs = {}) {
 }
 
 function render(...nodes) {
-  view.replaceChildren(...nodes);
+  view.replaceChildren(...nodes.filter((n) => n !== null && n !== undefined && n !== false));
   view.dataset.state = "ready";
 }
 
@@ -258,6 +258,7 @@ async function messages(params) {
   }
   const body = h("div", { id: "records" });
   render(h("h1", {}, "Messages"), form, body, produceForm(t, p));
+  view.dataset.state = "loading"; // until the records are in
   try {
     const state = (await api(`/v1/console/topics/${enc(t)}/partitions?offset=${p}&limit=1`)).data[0];
     if (!state) throw new Error(`partition ${p} of ${t} does not exist`);
@@ -290,6 +291,7 @@ async function messages(params) {
   } catch (err) {
     body.replaceChildren(errorBox(err));
   }
+  view.dataset.state = "ready";
 }
 
 function produceForm(t, p) {

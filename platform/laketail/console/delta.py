@@ -28,6 +28,9 @@ def table_summary(uri: str, history: int = 10) -> dict[str, Any]:
     adds = table.get_add_actions(flatten=True)
     sizes = adds.column("size_bytes").to_pylist() if adds.num_rows else []
     commits = [{k: entry[k] for k in _HISTORY_KEYS if k in entry} for entry in table.history(history)]
+    for commit in commits:  # a CREATE TABLE's parameters hold the whole schema: not worth showing
+        params = commit.get("operationParameters") or {}
+        commit["operationParameters"] = {k: v for k, v in params.items() if len(str(v)) <= 200}
     return {
         "uri": uri,
         "exists": True,
