@@ -27,8 +27,8 @@ listing answers ``{"data": [...], "total", "limit", "offset"}``):
   only, as the tool's default). NON_EMPTY_GROUP (409/40906) while the group has
   members; the new offsets go through the group commit path;
 * ``GET /v1/console/transactions?state=`` -- transactional ids with producer id and
-  epoch, state, partitions, age and timeout; ``hanging`` marks an Ongoing transaction
-  open past its ``transaction.timeout.ms``;
+  epoch, state, partitions, age and timeout; ``hanging`` marks a transaction open past
+  its ``transaction.timeout.ms`` (:mod:`laketail.console.transactions`);
 * ``POST /v1/console/sql`` ``{query, max_rows}`` -- :mod:`laketail.console.sql` over the
   topic's Delta table (no Spark session in the broker), the result as columns and rows.
 
@@ -51,6 +51,7 @@ from laketail.api.deps import Int32, broker_of, json_response, metrics_of
 from laketail.bounds import INT64_MAX
 from laketail.console import delta, lag_history, reset, sql
 from laketail.console.pages import DEFAULT_LIMIT, MAX_LIMIT, check_window, page
+from laketail.console.transactions import transaction_rows
 from laketail.coordinator.lag import group_lags, lag_status
 from laketail.coordinator.offsets import CommittedOffset
 from laketail.errors import GroupIdNotFound, InvalidRequest, LaketailError, NonEmptyGroup
@@ -318,20 +319,9 @@ async def reset_offsets(request: Request, group_id: str, body: ResetRequest) -> 
 async def transactions(request: Request, state: str = "", limit: int = LIMIT, offset: int = OFFSET) -> Response:
     broker = broker_of(request)
     check_window(limit, offset)
-    now = broker.clock.now_ms()
     metas = [m for m in broker.transactions.list_transactions() if not state or m.state == state]
-    # Ongoing first, oldest first: what needs a look leads the page.
-    metas.sort(key=lambda m: (m.state != "Ongoing", m.start_ms if m.start_ms >= 0 else INT64_MAX, m.transactional_id))
-    shown = page(metas, limit, offset)
-    rows = []
-    for m in shown.rows:
-        age = now - m.start_ms if m.state == "Ongoing" and m.start_ms >= 0 else None
-        rows.append({
-            "transactional_id": m.transactional_id, "producer_id": m.producer_id,
-            "producer_epoch": m.producer_epoch, "state": m.state, "timeout_ms": m.timeout_ms,
-            "start_ms": m.start_ms, "age_ms": age, "hanging": age is not None and age > m.timeout_ms,
-            "partitions": [{"topic": t, "partition": p} for t, p in sorted(m.partitions)],
-        })
+    shown = page(transaction_rows(metas, broker.clock.now_ms()), limit, offset)
+    rows = shown.rows
     return _listing(rows, shown.total, limit, offset)
 
 

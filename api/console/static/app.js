@@ -97,6 +97,7 @@ function render(...nodes) {
 // -- overview -------------------------------------------------------------------------
 
 let lastCounters = null;
+let refresh = null; // the overview's own refresh timer
 
 async function overview() {
   const doc = await api("/v1/console/overview");
@@ -124,7 +125,8 @@ async function overview() {
     table(["id", "url", "alive", "controller"], doc.brokers.map((b) => h("tr", {},
       h("td", {}, b.broker_id), h("td", {}, b.url), h("td", { class: b.alive ? "good" : "bad" }, b.alive ? "yes" : "no"),
       h("td", {}, b.controller ? "controller" : ""))), { id: "brokers" }),
-    h("button", { onclick: route }, "Refresh"));
+    h("p", { class: "muted" }, "refreshes every 5 s"));
+  refresh = setTimeout(() => { if (view.dataset.page === "overview") route(); }, 5000);
 }
 
 function card(title, value, note = "", tone = "") {
@@ -213,7 +215,7 @@ function b64bytes(text) {
   return out;
 }
 
-export function show(data, format) {
+export function show(data, format, note = true) {
   if (data === null) return h("span", { class: "muted" }, "null");
   if (format === "hex") return h("code", {}, Array.from(data, (b) => b.toString(16).padStart(2, "0")).join(" "));
   const text = new TextDecoder("utf-8", { fatal: false }).decode(data);
@@ -221,7 +223,7 @@ export function show(data, format) {
     try {
       return h("pre", {}, JSON.stringify(JSON.parse(text), null, 2));
     } catch {
-      return h("span", {}, text, h("span", { class: "muted" }, " (not JSON)"));
+      return h("span", {}, text, note ? h("span", { class: "muted" }, " (not JSON)") : null);
     }
   }
   return h("span", {}, text);
@@ -285,8 +287,8 @@ async function messages(params) {
       h("p", { class: "muted" }, `log start ${num(state.log_start_offset)} · ${iso === "read_committed" ? "last stable" : "high watermark"} ${num(end)} · ${records.length} shown`),
       table(["offset", "timestamp", "key", "value", "headers"], records.map((r) => h("tr", { class: "record" },
         h("td", { class: "num" }, r.offset), h("td", {}, new Date(r.timestamp).toISOString()),
-        h("td", { class: "key" }, show(b64bytes(r.key), fmt)), h("td", { class: "value" }, show(b64bytes(r.value), fmt)),
-        h("td", {}, (r.headers || []).map((hd) => h("div", {}, h("b", {}, hd.key), ": ", show(b64bytes(hd.value), fmt)))))),
+        h("td", { class: "key" }, show(b64bytes(r.key), fmt, false)), h("td", { class: "value" }, show(b64bytes(r.value), fmt)),
+        h("td", {}, (r.headers || []).map((hd) => h("div", {}, h("b", {}, hd.key), ": ", show(b64bytes(hd.value), fmt, false)))))),
       { id: "record-table" }));
   } catch (err) {
     body.replaceChildren(errorBox(err));
@@ -449,6 +451,7 @@ function updateSignin() {
 // -- routing --------------------------------------------------------------------------
 
 async function route() {
+  clearTimeout(refresh);
   const { parts, params } = query();
   const [page = "overview", arg] = parts;
   for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.page === page);

@@ -41,10 +41,12 @@ export function lineChart(points, { width = 720, height = 240, label = "lag", fo
     svg.appendChild(el("text", { x: pad.left - 6, y: y + 4, "text-anchor": "end", class: "chart-tick" }, format(v)));
   }
   const times = x1 === x0 ? [x0] : [x0, (x0 + x1) / 2, x1];
-  for (const t of times) {
-    const text = new Date(t).toISOString().slice(11, 19);
-    svg.appendChild(el("text", { x: sx(t), y: height - 10, "text-anchor": "middle", class: "chart-tick" }, text));
-  }
+  const precise = x1 - x0 < 60000; // seconds apart: show milliseconds
+  times.forEach((t, i) => {
+    const text = new Date(t).toISOString().slice(11, precise ? 23 : 19);
+    const anchor = times.length === 1 ? "middle" : ["start", "middle", "end"][i];
+    svg.appendChild(el("text", { x: sx(t), y: height - 10, "text-anchor": anchor, class: "chart-tick" }, text));
+  });
   const path = points.map((p) => `${sx(p.x).toFixed(1)},${sy(p.y).toFixed(1)}`).join(" ");
   svg.appendChild(el("polyline", { points: path, class: "chart-line" }));
   for (const p of points) {
