@@ -66,6 +66,13 @@ def _listing(rows: list, total: int, limit: int, offset: int) -> Response:
     return json_response({"data": rows, "total": total, "limit": limit, "offset": offset})
 
 
+def visible(request: Request, resource_type: str, names: list[str]) -> list[str]:
+    """The names of ``resource_type`` (``TOPIC``, ``GROUP``, ``TRANSACTIONAL_ID``) the
+    request's principal may DESCRIBE: the one place the console's listings filter, so
+    ACLs (issue 15) plug in here. Without an authorizer, every name."""
+    return names
+
+
 def _table_uri(request: Request, topic: str) -> str:
     """The topic's Delta table: ``<data root>/topics/<topic>`` (ARCHITECTURE.md 3.1)."""
     return f"{broker_of(request).settings.data.rstrip('/')}/topics/{topic}"
@@ -136,7 +143,8 @@ async def overview(request: Request) -> Response:
 async def topics(request: Request, q: str = "", internal: bool = False,
                  limit: int = LIMIT, offset: int = OFFSET) -> Response:
     broker = broker_of(request)
-    names = [n for n in broker.list_topics(include_internal=internal) if q.lower() in n.lower()]
+    names = visible(request, "TOPIC",
+                    [n for n in broker.list_topics(include_internal=internal) if q.lower() in n.lower()])
     shown = page(names, limit, offset)
     rows = []
     for name in shown.rows:
@@ -206,8 +214,8 @@ def _quick_lag(broker: Any, group_id: str) -> tuple[int, int]:
 async def groups(request: Request, q: str = "", limit: int = LIMIT, offset: int = OFFSET) -> Response:
     broker = broker_of(request)
     check_window(limit, offset)
-    names = [g for g in broker.groups.list_groups() if q.lower() in g.group_id.lower()]
-    shown = page(names, limit, offset)
+    listed = {g.group_id: g for g in broker.groups.list_groups() if q.lower() in g.group_id.lower()}
+    shown = page([listed[g] for g in visible(request, "GROUP", list(listed))], limit, offset)
     rows = []
     for group in shown.rows:
         count, lag = _quick_lag(broker, group.group_id)
@@ -319,7 +327,8 @@ async def reset_offsets(request: Request, group_id: str, body: ResetRequest) -> 
 async def transactions(request: Request, state: str = "", limit: int = LIMIT, offset: int = OFFSET) -> Response:
     broker = broker_of(request)
     check_window(limit, offset)
-    metas = [m for m in broker.transactions.list_transactions() if not state or m.state == state]
+    listed = {m.transactional_id: m for m in broker.transactions.list_transactions() if not state or m.state == state}
+    metas = [listed[t] for t in visible(request, "TRANSACTIONAL_ID", list(listed))]
     shown = page(transaction_rows(metas, broker.clock.now_ms()), limit, offset)
     rows = shown.rows
     return _listing(rows, shown.total, limit, offset)
