@@ -25,7 +25,10 @@ pytestmark = pytest.mark.integration
 
 
 def texts(driver, selector: str) -> list[str]:
-    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, selector)]
+    """The visible text of every match, read in one script (a re-render between
+    finding and reading elements cannot leave stale references)."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]), e => e.innerText.trim())", selector)
 
 
 def test_every_page_loads_without_console_errors(broker, make_topic, chromium):
@@ -40,7 +43,7 @@ def test_every_page_loads_without_console_errors(broker, make_topic, chromium):
     for route in routes:
         assert open_view(chromium, broker.url, route) == "ready", route
         assert console_errors(chromium) == [], route
-        assert chromium.find_element(By.CSS_SELECTOR, "#view h1").text, route
+        assert texts(chromium, "#view h1")[0], route
     open_view(chromium, broker.url, "topics")
     assert topic in texts(chromium, "#topics td a")
     open_view(chromium, broker.url, f"topics/{topic}")
