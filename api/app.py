@@ -5,7 +5,8 @@ partition logs, starting the tierer) and, at shutdown, waits for acks=0 appends 
 in flight and closes it. Routes live in :mod:`laketail.api.routes`, one module per
 resource; errors are translated in one place (:mod:`laketail.api.errors`); metrics
 are at ``GET /metrics``; the OpenAPI UIs at ``/docs`` and ``/redoc`` need no internet
-(:mod:`laketail.api.docs_pages`); ``--access-log`` logs every request
+(:mod:`laketail.api.docs_pages`), nor does the web console at ``/console``
+(:mod:`laketail.api.console`); ``--access-log`` logs every request
 (:mod:`laketail.api.access_log`).
 
 State on ``app.state``: ``settings``, ``broker``, ``metrics``, ``pending`` (the

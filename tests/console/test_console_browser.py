@@ -134,3 +134,24 @@ def test_offset_reset_from_the_group_page(broker, make_topic, chromium):
     wait_until(lambda: committed(rest, group, topic, [0, 1]) == {0: 7, 1: 7}, "the reset offsets")
     wait_until(lambda: texts(chromium, "#lags td.lag") == ["13", "13"], "the page showing the new lag")
     assert console_errors(chromium) == []
+
+
+def test_sign_in_sends_the_credentials_with_every_request(broker, chromium):
+    open_view(chromium, broker.url, "signin")
+    chromium.find_element(By.NAME, "user").send_keys("alice")
+    chromium.find_element(By.NAME, "secret").send_keys("alice-secret")
+    chromium.find_element(By.CSS_SELECTOR, "#view form button").click()
+    wait_until(lambda: texts(chromium, "#signin-link") == ["User:alice"], "the signed-in user in the header")
+    # Record what the page sends from now on (the page's own fetch, wrapped).
+    chromium.execute_script("""
+        window.sent = [];
+        const original = window.fetch;
+        window.fetch = (url, init) => { window.sent.push([String(url), (init.headers || {}).Authorization]);
+                                        return original(url, init); };
+        location.hash = '#/topics';
+    """)
+    sent = wait_until(lambda: chromium.execute_script("return window.sent"), "the topics request")
+    assert sent[0][0].startswith("/v1/console/topics")
+    assert {auth for _, auth in sent} == {"Basic YWxpY2U6YWxpY2Utc2VjcmV0"}  # alice:alice-secret
+    chromium.execute_script("sessionStorage.clear()")  # later tests go anonymous
+    assert console_errors(chromium) == []
