@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from laketail.jobs import lag
+from tests.conftest import b64
 from tests.integration.support import assert_error, wait_until
 from tests.jobs.support import run_job
 
@@ -233,3 +234,29 @@ def test_sql_over_a_topic_table_without_spark(broker, make_topic):
         assert_error(run(bad), 400, 40002, "INVALID_REQUEST")
     assert_error(run("SELECT * FROM no_such_topic_xyz"), 404, 40401, "UNKNOWN_TOPIC_OR_PARTITION")
     assert rest.http.get("/v1/console/topics", params={"q": "no_such_topic_xyz"}).json()["total"] == 0
+
+
+def test_sql_shows_committed_records_only(broker, make_topic):
+    rest = broker.rest
+    topic = make_topic(1)
+    assert rest.produce_binary(topic, [{"value": b"plain"}], partition=0).status_code == 200
+
+    def transaction(value: bytes, end: str | None) -> None:
+        tid = f"sql-{end}-{uuid.uuid4().hex[:8]}"
+        session = rest.http.post("/v1/producers", json={"transactional_id": tid}).json()
+        ids = {"producer_id": session["producer_id"], "producer_epoch": session["producer_epoch"]}
+        resp = rest.http.post(f"/topics/{topic}/partitions/0", json={"records": [{"value": b64(value)}] * 2},
+                              params={**ids, "sequence": 0, "transactional": "true"},
+                              headers={"Content-Type": "application/vnd.kafka.binary.v2+json"})
+        assert resp.status_code == 200, resp.text
+        if end is not None:
+            assert rest.http.post(f"/v1/transactions/{tid}/{end}", json=ids).status_code == 200
+
+    transaction(b"aborted", "abort")
+    transaction(b"committed", "commit")
+    transaction(b"open", None)  # its end is not in the table: left out, and whatever follows it
+    assert rest.produce_binary(topic, [{"value": b"after-open"}], partition=0).status_code == 200
+    wait_until(lambda: (lambda p: p["tiered_offset"] == p["log_end_offset"] == 10)(
+        rest.http.get(f"/v1/console/topics/{topic}/partitions").json()["data"][0]), "every row in the table")
+    doc = rest.http.post("/v1/console/sql", json={"query": f"SELECT offset, value FROM `{topic}` ORDER BY offset"})
+    assert doc.json()["rows"] == [[0, "plain"], [4, "committed"], [5, "committed"]]

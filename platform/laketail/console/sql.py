@@ -14,10 +14,12 @@ grammar, case-insensitive, one table::
                | column IS [NOT] NULL
     literal   := integer | 'text' ('' is a quote) | TRUE | FALSE
 
-Columns are the record schema's (ARCHITECTURE.md 3.2). ``topic`` shows data rows only:
-transaction markers (``control`` not null) are left out, as the Spark views leave them
-out; records of aborted transactions are not filtered here (the Spark views filter
-them). A text literal compared with ``key`` or ``value`` is compared as UTF-8 bytes,
+Columns are the record schema's (ARCHITECTURE.md 3.2). ``topic`` shows committed data
+only, as the Spark views do: no transaction markers (``control`` not null), no records of
+aborted transactions, nothing from a transaction whose end is not in the table yet
+(:func:`committed_filter`, from :mod:`laketail.spark.isolation`'s ranges over the
+table's transactional rows only; a table without transactions costs nothing more). A
+text literal compared with ``key`` or ``value`` is compared as UTF-8 bytes,
 with ``timestamp`` as an ISO-8601 time. :func:`parse` is pure and raises
 INVALID_REQUEST for anything outside the grammar; :func:`run` reads the table
 (blocking IO: call it from a worker thread) and returns at most ``max_rows`` rows.
@@ -33,6 +35,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
@@ -196,8 +199,35 @@ def _scalar(column: str, value: Any) -> pa.Scalar:
         raise InvalidRequest(f"SQL: {value!r} cannot be compared with {column} ({kind})") from exc
 
 
-def _filter(query: Query) -> ds.Expression:
-    condition = ds.field("control").is_null()
+def committed_filter(dataset: ds.Dataset) -> ds.Expression:
+    """What read_committed leaves of the table: data rows that are not transactional
+    or whose transaction committed (per partition, from its markers)."""
+    from laketail.spark.isolation import TXN_COLUMNS, transaction_ranges
+
+    data = ds.field("control").is_null()
+    txn = dataset.to_table(columns=["partition", *TXN_COLUMNS],
+                           filter=ds.field("transactional") | ~data)
+    if txn.num_rows == 0:
+        return data
+    condition = data
+    partitions = txn.column("partition")
+    for partition in pc.unique(partitions).to_pylist():
+        ranges = transaction_ranges(txn.filter(pc.equal(partitions, partition)))
+        here = ds.field("partition") == partition
+        for producer_id, after, before in ranges.aborted:
+            if producer_id in ranges.aborted_producers:
+                continue
+            condition &= ~(here & (ds.field("producer_id") == producer_id) & (ds.field("offset") > after)
+                           & (ds.field("offset") < before))
+        if ranges.aborted_producers:
+            condition &= ~(here & ds.field("producer_id").isin(sorted(ranges.aborted_producers)))
+        if ranges.stable_offset is not None:
+            condition &= ~(here & (ds.field("offset") >= ranges.stable_offset))
+    return condition
+
+
+def _filter(query: Query, committed: ds.Expression) -> ds.Expression:
+    condition = committed
     for c in query.where:
         f = ds.field(c.column)
         if c.op == "is_null":
@@ -212,13 +242,31 @@ def _filter(query: Query) -> ds.Expression:
     return condition
 
 
+def table_dataset(table_uri: str) -> ds.Dataset:
+    """The table's current files as a Parquet dataset (``partition`` from their paths).
+
+    Not delta-rs's ``to_pyarrow_dataset``: that one hands pyarrow each file's Delta
+    statistics as a guarantee, and the tierer records statistics for ``offset`` and
+    ``timestamp`` only, so a filter on any other column (``producer_id``,
+    ``transactional``, ...) was pruned to nothing. The files' own Parquet statistics
+    are right for every column."""
+    try:
+        files = DeltaTable(table_uri).file_uris()
+    except TableNotFoundError:
+        files = []
+    filesystem, base = None, table_uri
+    if "://" in table_uri:
+        filesystem, base = pafs.FileSystem.from_uri(table_uri)
+        files = [pafs.FileSystem.from_uri(f)[1] for f in files]
+    partitioning = ds.partitioning(pa.schema([RECORD_SCHEMA.field("partition")]), flavor="hive")
+    return ds.dataset(files, schema=RECORD_SCHEMA, format="parquet", filesystem=filesystem,
+                      partitioning=partitioning, partition_base_dir=base)
+
+
 def run(query: Query, table_uri: str, max_rows: int = 1000) -> pa.Table:
     """The query's rows (at most ``max_rows``; a ``COUNT(*)`` is one row ``count``)."""
-    try:
-        dataset = DeltaTable(table_uri).to_pyarrow_dataset()
-    except TableNotFoundError:
-        dataset = ds.dataset(pa.table({n: pa.array([], f.type) for n, f in zip(RECORD_SCHEMA.names, RECORD_SCHEMA)}))
-    condition = _filter(query)
+    dataset = table_dataset(table_uri)
+    condition = _filter(query, committed_filter(dataset))
     if query.count:
         return pa.table({"count": [dataset.count_rows(filter=condition)]})
     columns = query.columns or list(RECORD_SCHEMA.names)
