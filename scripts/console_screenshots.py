@@ -135,7 +135,7 @@ def shoot(url: str, out: Path) -> None:
                 driver.find_element(By.ID, "sql-run").click()
                 wait(lambda: "rows" in driver.find_element(By.ID, "sql-result").text, "the SQL result")
             height = driver.execute_script("return document.body.scrollHeight")
-            driver.set_window_size(1400, max(700, min(height + 40, 2400)))
+            driver.set_window_size(1400, max(700, min(height + 160, 2400)))
             driver.save_screenshot(str(out / f"{name}.png"))
             driver.set_window_size(1400, 1000)
             print(f"saved {out / (name + '.png')}")

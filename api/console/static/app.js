@@ -425,7 +425,7 @@ async function sqlPage(params) {
     }
   };
   render(h("h1", {}, "SQL"),
-    h("p", { class: "muted" }, "SELECT columns | * | COUNT(*) FROM topic [WHERE column op literal AND …] [ORDER BY column [DESC]] [LIMIT n] over the topic's Delta table (records tiered so far, no transaction markers)."),
+    h("p", { class: "muted" }, "SELECT columns | * | COUNT(*) FROM topic [WHERE column op literal AND …] [ORDER BY column [DESC]] [LIMIT n] over the topic's Delta table: committed records tiered so far (no transaction markers, no aborted records)."),
     h("form", { class: "stack", onsubmit: run }, text, h("button", { id: "sql-run" }, "Run")), out);
 }
 
