@@ -9,12 +9,12 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.laketail-installed
 PYTEST_ARGS ?=
 
-.PHONY: run test bench check-python check-java check-compose install
+.PHONY: run test bench check-python check-java check-compose check-chromium install
 
 run: check-java install
 	$(VENV)/bin/laketail serve --data ./laketail-data --host 127.0.0.1 --port 8082
 
-test: check-java check-compose install
+test: check-java check-compose check-chromium install
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 bench: check-java install
@@ -61,3 +61,12 @@ check-compose:
 	  apt-get install -y -q docker-compose >/dev/null 2>&1 || \
 	  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q docker-compose >/dev/null 2>&1; } || \
 	  echo "could not install docker-compose: tests/test_docker_compose.py will fail" >&2; }
+
+# tests/console drive the web console in Debian's headless chromium through
+# chromium-driver (selenium): install both when either is missing.
+check-chromium:
+	@{ command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; } || { \
+	  echo "installing Debian's chromium and chromium-driver (tests/console drive the web console with them)"; \
+	  apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; } || \
+	  echo "could not install chromium and chromium-driver: tests/console will fail" >&2; }

@@ -5,7 +5,8 @@ partition logs, starting the tierer) and, at shutdown, waits for acks=0 appends 
 in flight and closes it. Routes live in :mod:`laketail.api.routes`, one module per
 resource; errors are translated in one place (:mod:`laketail.api.errors`); metrics
 are at ``GET /metrics``; the OpenAPI UIs at ``/docs`` and ``/redoc`` need no internet
-(:mod:`laketail.api.docs_pages`); ``--access-log`` logs every request
+(:mod:`laketail.api.docs_pages`), nor does the web console at ``/console``
+(:mod:`laketail.api.console`); ``--access-log`` logs every request
 (:mod:`laketail.api.access_log`).
 
 Authorization (on when ``authorizer.class.name`` is set) is one middleware outside
@@ -27,7 +28,7 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 from laketail import __version__
-from laketail.api import docs_pages, errors
+from laketail.api import console, docs_pages, errors
 from laketail.api.access_log import AccessLog
 from laketail.api.authz import Authorization
 from laketail.api.coordinator_proxy import CoordinatorProxy
@@ -117,6 +118,7 @@ def create_app(settings: BrokerSettings, broker: Broker | None = None, *, access
         app.include_router(router)
     app.include_router(spark_v1.router)  # table locations for Spark's driver
     docs_pages.install(app)
+    console.install(app)  # the web console at /console and its /v1/console endpoints
 
     @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")
     async def metrics(request: Request) -> Response:

@@ -11,6 +11,7 @@ Confluent REST Proxy instance's names the proxy that holds it).
 Coordinator requests: the group protocol and commits (``/v1/groups``), transactions,
 producer ids and Spark sink batches (``/v1/transactions``, ``/v1/producers``,
 ``/v1/sinks``), v2 consumer instances (``/consumers``), v3 consumer groups and lag, and
+the console's groups and transactions (``/v1/console/groups``, ``/v1/console/transactions``),
 idempotent or transactional produce (a ``producer_id`` in the query), whose epochs the
 transaction coordinator checks. Everything else is answered locally. A pure ASGI
 middleware, so the hot paths pay one prefix check.
@@ -27,7 +28,8 @@ from laketail.errors import NotController
 
 log = logging.getLogger(__name__)
 
-PREFIXES = ("/v1/groups", "/v1/transactions", "/v1/producers", "/v1/sinks", "/consumers")
+PREFIXES = ("/v1/groups", "/v1/transactions", "/v1/producers", "/v1/sinks", "/consumers",
+            "/v1/console/groups", "/v1/console/transactions")
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "content-encoding"}
 
 

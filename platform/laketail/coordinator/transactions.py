@@ -575,6 +575,10 @@ class TransactionCoordinator:
             raise TransactionalIdNotFound(f"transactional id '{transactional_id}' is unknown")
         return meta
 
+    def list_transactions(self) -> list[TxnMetadata]:
+        """Every transactional id this coordinator knows, by id (Kafka's ListTransactions)."""
+        return [self._txns[t] for t in sorted(self._txns)]
+
     # -- batch transactions (Spark's sink) -------------------------------------------------------------
 
     async def enlist(self, sink_id: str, batch_id: int, timeout_ms: int = 60_000) -> tuple[str, int, int]:
