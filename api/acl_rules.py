@@ -199,6 +199,21 @@ RULES: dict[str, Rule] = {
     f"POST {_V3}/acls": needs(cluster(Op.ALTER)),
     f"DELETE {_V3}/acls": needs(cluster(Op.ALTER)),
     f"POST {_V3}/acls:batch": needs(cluster(Op.ALTER)),
+    # -- the web console: the page, and the JSON its views read (issue 19) ---------------------
+    "GET /console": OPEN,
+    "GET /console/": OPEN,
+    "MOUNT /console/assets": OPEN,
+    "GET /v1/console/overview": needs(cluster(Op.DESCRIBE)),
+    "GET /v1/console/topics": LISTING,
+    "GET /v1/console/topics/{topic}/partitions": needs(topic(Op.DESCRIBE)),
+    "GET /v1/console/topics/{topic}/table": needs(topic(Op.DESCRIBE)),
+    "GET /v1/console/groups": LISTING,
+    "GET /v1/console/groups/{group_id}": needs(group(Op.DESCRIBE, "group_id")),
+    "GET /v1/console/groups/{group_id}/lag-history": needs(group(Op.DESCRIBE, "group_id")),
+    "POST /v1/console/groups/{group_id}/reset-offsets": needs(
+        group(Op.READ, "group_id"), note="OffsetCommit: and Read on the body's topic"),
+    "GET /v1/console/transactions": LISTING,
+    "POST /v1/console/sql": in_handler("Read on the topic the query names"),
     # -- between brokers -------------------------------------------------------------------------
     f"POST {_INTERNAL}/heartbeat": needs(cluster(Op.CLUSTER_ACTION)),
     f"POST {_INTERNAL}/alter-partition": needs(cluster(Op.CLUSTER_ACTION)),

@@ -47,6 +47,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
+from laketail.api import authz
 from laketail.api.deps import Int32, broker_of, json_response, metrics_of
 from laketail.bounds import INT64_MAX
 from laketail.console import delta, lag_history, reset, sql
@@ -55,6 +56,7 @@ from laketail.console.transactions import transaction_rows
 from laketail.coordinator.lag import group_lags, lag_status
 from laketail.coordinator.offsets import CommittedOffset
 from laketail.errors import GroupIdNotFound, InvalidRequest, LaketailError, NonEmptyGroup
+from laketail.security.acl import AclOperation, ResourceType
 
 router = APIRouter(prefix="/v1/console", tags=["v1 console"])
 
@@ -68,9 +70,11 @@ def _listing(rows: list, total: int, limit: int, offset: int) -> Response:
 
 def visible(request: Request, resource_type: str, names: list[str]) -> list[str]:
     """The names of ``resource_type`` (``TOPIC``, ``GROUP``, ``TRANSACTIONAL_ID``) the
-    request's principal may DESCRIBE: the one place the console's listings filter, so
-    ACLs (issue 15) plug in here. Without an authorizer, every name."""
-    return names
+    request's principal may DESCRIBE: the one place the console's listings filter, as
+    Kafka's Metadata and ListGroups answer only what the principal may Describe. With
+    authorization off, every name."""
+    kind = ResourceType[resource_type]
+    return [name for name in names if authz.may_describe(request, kind, name)]
 
 
 def _table_uri(request: Request, topic: str) -> str:
@@ -289,6 +293,7 @@ async def reset_offsets(request: Request, group_id: str, body: ResetRequest) -> 
     if not group_id:
         raise InvalidRequest("group id must not be empty")
     reset.check_spec(body.to, body.offset, body.datetime_ms)
+    authz.check(request, AclOperation.READ, ResourceType.TOPIC, body.topic)  # OffsetCommit: Read on the topic
     info = broker.topic(body.topic)
     chosen = sorted(set(body.partitions)) if body.partitions is not None else list(range(info.partitions))
     for p in chosen:
@@ -360,6 +365,7 @@ def _cell(value: Any) -> Any:
 @router.post("/sql", summary="A SELECT over a topic's Delta table (pyarrow; no Spark session needed)")
 async def run_sql(request: Request, body: SqlRequest) -> Response:
     query = sql.parse(body.query)
+    authz.check(request, AclOperation.READ, ResourceType.TOPIC, query.table)  # a Fetch of the whole table
     broker_of(request).topic(query.table)  # UNKNOWN_TOPIC_OR_PARTITION for a table that is no topic
     result = await asyncio.to_thread(sql.run, query, _table_uri(request, query.table), body.max_rows)
     return json_response({

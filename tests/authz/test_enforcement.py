@@ -101,6 +101,24 @@ def test_listings_show_only_what_the_principal_may_describe(gw):
     v3g = gw.as_("User:dave", "GET", f"/v3/clusters/{gw.cluster_id}/consumer-groups").json()["data"]
     assert [g["consumer_group_id"] for g in v3g] == ["lg-visible"]
     assert gw.as_("User:nobody", "GET", "/topics").json() == []
+    console = gw.as_("User:dave", "GET", "/v1/console/topics?q=list-").json()
+    assert [t["topic_name"] for t in console["data"]] == ["list-visible"] and console["total"] == 1
+    console_groups = gw.as_("User:dave", "GET", "/v1/console/groups").json()["data"]
+    assert [g["group_id"] for g in console_groups] == ["lg-visible"]
+
+
+def test_the_consoles_sql_and_offset_reset_need_read_on_the_topic(gw):
+    assert create(gw, "User:admin", "console-secret").status_code == 201
+    gw.grant(allow("User:gina", "READ", "GROUP", "gina-group"))
+    sql = gw.as_("User:gina", "POST", "/v1/console/sql", json={"query": "SELECT * FROM `console-secret`"})
+    assert error_name(sql) == "TOPIC_AUTHORIZATION_FAILED"
+    reset = gw.as_("User:gina", "POST", "/v1/console/groups/gina-group/reset-offsets",
+                   json={"topic": "console-secret", "to": "earliest", "execute": True})
+    assert error_name(reset) == "TOPIC_AUTHORIZATION_FAILED"
+    gw.grant(allow("User:gina", "READ", "TOPIC", "console-secret"))
+    again = gw.as_("User:gina", "POST", "/v1/console/groups/gina-group/reset-offsets",
+                   json={"topic": "console-secret", "to": "earliest", "execute": True})
+    assert again.status_code == 200, again.text
 
 
 def test_commit_needs_read_on_the_group_and_on_every_topic_of_the_body(gw):

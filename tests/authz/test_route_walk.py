@@ -101,4 +101,4 @@ def test_open_and_listing_routes_answer_a_principal_with_no_acl(gw):
         rule = RULES[key]
         if rule.kind in ("open", "listing") and method == "GET" and "{" not in route.path.replace("{cluster_id}", ""):
             resp = gw.as_("User:stranger", method, url_of(route.path, gw.cluster_id))
-            assert resp.status_code == 200, (key, resp.text)
+            assert resp.status_code in ((307,) if route.path.endswith("/") else (200,)), (key, resp.text)
