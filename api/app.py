@@ -31,7 +31,7 @@ from laketail.api.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from laketail.api.routes import ROUTERS, spark_v1
 from laketail.broker import Broker
 from laketail.config import BrokerSettings
-from laketail.coordinator.instances import ConsumerInstances
+from laketail.api.consumer_instances import ConsumerInstances
 
 DESCRIPTION = """\
 laketail is a streaming platform with Kafka's semantics whose topics are Delta Lake tables.

@@ -1,6 +1,6 @@
 """Confluent REST Proxy v2 consumer instances: ``/consumers/{group}[/instances/{instance}/...]``.
 
-The instances live in the broker (:mod:`laketail.coordinator.instances`); these routes
+The instances live in the broker (:mod:`laketail.api.consumer_instances`); these routes
 only parse v2's bodies and answer in v2's shapes:
 
 * ``POST /consumers/{group}`` ``{name?, format?, auto.offset.reset?, auto.commit.enable?,
@@ -45,7 +45,7 @@ from laketail.api.routes.clusters import base_url
 from laketail.api.routes.fetch import encode_records
 from laketail.bounds import int32, int64
 from laketail.coordinator.instance_config import InstanceConfig
-from laketail.coordinator.instances import ConsumerInstance, ConsumerInstances
+from laketail.api.consumer_instances import ConsumerInstance, ConsumerInstances
 from laketail.errors import InvalidRequest, NotAcceptable, UnknownTopicOrPartition, UnsupportedMediaType
 
 router = APIRouter(tags=["v2 consumers"])

@@ -16,7 +16,7 @@ from laketail.coordinator.instance_config import (
     InstanceConfig,
     InvalidConsumerConfig,
 )
-from laketail.coordinator.instances import ConsumerInstances
+from laketail.api.consumer_instances import ConsumerInstances
 from laketail.errors import NoOffsetForPartition, RebalanceInProgress, UnknownMemberId
 
 
