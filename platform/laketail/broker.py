@@ -64,7 +64,7 @@ from laketail.records import (
 )
 from laketail.storage.block_cache import BLOCKS, NotCached
 from laketail.storage.log_manager import LogManager
-from laketail.storage.partition_log import OffsetBelowHotTier, ProducerBatch
+from laketail.storage.partition_log import OffsetBelowHotTier, PartitionLog, ProducerBatch
 from laketail.storage.table_reader import TableReader
 from laketail.storage.tierer import Tierer
 from laketail.storage.topic_check import check_partition
@@ -192,13 +192,17 @@ class Broker:
         BLOCKS.resize(settings.fetch_cache_bytes)  # decoded blocks of both tiers, kept for fetches
         self.tables = TableReader(settings.data)
         self.tables.gaps_allowed = self._gaps_allowed
-        self.tierer = Tierer(self, clock=self.clock)
+        # The parts get the broker itself wherever they ask for a port (coordinator/ports.py,
+        # storage/ports.py, cluster/ports.py): it is their composition root.
+        self.tierer = Tierer(self, self.logs, self.tables, self, clock=self.clock)
         self._topics: dict[str, _TopicRuntime] = {}
         self.cluster_id = ""
         self.cluster = ClusterNode(self)
         self._remote_states: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
         self.coordinators_loaded = False
-        self.offsets = OffsetStore(self, settings.offsets_topic_num_partitions)
+        self.offsets = OffsetStore(
+            self, self.clock, settings.offsets_topic_num_partitions, settings.offsets_topic_replication_factor
+        )
         self.groups = GroupCoordinator(
             self,
             self.offsets,
@@ -209,7 +213,12 @@ class Broker:
         )
         self.transactions = TransactionCoordinator(
             self,
+            self,
+            self.groups,
+            self.offsets,
+            self.clock,
             num_partitions=settings.transaction_state_log_num_partitions,
+            replication_factor=settings.transaction_state_log_replication_factor,
             max_timeout_ms=settings.transaction_max_timeout_ms,
         )
         self._background: list[asyncio.Task] = []
@@ -356,7 +365,7 @@ class Broker:
             except Exception:
                 log.exception("group housekeeping failed")
 
-    async def _open_partition(self, topic: str, partition: int, replicated: bool):
+    async def open_partition(self, topic: str, partition: int, replicated: bool) -> PartitionLog:
         """This broker's replica of a partition, opened (recovered) on first use. A
         replicated log reopens with HW at what the table holds: the rest becomes
         visible once the ISR has it again."""
@@ -376,9 +385,9 @@ class Broker:
             plog.high_watermark = min(plog.log_end_offset, max(tiered, plog.log_start_offset))
         return plog
 
-    async def _apply_image(self, image: ClusterImage) -> None:
+    async def apply_topics(self, image: ClusterImage) -> None:
         """Topics as the controller published them: new ones known, configs current,
-        deleted ones (and their local replicas) gone."""
+        deleted ones (and their local replicas) gone (the cluster node calls it)."""
         for name, doc in image.topics.items():
             info = TopicInfo(
                 name=doc["name"], topic_id=doc["topic_id"], partitions=doc["partitions"],
@@ -398,7 +407,20 @@ class Broker:
                 self.tierer.reschedule(name)
         for name in [n for n in self._topics if n not in image.topics]:
             await self._forget_topic(name, self._topics[name].info)
-        await asyncio.to_thread(self.catalog._reload)
+        await asyncio.to_thread(self.catalog.reload)
+
+    def has_topic(self, name: str) -> bool:
+        return name in self._topics
+
+    def schedule_tiering(self, topic: str) -> None:
+        self.tierer.schedule(topic)
+
+    def leader_epoch(self, plog: PartitionLog) -> int | None:
+        """The tierer's leadership view: see :class:`laketail.storage.ports.LeadershipView`."""
+        state = self.cluster.replicas.leading.get((plog.topic, plog.partition))
+        if state is None or state.plog is not plog or not self.leads(plog.topic, plog.partition):
+            return None
+        return state.reg.leader_epoch
 
     async def _forget_topic(self, name: str, info: TopicInfo) -> None:
         self._topics.pop(name, None)
@@ -490,7 +512,8 @@ class Broker:
             entries.append(ConfigEntry(key, effective[key], is_default, source, spec.doc))
         return entries
 
-    def _check_partition(self, topic: str, partition: int) -> TopicInfo:
+    def check_partition(self, topic: str, partition: int) -> TopicInfo:
+        """The topic of an existing partition; UNKNOWN_TOPIC_OR_PARTITION otherwise."""
         info = self.topic(topic)
         if not 0 <= partition < info.partitions:
             raise UnknownTopicOrPartition.partition(topic, partition)
@@ -500,7 +523,7 @@ class Broker:
         """Leadership from the cluster image; offsets from this broker's replica (exact on
         the leader, up to one fetch behind on a follower) or, without one, from the
         last :meth:`partition_state_async` that asked the leader (zeros before any)."""
-        self._check_partition(topic, partition)
+        self.check_partition(topic, partition)
         reg = self.cluster.image.partitions.get((topic, partition))
         leader = reg.leader if reg is not None else NO_LEADER
         replicas = list(reg.replicas) if reg is not None else []
@@ -528,6 +551,28 @@ class Broker:
 
     def leads(self, topic: str, partition: int) -> bool:
         return (topic, partition) in self.cluster.replicas.leading and not self.cluster.fenced
+
+    def check_leads(self, topic: str, partition: int) -> None:
+        """Return when this broker leads the partition; else raise Kafka's answer: a
+        partition this broker's cluster image does not have is UNKNOWN_TOPIC_OR_PARTITION,
+        a known one NOT_LEADER_OR_FOLLOWER or LEADER_NOT_AVAILABLE."""
+        if self.leads(topic, partition):
+            return
+        if (topic, partition) not in self.cluster.image.partitions:
+            raise UnknownTopicOrPartition.partition(topic, partition)
+        self.cluster.replicas.leader_state(topic, partition)
+
+    async def table_version(self, topic: str) -> tuple[str, int]:
+        """The topic's Delta table: its URI and current version (read under its lock,
+        in a worker thread). UNKNOWN_TOPIC_OR_PARTITION for an unknown topic."""
+        self.topic(topic)
+        delta, lock = self.tables.delta_table(topic)
+
+        def version() -> int:
+            with lock:
+                return delta.version()
+
+        return self.tables.table_uri(topic), await asyncio.to_thread(version)
 
     async def read_to_log_end(self, topic: str, partition: int):
         """Yield every record of ``topic``-``partition`` (read_uncommitted) up to the log
@@ -564,7 +609,7 @@ class Broker:
     async def partition_state_async(self, topic: str, partition: int) -> PartitionState:
         """The partition's offsets as its leader knows them (asked over HTTP when the
         leader is another broker)."""
-        self._check_partition(topic, partition)
+        self.check_partition(topic, partition)
         if self.leads(topic, partition) or len(self.cluster.image.brokers) <= 1:
             return self.partition_state(topic, partition)
         resp = await self.cluster.call_leader(topic, partition, "GET", f"{INTERNAL}/partitions/{topic}/{partition}/state")
@@ -652,7 +697,7 @@ class Broker:
             else:
                 await self._ask_controller("DELETE", f"{INTERNAL}/topics/{name}")
 
-    def _remove_leftovers(self, name: str) -> None:
+    def remove_leftovers(self, name: str) -> None:
         self.tables.delete_table(name)
         self.logs.remove_orphans({name})
 
@@ -718,7 +763,7 @@ class Broker:
         low, high = bounds["min"].as_py(), bounds["max"].as_py()
         if low is None or low != high:
             raise InvalidRequest("a transactional batch goes to exactly one partition")
-        self._check_partition(topic, low)
+        self.check_partition(topic, low)
         return low
 
     def produce_nowait(self, topic: str, batch: pa.RecordBatch | pa.Table) -> "asyncio.Task[ProduceResult]":
@@ -939,7 +984,7 @@ class Broker:
         is the high watermark. An offset below the log start or above the high
         watermark is OFFSET_OUT_OF_RANGE.
         """
-        self._check_partition(topic, partition)
+        self.check_partition(topic, partition)
         timeout_ms = max(0, min(timeout_ms, self.settings.fetch_max_wait_ms))
         if offset < 0:
             raise OffsetOutOfRange(f"offset {offset} is negative")
@@ -1023,7 +1068,7 @@ class Broker:
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> tuple[int, int] | None:
         """Kafka's ListOffsets by time: the earliest offset whose timestamp is at or after
         ``timestamp_ms``, with that record's timestamp; ``None`` when there is none."""
-        self._check_partition(topic, partition)
+        self.check_partition(topic, partition)
         if not self.leads(topic, partition):
             resp = await self.cluster.call_leader(
                 topic, partition, "GET", f"{INTERNAL}/partitions/{topic}/{partition}/offset-for-timestamp",

@@ -58,9 +58,9 @@ LEO_WRITE_INTERVAL_S = 10.0
 class Controller:
     def __init__(self, node: "ClusterNode", epoch: int) -> None:
         self.node = node
-        self.broker = node.broker
+        self.host = node.host
         self.store = node.store
-        self.settings = node.broker.settings
+        self.settings = node.host.settings
         self.epoch = epoch
         self.brokers: dict[int, BrokerRegistration] = {}
         self.last_seen: dict[int, float] = {}
@@ -80,7 +80,7 @@ class Controller:
         controller already saw unreachable for a session (the old controller)."""
         brokers = await asyncio.to_thread(self.store.brokers)
         partitions = await asyncio.to_thread(self.store.partitions)
-        await asyncio.to_thread(self.broker.catalog._reload)
+        await asyncio.to_thread(self.host.catalog.reload)
         now = time.monotonic()
         me = self.node.registration
         brokers[me.broker_id] = me
@@ -103,7 +103,7 @@ class Controller:
         """Registrations for every catalog topic (a topic created before replication
         existed, or whose registration a crash lost, is given the controller); none for
         topics that are gone."""
-        names = {info.name: info for info in self.broker.catalog.topics()}
+        names = {info.name: info for info in self.host.catalog.topics()}
         for key in [k for k in self.partitions if k[0] not in names]:
             del self.partitions[key]
         me = self.node.broker_id
@@ -116,7 +116,7 @@ class Controller:
 
     def image(self) -> ClusterImage:
         topics = {}
-        for info in self.broker.catalog.topics():
+        for info in self.host.catalog.topics():
             topics[info.name] = {
                 "name": info.name, "topic_id": info.topic_id, "partitions": info.partitions,
                 "replication_factor": info.replication_factor, "configs": info.configs,
@@ -212,7 +212,7 @@ class Controller:
 
     def _unclean(self, topic: str) -> bool:
         try:
-            return self.broker.settings.topic_config(self.broker.catalog.get(topic).configs).unclean_leader_election_enable
+            return self.host.settings.topic_config(self.host.catalog.get(topic).configs).unclean_leader_election_enable
         except Exception:
             return False
 
@@ -285,16 +285,16 @@ class Controller:
                 raise InvalidReplicationFactor(
                     f"replication factor {rf} is larger than the {len(live)} available broker(s)"
                 )
-            self.broker.catalog.check_can_create(name)
-            await asyncio.to_thread(self.broker._remove_leftovers, name)
-            info = await asyncio.to_thread(self.broker.catalog.create_topic, name, partitions, rf, configs)
+            self.host.catalog.check_can_create(name)
+            await asyncio.to_thread(self.host.remove_leftovers, name)
+            info = await asyncio.to_thread(self.host.catalog.create_topic, name, partitions, rf, configs)
             try:
-                await asyncio.to_thread(self.broker.tables.create_table, name)
+                await asyncio.to_thread(self.host.tables.create_table, name)
             except Exception as exc:
                 # All or nothing: a topic without its table must not stay in the catalog.
                 log.warning("creating the table of topic %r failed (%s); the topic is rolled back", name, exc)
-                await asyncio.to_thread(self.broker.catalog.delete_topic, name)
-                await asyncio.to_thread(self.broker._remove_leftovers, name)
+                await asyncio.to_thread(self.host.catalog.delete_topic, name)
+                await asyncio.to_thread(self.host.remove_leftovers, name)
                 raise KafkaStorageError(f"cannot make the table of topic '{name}': {exc}") from exc
             start = sum(1 for k in self.partitions if k[1] == 0)  # spread leaders across topics
             if name.startswith("__") and self.node.broker_id in live:
@@ -309,8 +309,8 @@ class Controller:
 
     async def delete_topic(self, name: str) -> TopicInfo:
         async with self._lock:
-            info = self.broker.catalog.get(name)
-            await asyncio.to_thread(self.broker.catalog.delete_topic, name)
+            info = self.host.catalog.get(name)
+            await asyncio.to_thread(self.host.catalog.delete_topic, name)
             for key in [k for k in self.partitions if k[0] == name]:
                 del self.partitions[key]
             await self._persist()
@@ -318,7 +318,7 @@ class Controller:
 
     async def alter_topic(self, name: str, configs: dict[str, str]) -> TopicInfo:
         async with self._lock:
-            info = await asyncio.to_thread(self.broker.catalog.alter_topic, name, configs)
+            info = await asyncio.to_thread(self.host.catalog.alter_topic, name, configs)
             self._elect_offline()  # unclean.leader.election.enable may have just been set
             await self._persist()
             return info

@@ -39,7 +39,7 @@ from laketail.cluster.wire import PeerLink, PeerPool, PeerResponse, raise_for_er
 from laketail.errors import LeaderNotAvailable, NotController, NotLeaderOrFollower, UnknownTopicOrPartition
 
 if TYPE_CHECKING:
-    from laketail.broker import Broker
+    from laketail.cluster.ports import ClusterHost
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +58,18 @@ def _unknown_partition(resp: PeerResponse) -> bool:
 
 
 class ClusterNode:
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
-        self.settings = broker.settings
-        self.broker_id = broker.settings.broker_id
-        self.store = ClusterStore(broker.settings.data)
+    """This broker's membership of the cluster (see the module docstring). ``host`` is
+    the broker as the cluster parts see it (:class:`~laketail.cluster.ports.ClusterHost`).
+    Event loop thread only."""
+
+    def __init__(self, host: "ClusterHost") -> None:
+        self.host = host
+        self.settings = host.settings
+        self.broker_id = host.settings.broker_id
+        self.store = ClusterStore(host.settings.data)
         self.incarnation = uuid.uuid4().hex
         self.registration = BrokerRegistration(
-            self.broker_id, broker.settings.url, self.incarnation, True, int(time.time() * 1000)
+            self.broker_id, host.settings.url, self.incarnation, True, int(time.time() * 1000)
         )
         self.image = ClusterImage()
         self.isr_shrinks = 0  # of partitions this broker leads (metrics: Kafka's IsrShrinksPerSec)
@@ -155,7 +159,7 @@ class ClusterNode:
             except Conflict:
                 return False
             self._last_contact = time.monotonic()
-            if self.broker.coordinators_loaded:  # taking over from a controller that died
+            if self.host.coordinators_loaded:  # taking over from a controller that died
                 self._tasks.append(asyncio.create_task(self._load_coordinators(), name="laketail-coordinators"))
             return True
         finally:
@@ -168,7 +172,7 @@ class ClusterNode:
         deadline = time.monotonic() + 10 * session
         while True:
             try:
-                await self.broker.load_coordinators()
+                await self.host.load_coordinators()
                 return
             except Exception as exc:
                 if time.monotonic() > deadline:
@@ -221,7 +225,7 @@ class ClusterNode:
         return now - self._learned[1] > session
 
     def _leos(self) -> dict[str, int]:
-        return {f"{plog.topic}/{plog.partition}": plog.log_end_offset for plog in self.broker.logs.all()}
+        return {f"{plog.topic}/{plog.partition}": plog.log_end_offset for plog in self.host.logs.all()}
 
     async def _heartbeat(self) -> None:
         controller_id, epoch = await asyncio.to_thread(self.store.controller)
@@ -259,7 +263,7 @@ class ClusterNode:
             self.isr_shrinks += shrinks
             self.isr_expands += expands
             self.image = image
-            await self.broker._apply_image(image)
+            await self.host.apply_topics(image)
             await self.replicas.apply(image)
         if self.is_controller:
             for b in image.brokers.values():

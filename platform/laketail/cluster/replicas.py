@@ -86,7 +86,7 @@ def decode_fetch_response(body: bytes) -> list[tuple[dict, bytes]]:
 class ReplicaManager:
     def __init__(self, node: "ClusterNode") -> None:
         self.node = node
-        self.broker = node.broker
+        self.host = node.host
         self.me = node.broker_id
         self.leading: dict[tuple[str, int], LeaderState] = {}
         self.following: dict[tuple[str, int], PartitionRegistration] = {}
@@ -96,14 +96,14 @@ class ReplicaManager:
     # -- applying the controller's decisions ------------------------------------------------------
 
     async def apply(self, image: ClusterImage) -> None:
-        broker = self.broker
+        host = self.host
         for (topic, p), reg in sorted(image.partitions.items()):
-            if topic not in broker._topics:
+            if not host.has_topic(topic):
                 continue
             key = (topic, p)
             if self.me not in reg.replicas:
                 continue
-            plog = await broker._open_partition(topic, p, replicated=len(reg.replicas) > 1)
+            plog = await host.open_partition(topic, p, replicated=len(reg.replicas) > 1)
             if reg.leader == self.me:
                 state = self.leading.get(key)
                 if state is None or state.reg.leader_epoch != reg.leader_epoch:
@@ -132,8 +132,8 @@ class ReplicaManager:
         key = (reg.topic, reg.partition)
         self.following.pop(key, None)
         # Another leader may have tiered more than this broker saw as a follower.
-        await asyncio.to_thread(self.broker.tables.refresh, reg.topic)
-        tiered = self.broker.tables.tiered_offset(reg.topic, reg.partition)
+        await asyncio.to_thread(self.host.tables.refresh, reg.topic)
+        tiered = self.host.tables.tiered_offset(reg.topic, reg.partition)
         if tiered > plog.log_end_offset:
             # Only after an unclean election: the table holds offsets this log never got.
             # Continue after them rather than give the same offsets to other records.
@@ -153,7 +153,7 @@ class ReplicaManager:
         if plog.log_end_offset > plog.tiered_offset:
             # Records the previous leader left untiered: tier them at the next pass. (A new
             # partition has none, and its first pass waits table.flush.interval.ms.)
-            self.broker.tierer.schedule(reg.topic)
+            self.host.schedule_tiering(reg.topic)
 
     def _become_follower(self, reg: PartitionRegistration, plog: PartitionLog) -> None:
         key = (reg.topic, reg.partition)
@@ -343,7 +343,7 @@ class ReplicaManager:
             state.altering = False
 
     async def _isr_loop(self) -> None:
-        lag_max = self.broker.settings.replica_lag_time_max_ms / 1000
+        lag_max = self.host.settings.replica_lag_time_max_ms / 1000
         while True:
             await asyncio.sleep(min(lag_max / 2, 0.5))
             now = time.monotonic()
@@ -372,7 +372,7 @@ class ReplicaManager:
                 self._fetchers.pop(leader).cancel()
 
     async def _fetch_loop(self, leader: int) -> None:
-        settings = self.broker.settings
+        settings = self.host.settings
         while True:
             parts = [(key, reg) for key, reg in self.following.items() if reg.leader == leader]
             if not parts:
@@ -386,7 +386,7 @@ class ReplicaManager:
             plogs = {}
             for (topic, p), reg in parts:
                 try:
-                    plog = self.broker.logs.get(topic, p)
+                    plog = self.host.logs.get(topic, p)
                 except LaketailError:
                     continue
                 plogs[(topic, p)] = plog
