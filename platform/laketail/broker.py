@@ -610,8 +610,9 @@ class Broker:
         # cleared before the catalog commit that makes the topic exist).
         async with self._admin_lock:
             self.catalog.check_can_create(name)
-            if self.cluster.is_controller:
-                info = await self.cluster.controller.create_topic(name, partitions, rf, overrides)
+            controller = self.cluster.active_controller
+            if controller is not None:
+                info = await controller.create_topic(name, partitions, rf, overrides)
             else:
                 body = {"name": name, "partitions": partitions, "replication_factor": rf, "configs": overrides}
                 await self._ask_controller("POST", f"{INTERNAL}/topics", json=body)
@@ -637,8 +638,9 @@ class Broker:
             check_not_internal(name, "delete")
         async with self._admin_lock:
             self.topic(name)
-            if self.cluster.is_controller:
-                await self.cluster.controller.delete_topic(name)  # the image drops the replicas
+            controller = self.cluster.active_controller
+            if controller is not None:
+                await controller.delete_topic(name)  # the image drops the replicas
                 await asyncio.to_thread(self.tables.delete_table, name)
             else:
                 await self._ask_controller("DELETE", f"{INTERNAL}/topics/{name}")
@@ -662,8 +664,9 @@ class Broker:
                 raise InvalidConfig(f"unknown topic config '{key}'")
             merged.pop(key, None)
         self.settings.topic_config(merged)  # validates values against each other
-        if self.cluster.is_controller:
-            await self.cluster.controller.alter_topic(name, merged)
+        controller = self.cluster.active_controller
+        if controller is not None:
+            await controller.alter_topic(name, merged)
         else:
             await self._ask_controller("PUT", f"{INTERNAL}/topics/{name}/configs", json=merged)
         return self.topic(name)

@@ -153,7 +153,9 @@ class Controller:
 
     # -- heartbeats and liveness ------------------------------------------------------------------
 
-    async def heartbeat(self, broker_id: int, url: str, incarnation: str, leos: dict[str, int], known_version: int) -> dict:
+    async def heartbeat(
+        self, broker_id: int, url: str, incarnation: str, leos: dict[str, int], known_version: int
+    ) -> dict:
         if not self.active:
             from laketail.errors import NotController
 
@@ -170,7 +172,7 @@ class Controller:
                     self._broker_rejoined(broker_id)
                 self._broker_alive(broker_id)
                 await self._persist(brokers_changed=True)
-        answer = {"controller_id": self.node.broker_id, "controller_epoch": self.epoch, "version": self.version}
+        answer: dict = {"controller_id": self.node.broker_id, "controller_epoch": self.epoch, "version": self.version}
         if known_version != self.version:
             answer["image"] = self.image().to_json()
         return answer
@@ -275,7 +277,9 @@ class Controller:
 
     # -- topics ------------------------------------------------------------------------------------------
 
-    async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]) -> TopicInfo:
+    async def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> TopicInfo:
         async with self._lock:
             live = [b.broker_id for b in self.brokers.values() if b.alive]
             rf = replication_factor

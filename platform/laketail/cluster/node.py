@@ -97,7 +97,13 @@ class ClusterNode:
 
     @property
     def is_controller(self) -> bool:
-        return self.controller is not None and self.controller.active
+        return self.active_controller is not None
+
+    @property
+    def active_controller(self) -> Controller | None:
+        """The controller when this broker is the active one, else None."""
+        controller = self.controller
+        return controller if controller is not None and controller.active else None
 
     @property
     def fenced(self) -> bool:
@@ -193,8 +199,9 @@ class ClusterNode:
         while True:
             await asyncio.sleep(interval if not self.is_controller else min(interval, 0.2))
             try:
-                if self.is_controller:
-                    await self.controller.tick()
+                controller = self.active_controller
+                if controller is not None:
+                    await controller.tick()
                     continue
                 await self._heartbeat()
             except asyncio.CancelledError:
@@ -231,19 +238,20 @@ class ClusterNode:
         controller_id, epoch = await asyncio.to_thread(self.store.controller)
         if controller_id == NO_LEADER:
             raise NotController("no controller has been elected yet")
-        body = {
+        body: dict[str, Any] = {
             "broker_id": self.broker_id, "url": self.settings.url, "incarnation": self.incarnation,
             "leos": self._leos(), "known_version": self.image.version,
         }
         if controller_id == self.broker_id:
-            if not self.is_controller:
+            controller = self.active_controller
+            if controller is None:
                 raise NotController("this broker is named controller but is not active")
-            answer = await self.controller.heartbeat(**body)
+            answer = await controller.heartbeat(**body)
         else:
             url = await self._broker_url(controller_id)
             timeout = max(0.5, min(self.settings.broker_session_timeout_ms / 2000, 5.0))
-            answer = await self._post(url, f"{INTERNAL}/heartbeat", json=body, timeout=timeout)
-            answer = answer.json()
+            resp = await self._post(url, f"{INTERNAL}/heartbeat", json=body, timeout=timeout)
+            answer = resp.json()
         self._last_contact = time.monotonic()
         self._heard_from = (controller_id, epoch)
         if "image" in answer:
@@ -344,10 +352,11 @@ class ClusterNode:
             ) from exc
 
     async def alter_partition(self, reg: PartitionRegistration, isr: list[int]) -> PartitionRegistration:
-        args = dict(topic=reg.topic, partition=reg.partition, leader=self.broker_id,
-                    leader_epoch=reg.leader_epoch, partition_epoch=reg.partition_epoch, isr=isr)
-        if self.is_controller:
-            return await self.controller.alter_partition(**args)
+        args: dict[str, Any] = dict(topic=reg.topic, partition=reg.partition, leader=self.broker_id,
+                                    leader_epoch=reg.leader_epoch, partition_epoch=reg.partition_epoch, isr=isr)
+        controller = self.active_controller
+        if controller is not None:
+            return await controller.alter_partition(**args)
         resp = await self.call_controller("POST", f"{INTERNAL}/alter-partition", json=args)
         return PartitionRegistration(**resp.json())
 

@@ -28,7 +28,7 @@ import logging
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from laketail.cluster.metadata import NO_LEADER, ClusterImage, PartitionRegistration
 from laketail.errors import (
@@ -113,7 +113,8 @@ class ReplicaManager:
                     self._update_hw(state)
             else:
                 old = self.following.get(key)
-                if key in self.leading or old is None or old.leader_epoch != reg.leader_epoch or old.leader != reg.leader:
+                if (key in self.leading or old is None or old.leader_epoch != reg.leader_epoch
+                        or old.leader != reg.leader):
                     self._become_follower(reg, plog)
                 else:
                     self.following[key] = reg
@@ -203,7 +204,9 @@ class ReplicaManager:
                 f"fewer than min.insync.replicas={min_insync}"
             )
 
-    async def wait_replicated(self, topic: str, partition: int, end_offset: int, min_insync: int, timeout_s: float) -> None:
+    async def wait_replicated(
+        self, topic: str, partition: int, end_offset: int, min_insync: int, timeout_s: float
+    ) -> None:
         """acks=all: return once HW reaches ``end_offset`` with the ISR still at least
         ``min_insync`` strong."""
         state = self.leader_state(topic, partition)
@@ -255,7 +258,9 @@ class ReplicaManager:
                 answer["error"] = "NOT_LEADER_OR_FOLLOWER"
                 continue
             if req["leader_epoch"] != state.reg.leader_epoch:
-                answer["error"] = "FENCED_LEADER_EPOCH" if req["leader_epoch"] < state.reg.leader_epoch else "UNKNOWN_LEADER_EPOCH"
+                answer["error"] = (
+                    "FENCED_LEADER_EPOCH" if req["leader_epoch"] < state.reg.leader_epoch else "UNKNOWN_LEADER_EPOCH"
+                )
                 continue
             plog = state.plog
             offset, last_epoch = req["fetch_offset"], req["last_fetched_epoch"]
@@ -377,7 +382,7 @@ class ReplicaManager:
             parts = [(key, reg) for key, reg in self.following.items() if reg.leader == leader]
             if not parts:
                 return
-            body = {
+            body: dict[str, Any] = {
                 "replica_id": self.me,
                 "max_wait_ms": settings.replica_fetch_wait_max_ms,
                 "max_bytes": settings.replica_fetch_max_bytes,
@@ -405,11 +410,11 @@ class ReplicaManager:
             progressed = False
             for answer, data in decode_fetch_response(raw):
                 key = (answer["topic"], answer["partition"])
-                plog = plogs.get(key)
-                if plog is None or self.following.get(key) is None or self.following[key].leader != leader:
+                fetched = plogs.get(key)
+                if fetched is None or self.following.get(key) is None or self.following[key].leader != leader:
                     continue
                 try:
-                    progressed |= await self._apply_answer(plog, answer, data)
+                    progressed |= await self._apply_answer(fetched, answer, data)
                 except Exception:
                     log.exception("applying the leader's answer for %s-%d failed", *key)
             if not progressed and any(a.get("error") for a, _ in decode_fetch_response(raw)):

@@ -126,7 +126,9 @@ class ClusterStore:
     def brokers(self) -> dict[int, BrokerRegistration]:
         _, rows = self._rows(self.brokers_uri, BROKERS_SCHEMA)
         return {
-            r["broker_id"]: BrokerRegistration(r["broker_id"], r["url"], r["incarnation"], r["alive"], r["registered_ms"])
+            r["broker_id"]: BrokerRegistration(
+                r["broker_id"], r["url"], r["incarnation"], r["alive"], r["registered_ms"]
+            )
             for r in rows
         }
 
@@ -227,7 +229,7 @@ class ClusterStore:
                     "replica_index": index, "partition_epoch": reg.partition_epoch, "updated_ms": now,
                 })
 
-        def change(_: list[dict]) -> list[dict]:
+        def change(_rows: list[dict]) -> list[dict]:
             _, epoch = self.controller()
             if epoch != controller_epoch:
                 raise Conflict(f"controller epoch is {epoch}, not {controller_epoch}: deposed")

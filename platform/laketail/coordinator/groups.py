@@ -139,7 +139,9 @@ class GroupCoordinator:
         return [self._groups.get(n) or Group(n) for n in sorted(names)]
 
     def describe(self, group_id: str) -> Group:
-        return self._groups.get(group_id) or Group(group_id, state="Dead" if group_id not in self.offsets.groups() else "Empty")
+        return self._groups.get(group_id) or Group(
+            group_id, state="Dead" if group_id not in self.offsets.groups() else "Empty"
+        )
 
     def active_groups(self) -> set[str]:
         return {g.group_id for g in self._groups.values() if g.members}
@@ -277,7 +279,7 @@ class GroupCoordinator:
     def _member(self, group_id: str, member_id: str) -> tuple[Group, Member]:
         group = self._groups.get(group_id)
         member = group.members.get(member_id) if group else None
-        if member is None:
+        if group is None or member is None:
             raise UnknownMemberId(f"member '{member_id}' is not in group '{group_id}'")
         return group, member
 

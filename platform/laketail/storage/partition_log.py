@@ -605,7 +605,7 @@ class PartitionLog:
             except OSError:
                 segment.truncate_to(size_before)
                 raise
-            for head, payload, header in frames:
+            for _head, payload, header in frames:
                 self._note_epoch(header.leader_epoch, header.base_offset)
                 if header.attributes:
                     batch = pa.ipc.read_record_batch(pa.py_buffer(payload), frame.FRAME_SCHEMA)

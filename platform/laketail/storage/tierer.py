@@ -38,6 +38,7 @@ from laketail.storage.table_reader import DataFile, TableReader, tier_app_id
 
 if TYPE_CHECKING:
     from laketail.storage.log_manager import LogManager
+    from laketail.storage.partition_log import PartitionLog
     from laketail.storage.ports import LeadershipView, TopicConfigs
 
 log = logging.getLogger(__name__)
@@ -242,7 +243,7 @@ class Tierer:
         adds: list[AddAction] = []
         txns: list[Transaction] = []
         added: dict[int, DataFile] = {}
-        ends: dict[int, tuple[object, int, int]] = {}
+        ends: dict[int, tuple[PartitionLog, int, int]] = {}
         written_paths: list[str] = []
         now_ms = self.clock.now_ms()
         for plog, start, end in work:
@@ -283,7 +284,7 @@ class Tierer:
                 raise
         self.tables.add_files(topic, version, added)
         total = 0
-        for partition, (plog, new_end, nbytes) in ends.items():
+        for plog, new_end, _nbytes in ends.values():
             total += new_end - plog.tiered_offset
             plog.mark_tiered(new_end)
         self.commits += 1
