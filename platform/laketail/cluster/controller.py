@@ -188,7 +188,7 @@ class Controller:
         """Declare brokers silent past the session timeout dead; elect what that needs;
         write the replicas' last known log end offsets now and then."""
         now = time.monotonic()
-        self._record_leos(self.node.broker_id, self.node._leos())
+        self._record_leos(self.node.broker_id, self.node.leos())
         timeout = self.settings.broker_session_timeout_ms / 1000
         dead = [
             b.broker_id for b in self.brokers.values()

@@ -136,10 +136,7 @@ class ClusterNode:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for task in list(self.replicas._fetchers.values()):
-            task.cancel()
-        if self.replicas._isr_task is not None:
-            self.replicas._isr_task.cancel()
+        self.replicas.stop()
         for link in self._links.values():
             link.close()
         for pool in self._pools.values():
@@ -231,7 +228,8 @@ class ClusterNode:
             return False
         return now - self._learned[1] > session
 
-    def _leos(self) -> dict[str, int]:
+    def leos(self) -> dict[str, int]:
+        """This broker's replicas' log end offsets, by ``topic/partition`` (heartbeats carry them)."""
         return {f"{plog.topic}/{plog.partition}": plog.log_end_offset for plog in self.host.logs.all()}
 
     async def _heartbeat(self) -> None:
@@ -240,7 +238,7 @@ class ClusterNode:
             raise NotController("no controller has been elected yet")
         body: dict[str, Any] = {
             "broker_id": self.broker_id, "url": self.settings.url, "incarnation": self.incarnation,
-            "leos": self._leos(), "known_version": self.image.version,
+            "leos": self.leos(), "known_version": self.image.version,
         }
         if controller_id == self.broker_id:
             controller = self.active_controller

@@ -93,6 +93,13 @@ class ReplicaManager:
         self._fetchers: dict[int, asyncio.Task] = {}
         self._isr_task: asyncio.Task | None = None
 
+    def stop(self) -> None:
+        """Cancel the fetcher tasks and the ISR check (shutdown; they end at their next await)."""
+        for task in list(self._fetchers.values()):
+            task.cancel()
+        if self._isr_task is not None:
+            self._isr_task.cancel()
+
     # -- applying the controller's decisions ------------------------------------------------------
 
     async def apply(self, image: ClusterImage) -> None:
