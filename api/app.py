@@ -25,13 +25,13 @@ from starlette.responses import Response
 from laketail import __version__
 from laketail.api import docs_pages, errors
 from laketail.api.access_log import AccessLog
+from laketail.api.consumer_instances import ConsumerInstances
 from laketail.api.coordinator_proxy import CoordinatorProxy
 from laketail.api.hot_routes import HotRoutes
 from laketail.api.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from laketail.api.routes import ROUTERS, spark_v1
 from laketail.broker import Broker
 from laketail.config import BrokerSettings
-from laketail.api.consumer_instances import ConsumerInstances
 
 DESCRIPTION = """\
 laketail is a streaming platform with Kafka's semantics whose topics are Delta Lake tables.

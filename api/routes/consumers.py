@@ -39,13 +39,13 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from laketail.api import consumer_schemas as bodies
+from laketail.api.consumer_instances import ConsumerInstance, ConsumerInstances
 from laketail.api.deps import broker_of, json_response, parse_json, query_int, read_body
 from laketail.api.encoding import MEDIA_TYPES, V2_JSON, EmbeddedFormat, format_of
 from laketail.api.routes.clusters import base_url
 from laketail.api.routes.fetch import encode_records
 from laketail.bounds import int32, int64
 from laketail.coordinator.instance_config import InstanceConfig
-from laketail.api.consumer_instances import ConsumerInstance, ConsumerInstances
 from laketail.errors import InvalidRequest, NotAcceptable, UnknownTopicOrPartition, UnsupportedMediaType
 
 router = APIRouter(tags=["v2 consumers"])
