@@ -43,6 +43,7 @@ from laketail.errors import (
     InvalidReplicationFactor,
     InvalidRequest,
     KafkaStorageError,
+    LaketailError,
     UnknownTopicOrPartition,
 )
 
@@ -213,9 +214,16 @@ class Controller:
         return b is not None and b.alive
 
     def _unclean(self, topic: str) -> bool:
+        """The topic's ``unclean.leader.election.enable`` (False for a topic the catalog
+        no longer has, or whose stored configs do not load)."""
         try:
-            return self.host.settings.topic_config(self.host.catalog.get(topic).configs).unclean_leader_election_enable
-        except Exception:
+            configs = self.host.catalog.get(topic).configs
+        except UnknownTopicOrPartition:
+            return False
+        try:
+            return self.host.settings.topic_config(configs).unclean_leader_election_enable
+        except LaketailError as exc:
+            log.warning("topic %s: its stored configs do not load (%s); no unclean election", topic, exc)
             return False
 
     def _live(self) -> set[int]:

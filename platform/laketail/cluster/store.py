@@ -16,6 +16,7 @@ opens the table anew; callers run these in worker threads.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Callable
 
@@ -24,6 +25,8 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from laketail.cluster.metadata import NO_LEADER, BrokerRegistration, PartitionRegistration
+
+log = logging.getLogger(__name__)
 
 BROKERS_SCHEMA = pa.schema([
     ("broker_id", pa.int32()),
@@ -118,8 +121,8 @@ class ClusterStore:
             dt.create_checkpoint()
             dt.cleanup_metadata()
             dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
-        except Exception:
-            pass  # tidying is an optimisation; the next checkpoint tries again
+        except Exception as exc:  # tidying is an optimisation; the next checkpoint tries again
+            log.warning("tidying %s (checkpoint, log cleanup, vacuum) failed: %s", uri, exc)
 
     # -- brokers ----------------------------------------------------------------------------
 
