@@ -4,6 +4,12 @@ It owns the catalog (topics and their configs), the log manager (every partition
 hot log), the tierers (hot log -> Delta table) and the table readers, and offers what
 the HTTP routes need as a small set of methods. Routes never touch storage directly.
 
+It is the composition root: it builds the parts and passes itself wherever a part asks
+for a port (``coordinator/ports.py``, ``storage/ports.py``, ``cluster/ports.py``); no
+module of those packages imports this one (``tests/test_architecture.py``). Produce and
+fetch live in :mod:`laketail.produce_path` and :mod:`laketail.fetch_path`; the methods
+here delegate to them.
+
 Offsets, everywhere (one vocabulary):
 
 * ``log_start_offset`` -- the first offset not deleted by retention;
