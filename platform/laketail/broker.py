@@ -358,9 +358,11 @@ class Broker:
         await asyncio.to_thread(self.catalog.reload)
 
     def has_topic(self, name: str) -> bool:
+        """Whether the last cluster image applied has the topic (cluster port)."""
         return name in self._topics
 
     def schedule_tiering(self, topic: str) -> None:
+        """Tier the topic at the tierer's next pass (cluster port: a new leader)."""
         self.tierer.schedule(topic)
 
     def leader_epoch(self, plog: PartitionLog) -> int | None:
