@@ -87,7 +87,7 @@ class _ProducePlan:
 @dataclass
 class TopicRuntime:
     """A topic as this broker runs it: its description, effective config and sticky
-    partitioner (the produce path's state per topic; replaced when the topic changes)."""
+    partitioner (updated in place when its configs change, replaced when the topic is made anew)."""
 
     info: TopicInfo
     config: TopicConfig
