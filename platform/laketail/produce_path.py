@@ -214,7 +214,7 @@ class ProducePath:
                     producer_id=producer.producer_id, producer_epoch=producer.producer_epoch,
                     base_sequence=producer.base_sequence, transactional=producer.transactional,
                 )
-            appends = [(partitions, frame, None, max_ts_us)]
+            appends: list[tuple] = [(partitions, frame, None, max_ts_us)]
             return _ProducePlan(topic, n, [partitions] * n, timestamps_ms, appends, producer)
         if producer is not None:
             raise InvalidRequest(
