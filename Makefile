@@ -14,7 +14,11 @@ PYTEST_ARGS ?=
 run: check-java install
 	$(VENV)/bin/laketail serve --data ./laketail-data --host 127.0.0.1 --port 8082
 
+# ruff (lint, import order) over the repository and mypy over the packages configured in
+# pyproject.toml [tool.mypy] (the Broker checked against each port) run before the tests.
 test: check-java check-compose check-chromium install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 bench: check-java install

@@ -31,13 +31,13 @@ from laketail import __version__
 from laketail.api import console, docs_pages, errors
 from laketail.api.access_log import AccessLog
 from laketail.api.authz import Authorization
+from laketail.api.consumer_instances import ConsumerInstances
 from laketail.api.coordinator_proxy import CoordinatorProxy
 from laketail.api.hot_routes import HotRoutes
 from laketail.api.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from laketail.api.routes import ROUTERS, spark_v1
 from laketail.broker import Broker
 from laketail.config import BrokerSettings
-from laketail.coordinator.instances import ConsumerInstances
 from laketail.security.authorizer import Authorizer
 
 DESCRIPTION = """\

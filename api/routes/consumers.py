@@ -1,6 +1,6 @@
 """Confluent REST Proxy v2 consumer instances: ``/consumers/{group}[/instances/{instance}/...]``.
 
-The instances live in the broker (:mod:`laketail.coordinator.instances`); these routes
+The instances live in the broker (:mod:`laketail.api.consumer_instances`); these routes
 only parse v2's bodies and answer in v2's shapes:
 
 * ``POST /consumers/{group}`` ``{name?, format?, auto.offset.reset?, auto.commit.enable?,
@@ -40,13 +40,13 @@ from starlette.responses import Response
 
 from laketail.api import authz
 from laketail.api import consumer_schemas as bodies
+from laketail.api.consumer_instances import ConsumerInstance, ConsumerInstances
 from laketail.api.deps import broker_of, json_response, parse_json, query_int, read_body
 from laketail.api.encoding import MEDIA_TYPES, V2_JSON, EmbeddedFormat, format_of
 from laketail.api.routes.clusters import base_url
 from laketail.api.routes.fetch import encode_records
 from laketail.bounds import int32, int64
 from laketail.coordinator.instance_config import InstanceConfig
-from laketail.coordinator.instances import ConsumerInstance, ConsumerInstances
 from laketail.errors import InvalidRequest, NotAcceptable, UnknownTopicOrPartition, UnsupportedMediaType
 from laketail.security.acl import AclOperation as Op
 from laketail.security.acl import ResourceType as R

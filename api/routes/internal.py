@@ -34,7 +34,7 @@ from laketail.api.deps import (
 )
 from laketail.bounds import INT32_MAX, INT32_MIN
 from laketail.cluster.metadata import ClusterImage
-from laketail.errors import InvalidRequest, NotController, UnknownTopicOrPartition
+from laketail.errors import InvalidRequest, NotController
 from laketail.records import FRAME_SCHEMA
 from laketail.storage.partition_log import ProducerBatch
 
@@ -125,14 +125,9 @@ def _controller(request: Request):
 
 
 def _check_leads(broker, topic: str, partition: int) -> None:
-    """Return when this broker leads the partition; else raise Kafka's answer: a
-    partition this broker's cluster image does not have is UNKNOWN_TOPIC_OR_PARTITION
-    (404), a known one NOT_LEADER_OR_FOLLOWER or LEADER_NOT_AVAILABLE."""
-    if broker.leads(topic, partition):
-        return
-    if (topic, partition) not in broker.cluster.image.partitions:
-        raise UnknownTopicOrPartition.partition(topic, partition)
-    broker.cluster.replicas.leader_state(topic, partition)
+    """Return when this broker leads the partition; else raise Kafka's answer (see
+    :meth:`laketail.broker.Broker.check_leads`)."""
+    broker.check_leads(topic, partition)
 
 
 def _image(request: Request) -> Response:

@@ -15,7 +15,6 @@ take the file list from the Delta log themselves (:mod:`laketail.spark.snapshot`
 
 from __future__ import annotations
 
-import asyncio
 import os
 
 from fastapi import APIRouter, Request
@@ -50,16 +49,11 @@ async def table(request: Request, topic: str) -> Response:
     broker = broker_of(request)
     info = broker.topic(topic)  # UNKNOWN_TOPIC_OR_PARTITION first
     states = [await broker.partition_state_async(topic, p) for p in range(info.partitions)]
-    delta, lock = broker.tables.delta_table(topic)
-
-    def version() -> int:
-        with lock:
-            return delta.version()
-
+    uri, version = await broker.table_version(topic)
     return json_response({
         "topic": topic,
-        "uri": absolute_uri(broker.tables.table_uri(topic)),
-        "version": await asyncio.to_thread(version),
+        "uri": absolute_uri(uri),
+        "version": version,
         "partitions": [
             {
                 "partition": s.partition,

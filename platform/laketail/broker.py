@@ -4,6 +4,12 @@ It owns the catalog (topics and their configs), the log manager (every partition
 hot log), the tierers (hot log -> Delta table) and the table readers, and offers what
 the HTTP routes need as a small set of methods. Routes never touch storage directly.
 
+It is the composition root: it builds the parts and passes itself wherever a part asks
+for a port (``coordinator/ports.py``, ``storage/ports.py``, ``cluster/ports.py``); no
+module of those packages imports this one (``tests/test_architecture.py``). Produce and
+fetch live in :mod:`laketail.produce_path` and :mod:`laketail.fetch_path`; the methods
+here delegate to them.
+
 Offsets, everywhere (one vocabulary):
 
 * ``log_start_offset`` -- the first offset not deleted by retention;
@@ -23,13 +29,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any, Coroutine
 
 import httpx
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from laketail.bounds import INT16_MAX, INT32_MAX, check_timestamp_column
+from laketail.bounds import INT16_MAX, INT32_MAX
 from laketail.catalog import Catalog, TopicInfo, check_not_internal, validate_topic_name
 from laketail.clock import Clock, SystemClock
 from laketail.cluster.metadata import NO_LEADER, ClusterImage
@@ -41,48 +47,29 @@ from laketail.coordinator.transactions import TXN_TOPIC, TransactionCoordinator
 from laketail.errors import (
     InvalidPartitions,
     InvalidReplicationFactor,
-    InvalidRequest,
     LeaderNotAvailable,
-    OffsetOutOfRange,
-    RecordTooLarge,
     RequestTimedOut,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
+from laketail.fetch_path import FetchPath, FetchResult
 from laketail.maintenance.compaction import execute_key_compaction, plan_key_compaction
 from laketail.maintenance.scheduler import MaintenanceScheduler
-from laketail.partitioner import StickyPartitioner, partition_for_key
+from laketail.produce_path import PRODUCE_SCHEMA as PRODUCE_SCHEMA  # re-exported: routes build requests with it
+from laketail.produce_path import ProducePath, ProduceResult, TopicRuntime
 from laketail.records import (
-    CREATE_TIME,
-    HEADER_TYPE,
-    LOG_APPEND_TIME,
     RECORD_SCHEMA,
-    TIMESTAMP_TYPE,
     Acks,
     IsolationLevel,
-    build_frame_batch,
 )
-from laketail.storage.block_cache import BLOCKS, NotCached
+from laketail.storage.block_cache import BLOCKS
 from laketail.storage.log_manager import LogManager
-from laketail.storage.partition_log import OffsetBelowHotTier, ProducerBatch
+from laketail.storage.partition_log import PartitionLog, ProducerBatch
 from laketail.storage.table_reader import TableReader
 from laketail.storage.tierer import Tierer
 from laketail.storage.topic_check import check_partition
 
 log = logging.getLogger(__name__)
-
-#: Columns a produce request may carry, all optional but ``value``. ``timestamp`` is
-#: Kafka's milliseconds (null: now); ``partition`` null means "let the partitioner pick".
-PRODUCE_SCHEMA = pa.schema(
-    [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("headers", HEADER_TYPE),
-        pa.field("timestamp", pa.int64()),
-        pa.field("partition", pa.int32()),
-    ]
-)
-
 
 @dataclass(frozen=True)
 class PartitionState:
@@ -97,30 +84,6 @@ class PartitionState:
     high_watermark: int
     last_stable_offset: int
     tiered_offset: int
-
-
-@dataclass(frozen=True)
-class ProduceResult:
-    """Where each record of a produce request went, in request order."""
-
-    partitions: list[int]
-    offsets: list[int]
-    timestamps_ms: list[int]
-    #: ``(partition, base offset)`` when every record went to one partition, in order
-    #: (the common case, which responses can encode without a look at each record).
-    dense: tuple[int, int] | None = None
-
-
-@dataclass(frozen=True)
-class FetchResult:
-    """Records in ``RECORD_SCHEMA`` (timestamps in microseconds) plus the partition's
-    offsets at the time of the read. ``next_offset`` is where the next fetch starts."""
-
-    records: pa.Table
-    next_offset: int
-    high_watermark: int
-    log_start_offset: int
-    last_stable_offset: int
 
 
 @dataclass(frozen=True)
@@ -158,25 +121,6 @@ class BrokerInfo:
     port: int
 
 
-@dataclass(frozen=True)
-class _ProducePlan:
-    """A validated produce request: one frame per partition, ready to append."""
-
-    topic: str
-    count: int
-    partitions: list[int]
-    timestamps_ms: list[int]
-    appends: list[tuple]  # (partition, frame batch, request rows or None, max timestamp us)
-    producer: ProducerBatch | None = None
-
-
-@dataclass
-class _TopicRuntime:
-    info: TopicInfo
-    config: TopicConfig
-    sticky: StickyPartitioner = field(default_factory=StickyPartitioner)
-
-
 class Broker:
     """One laketail broker: alone (it is its own controller), or one of several sharing
     a data root (ARCHITECTURE.md 7; :mod:`laketail.cluster`). It hosts the replicas the
@@ -192,13 +136,17 @@ class Broker:
         BLOCKS.resize(settings.fetch_cache_bytes)  # decoded blocks of both tiers, kept for fetches
         self.tables = TableReader(settings.data)
         self.tables.gaps_allowed = self._gaps_allowed
-        self.tierer = Tierer(self, clock=self.clock)
-        self._topics: dict[str, _TopicRuntime] = {}
+        # The parts get the broker itself wherever they ask for a port (coordinator/ports.py,
+        # storage/ports.py, cluster/ports.py): it is their composition root.
+        self.tierer = Tierer(self, self.logs, self.tables, self, clock=self.clock)
+        self._topics: dict[str, TopicRuntime] = {}
         self.cluster_id = ""
         self.cluster = ClusterNode(self)
         self._remote_states: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
         self.coordinators_loaded = False
-        self.offsets = OffsetStore(self, settings.offsets_topic_num_partitions)
+        self.offsets = OffsetStore(
+            self, self.clock, settings.offsets_topic_num_partitions, settings.offsets_topic_replication_factor
+        )
         self.groups = GroupCoordinator(
             self,
             self.offsets,
@@ -209,9 +157,18 @@ class Broker:
         )
         self.transactions = TransactionCoordinator(
             self,
+            self,
+            self.groups,
+            self.offsets,
+            self.clock,
             num_partitions=settings.transaction_state_log_num_partitions,
+            replication_factor=settings.transaction_state_log_replication_factor,
             max_timeout_ms=settings.transaction_max_timeout_ms,
         )
+        self.produce_path = ProducePath(
+            settings, self.clock, self.cluster, self.tierer, self.transactions, self._runtime, self.check_partition
+        )
+        self.fetch_path = FetchPath(settings, self.logs, self.tables, self.cluster, self.leads, self.check_partition)
         self._background: list[asyncio.Task] = []
         self._admin_lock = asyncio.Lock()
 
@@ -356,7 +313,7 @@ class Broker:
             except Exception:
                 log.exception("group housekeeping failed")
 
-    async def _open_partition(self, topic: str, partition: int, replicated: bool):
+    async def open_partition(self, topic: str, partition: int, replicated: bool) -> PartitionLog:
         """This broker's replica of a partition, opened (recovered) on first use. A
         replicated log reopens with HW at what the table holds: the rest becomes
         visible once the ISR has it again."""
@@ -376,9 +333,9 @@ class Broker:
             plog.high_watermark = min(plog.log_end_offset, max(tiered, plog.log_start_offset))
         return plog
 
-    async def _apply_image(self, image: ClusterImage) -> None:
+    async def apply_topics(self, image: ClusterImage) -> None:
         """Topics as the controller published them: new ones known, configs current,
-        deleted ones (and their local replicas) gone."""
+        deleted ones (and their local replicas) gone (the cluster node calls it)."""
         for name, doc in image.topics.items():
             info = TopicInfo(
                 name=doc["name"], topic_id=doc["topic_id"], partitions=doc["partitions"],
@@ -389,7 +346,7 @@ class Broker:
             if runtime is None or runtime.info.topic_id != info.topic_id:
                 if runtime is not None:
                     await self._forget_topic(name, runtime.info)
-                self._topics[name] = _TopicRuntime(info, self.settings.topic_config(info.configs))
+                self._topics[name] = TopicRuntime(info, self.settings.topic_config(info.configs))
             elif runtime.info != info:
                 runtime.info = info
                 runtime.config = self.settings.topic_config(info.configs)
@@ -398,7 +355,22 @@ class Broker:
                 self.tierer.reschedule(name)
         for name in [n for n in self._topics if n not in image.topics]:
             await self._forget_topic(name, self._topics[name].info)
-        await asyncio.to_thread(self.catalog._reload)
+        await asyncio.to_thread(self.catalog.reload)
+
+    def has_topic(self, name: str) -> bool:
+        """Whether the last cluster image applied has the topic (cluster port)."""
+        return name in self._topics
+
+    def schedule_tiering(self, topic: str) -> None:
+        """Tier the topic at the tierer's next pass (cluster port: a new leader)."""
+        self.tierer.schedule(topic)
+
+    def leader_epoch(self, plog: PartitionLog) -> int | None:
+        """The tierer's leadership view: see :class:`laketail.storage.ports.LeadershipView`."""
+        state = self.cluster.replicas.leading.get((plog.topic, plog.partition))
+        if state is None or state.plog is not plog or not self.leads(plog.topic, plog.partition):
+            return None
+        return state.reg.leader_epoch
 
     async def _forget_topic(self, name: str, info: TopicInfo) -> None:
         self._topics.pop(name, None)
@@ -464,7 +436,7 @@ class Broker:
         log.info("auto-created topic %s (%d partitions)", name, info.partitions)
         return info
 
-    def _runtime(self, name: str) -> _TopicRuntime:
+    def _runtime(self, name: str) -> TopicRuntime:
         runtime = self._topics.get(name)
         if runtime is None:
             raise UnknownTopicOrPartition.topic(name)
@@ -490,7 +462,8 @@ class Broker:
             entries.append(ConfigEntry(key, effective[key], is_default, source, spec.doc))
         return entries
 
-    def _check_partition(self, topic: str, partition: int) -> TopicInfo:
+    def check_partition(self, topic: str, partition: int) -> TopicInfo:
+        """The topic of an existing partition; UNKNOWN_TOPIC_OR_PARTITION otherwise."""
         info = self.topic(topic)
         if not 0 <= partition < info.partitions:
             raise UnknownTopicOrPartition.partition(topic, partition)
@@ -500,7 +473,7 @@ class Broker:
         """Leadership from the cluster image; offsets from this broker's replica (exact on
         the leader, up to one fetch behind on a follower) or, without one, from the
         last :meth:`partition_state_async` that asked the leader (zeros before any)."""
-        self._check_partition(topic, partition)
+        self.check_partition(topic, partition)
         reg = self.cluster.image.partitions.get((topic, partition))
         leader = reg.leader if reg is not None else NO_LEADER
         replicas = list(reg.replicas) if reg is not None else []
@@ -528,6 +501,28 @@ class Broker:
 
     def leads(self, topic: str, partition: int) -> bool:
         return (topic, partition) in self.cluster.replicas.leading and not self.cluster.fenced
+
+    def check_leads(self, topic: str, partition: int) -> None:
+        """Return when this broker leads the partition; else raise Kafka's answer: a
+        partition this broker's cluster image does not have is UNKNOWN_TOPIC_OR_PARTITION,
+        a known one NOT_LEADER_OR_FOLLOWER or LEADER_NOT_AVAILABLE."""
+        if self.leads(topic, partition):
+            return
+        if (topic, partition) not in self.cluster.image.partitions:
+            raise UnknownTopicOrPartition.partition(topic, partition)
+        self.cluster.replicas.leader_state(topic, partition)
+
+    async def table_version(self, topic: str) -> tuple[str, int]:
+        """The topic's Delta table: its URI and current version (read under its lock,
+        in a worker thread). UNKNOWN_TOPIC_OR_PARTITION for an unknown topic."""
+        self.topic(topic)
+        delta, lock = self.tables.delta_table(topic)
+
+        def version() -> int:
+            with lock:
+                return delta.version()
+
+        return self.tables.table_uri(topic), await asyncio.to_thread(version)
 
     async def read_to_log_end(self, topic: str, partition: int):
         """Yield every record of ``topic``-``partition`` (read_uncommitted) up to the log
@@ -564,15 +559,19 @@ class Broker:
     async def partition_state_async(self, topic: str, partition: int) -> PartitionState:
         """The partition's offsets as its leader knows them (asked over HTTP when the
         leader is another broker)."""
-        self._check_partition(topic, partition)
+        self.check_partition(topic, partition)
         if self.leads(topic, partition) or len(self.cluster.image.brokers) <= 1:
             return self.partition_state(topic, partition)
-        resp = await self.cluster.call_leader(topic, partition, "GET", f"{INTERNAL}/partitions/{topic}/{partition}/state")
+        resp = await self.cluster.call_leader(
+            topic, partition, "GET", f"{INTERNAL}/partitions/{topic}/{partition}/state"
+        )
         doc = resp.json()
         offsets = (doc["log_start_offset"], doc["log_end_offset"], doc["high_watermark"],
                    doc["last_stable_offset"], doc["tiered_offset"])
         self._remote_states[(topic, partition)] = offsets
-        return PartitionState(topic, partition, doc["leader"], doc["replicas"], doc["isr"], doc["leader_epoch"], *offsets)
+        return PartitionState(
+            topic, partition, doc["leader"], doc["replicas"], doc["isr"], doc["leader_epoch"], *offsets
+        )
 
     def partition_states(self, topic: str) -> list[PartitionState]:
         return [self.partition_state(topic, p) for p in range(self.topic(topic).partitions)]
@@ -619,8 +618,9 @@ class Broker:
         # cleared before the catalog commit that makes the topic exist).
         async with self._admin_lock:
             self.catalog.check_can_create(name)
-            if self.cluster.is_controller:
-                info = await self.cluster.controller.create_topic(name, partitions, rf, overrides)
+            controller = self.cluster.active_controller
+            if controller is not None:
+                info = await controller.create_topic(name, partitions, rf, overrides)
             else:
                 body = {"name": name, "partitions": partitions, "replication_factor": rf, "configs": overrides}
                 await self._ask_controller("POST", f"{INTERNAL}/topics", json=body)
@@ -646,13 +646,14 @@ class Broker:
             check_not_internal(name, "delete")
         async with self._admin_lock:
             self.topic(name)
-            if self.cluster.is_controller:
-                await self.cluster.controller.delete_topic(name)  # the image drops the replicas
+            controller = self.cluster.active_controller
+            if controller is not None:
+                await controller.delete_topic(name)  # the image drops the replicas
                 await asyncio.to_thread(self.tables.delete_table, name)
             else:
                 await self._ask_controller("DELETE", f"{INTERNAL}/topics/{name}")
 
-    def _remove_leftovers(self, name: str) -> None:
+    def remove_leftovers(self, name: str) -> None:
         self.tables.delete_table(name)
         self.logs.remove_orphans({name})
 
@@ -671,15 +672,17 @@ class Broker:
                 raise InvalidConfig(f"unknown topic config '{key}'")
             merged.pop(key, None)
         self.settings.topic_config(merged)  # validates values against each other
-        if self.cluster.is_controller:
-            await self.cluster.controller.alter_topic(name, merged)
+        controller = self.cluster.active_controller
+        if controller is not None:
+            await controller.alter_topic(name, merged)
         else:
             await self._ask_controller("PUT", f"{INTERNAL}/topics/{name}/configs", json=merged)
         return self.topic(name)
 
-    # -- produce ----------------------------------------------------------------------
+    # -- produce and fetch (laketail.produce_path, laketail.fetch_path) ---------------------------
+    # Plain methods returning the path's coroutine: no extra await per request.
 
-    async def produce(
+    def produce(
         self,
         topic: str,
         batch: pa.RecordBatch | pa.Table,
@@ -687,135 +690,15 @@ class Broker:
         producer: ProducerBatch | None = None,
         *,
         internal_topics_allowed: bool = False,
-    ) -> ProduceResult:
-        """Validate, partition, append; return each record's partition and offset.
-
-        ``batch`` has ``PRODUCE_SCHEMA``'s columns (any but ``value`` may be missing).
-        Nothing is written unless every record passes validation. With ``producer`` (an
-        idempotent or transactional batch) every record must go to one partition; a
-        retried batch gets its original offsets back. Only the coordinators append to
-        the internal topics (``internal_topics_allowed``, Kafka's flag of the same name);
-        a client gets INVALID_TOPIC_EXCEPTION.
-        """
-        if not internal_topics_allowed:
-            check_not_internal(topic, "append to")
-        if producer is not None and producer.producer_id >= 0:
-            if producer.transactional:
-                partition = self._single_partition(topic, batch)
-                await self.transactions.check_transactional_produce(
-                    producer.producer_id, producer.producer_epoch, topic, partition
-                )
-            else:
-                self.transactions.check_idempotent_produce(producer.producer_id, producer.producer_epoch)
-        plan = self._plan_produce(topic, batch, producer)
-        return await self._execute(plan, acks)
-
-    def _single_partition(self, topic: str, batch: pa.RecordBatch | pa.Table) -> int:
-        """The one partition a producer batch goes to (it must name it)."""
-        if "partition" not in batch.schema.names or batch.num_rows == 0:
-            raise InvalidRequest("a transactional batch must name its partition")
-        bounds = pc.min_max(batch.column("partition"))
-        low, high = bounds["min"].as_py(), bounds["max"].as_py()
-        if low is None or low != high:
-            raise InvalidRequest("a transactional batch goes to exactly one partition")
-        self._check_partition(topic, low)
-        return low
+    ) -> Coroutine[Any, Any, ProduceResult]:
+        """See :meth:`laketail.produce_path.ProducePath.produce`."""
+        return self.produce_path.produce(topic, batch, acks, producer, internal_topics_allowed=internal_topics_allowed)
 
     def produce_nowait(self, topic: str, batch: pa.RecordBatch | pa.Table) -> "asyncio.Task[ProduceResult]":
-        """acks=0: validate now (raising what ``produce`` would), append in the background.
+        """See :meth:`laketail.produce_path.ProducePath.produce_nowait`."""
+        return self.produce_path.produce_nowait(topic, batch)
 
-        The caller keeps the returned task referenced until it ends."""
-        check_not_internal(topic, "append to")  # only clients produce with acks=0
-        plan = self._plan_produce(topic, batch)
-        return asyncio.get_running_loop().create_task(self._execute(plan, "0"))
-
-    def _plan_produce(
-        self, topic: str, batch: pa.RecordBatch | pa.Table, producer: ProducerBatch | None = None
-    ) -> _ProducePlan:
-        """Everything but the appends: validation, partitioning, frames (no awaits)."""
-        runtime = self._runtime(topic)
-        config = runtime.config
-        if isinstance(batch, pa.Table):
-            batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else pa.RecordBatch.from_pylist([], PRODUCE_SCHEMA)
-        n = batch.num_rows
-        if n == 0:
-            raise InvalidRequest("a produce request needs at least one record")
-        names = batch.schema.names
-        values = batch.column("value") if "value" in names else pa.nulls(n, pa.binary())
-        keys = batch.column("key") if "key" in names else pa.nulls(n, pa.binary())
-        headers = batch.column("headers") if "headers" in names else pa.nulls(n, HEADER_TYPE)
-
-        self._check_sizes(keys, values, headers, config.max_message_bytes)
-        partitions = self._assign_partitions(runtime, keys, batch.column("partition") if "partition" in names else None)
-
-        now_ms = self.clock.now_ms()
-        if config.message_timestamp_type == "LogAppendTime" or "timestamp" not in names:
-            ts_type = LOG_APPEND_TIME if config.message_timestamp_type == "LogAppendTime" else CREATE_TIME
-            ts_us = pa.repeat(pa.scalar(now_ms * 1000, TIMESTAMP_TYPE), n)
-            timestamps_ms = [now_ms] * n
-            max_ts_us = now_ms * 1000
-        else:
-            ts_type = CREATE_TIME
-            ts_ms = pc.fill_null(batch.column("timestamp").cast(pa.int64()), now_ms)
-            check_timestamp_column(ts_ms)  # stored as microseconds: refused, never wrapped
-            ts_us = pc.multiply(ts_ms, 1000).cast(TIMESTAMP_TYPE)
-            timestamps_ms = ts_ms.to_pylist()
-            max_ts_us = None
-
-        if isinstance(partitions, int):  # the common case: the whole request to one partition
-            if producer is None:
-                frame = build_frame_batch(
-                    timestamps_us=ts_us, keys=keys, values=values, headers=headers, timestamp_type=ts_type
-                )
-            else:
-                frame = build_frame_batch(
-                    timestamps_us=ts_us, keys=keys, values=values, headers=headers, timestamp_type=ts_type,
-                    producer_id=producer.producer_id, producer_epoch=producer.producer_epoch,
-                    base_sequence=producer.base_sequence, transactional=producer.transactional,
-                )
-            appends = [(partitions, frame, None, max_ts_us)]
-            return _ProducePlan(topic, n, [partitions] * n, timestamps_ms, appends, producer)
-        if producer is not None:
-            raise InvalidRequest(
-                "an idempotent or transactional batch goes to one partition: name it, or use one key"
-            )
-
-        part_list = partitions.to_pylist()
-        groups: dict[int, list[int]] = {}
-        for i, p in enumerate(part_list):
-            groups.setdefault(p, []).append(i)
-        appends = []
-        for p, rows in groups.items():
-            idx = pa.array(rows, pa.int32())
-            frame = build_frame_batch(
-                timestamps_us=ts_us.take(idx),
-                keys=keys.take(idx),
-                values=values.take(idx),
-                headers=headers.take(idx),
-                timestamp_type=ts_type,
-            )
-            appends.append((p, frame, rows, None))
-        return _ProducePlan(topic, n, part_list, timestamps_ms, appends, None)
-
-    async def _execute(self, plan: _ProducePlan, acks: Acks = "all") -> ProduceResult:
-        if len(plan.appends) == 1:
-            partition, frame, _, max_ts = plan.appends[0]
-            base = await self.append(plan.topic, partition, frame, acks, max_ts, plan.producer)
-            return ProduceResult(
-                plan.partitions, list(range(base, base + plan.count)), plan.timestamps_ms, (partition, base)
-            )
-        else:
-            bases = await asyncio.gather(*(
-                self.append(plan.topic, partition, frame, acks, max_ts)
-                for partition, frame, _, max_ts in plan.appends
-            ))
-            offsets = [0] * plan.count
-            for (_, _, rows, _), base in zip(plan.appends, bases):
-                for j, row in enumerate(rows):
-                    offsets[row] = base + j
-        return ProduceResult(plan.partitions, offsets, plan.timestamps_ms)
-
-    async def append(
+    def append(
         self,
         topic: str,
         partition: int,
@@ -823,106 +706,11 @@ class Broker:
         acks: Acks = "all",
         max_timestamp_us: int | None = None,
         producer: ProducerBatch | None = None,
-    ) -> int:
-        """Append one frame batch to the partition on its leader (here, or forwarded);
-        return its base offset once ``acks`` is satisfied."""
-        replicas = self.cluster.replicas
-        if (topic, partition) not in replicas.leading:
-            return await self._forward_append(topic, partition, frame, acks, max_timestamp_us, producer)
-        state = replicas.leader_state(topic, partition)  # raises when fenced
-        min_insync = self._runtime(topic).config.min_insync_replicas
-        if acks == "all":
-            replicas.check_min_isr(topic, partition, min_insync)
-        plog = state.plog
-        base = await plog.append(
-            frame, leader_epoch=state.reg.leader_epoch, max_timestamp_us=max_timestamp_us, producer=producer
-        )
-        self.tierer.wake(topic)
-        if acks == "all":
-            timeout = self.settings.request_timeout_ms / 1000
-            await replicas.wait_replicated(topic, partition, base + frame.num_rows, min_insync, timeout)
-        return base
+    ) -> Coroutine[Any, Any, int]:
+        """See :meth:`laketail.produce_path.ProducePath.append`."""
+        return self.produce_path.append(topic, partition, frame, acks, max_timestamp_us, producer)
 
-    async def _forward_append(self, topic, partition, frame, acks, max_timestamp_us, producer) -> int:
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, frame.schema) as writer:
-            writer.write_batch(frame)
-        params = {"acks": acks if acks != "0" else "1"}
-        if max_timestamp_us is not None:
-            params["max_timestamp_us"] = str(max_timestamp_us)
-        if producer is not None:
-            params.update(
-                producer_id=str(producer.producer_id), producer_epoch=str(producer.producer_epoch),
-                base_sequence=str(producer.base_sequence), transactional=str(producer.transactional).lower(),
-            )
-            if producer.control is not None:
-                params["control"] = producer.control
-        resp = await self.cluster.call_leader(
-            topic, partition, "POST", f"{INTERNAL}/partitions/{topic}/{partition}/append",
-            params=params, content=sink.getvalue().to_pybytes(),
-            content_type="application/vnd.apache.arrow.stream",
-            timeout=self.settings.request_timeout_ms / 1000 + 5,
-        )
-        return resp.json()["base_offset"]
-
-    def _check_sizes(self, keys: pa.Array, values: pa.Array, headers: pa.Array, limit: int) -> None:
-        if keys.nbytes + values.nbytes + headers.nbytes <= limit:
-            return  # even all records together fit: no single one can be too large
-        sizes = pc.add(
-            pc.fill_null(pc.binary_length(values), 0), pc.fill_null(pc.binary_length(keys), 0)
-        )
-        if headers.null_count < len(headers):
-            flat = pc.list_flatten(headers)
-            if len(flat):
-                per_header = pc.add(
-                    pc.fill_null(pc.binary_length(flat.field("key")), 0),
-                    pc.fill_null(pc.binary_length(flat.field("value")), 0),
-                )
-                parents = pc.list_parent_indices(headers)
-                totals = [0] * len(headers)
-                for parent, size in zip(parents.to_pylist(), per_header.to_pylist()):
-                    totals[parent] += size
-                sizes = pc.add(sizes, pa.array(totals, pa.int64()))
-        biggest = pc.max(sizes).as_py() or 0
-        if biggest > limit:
-            index = pc.index(sizes, biggest).as_py()
-            raise RecordTooLarge(
-                f"record {index} is {biggest} bytes, above max.message.bytes={limit}"
-            )
-
-    def _assign_partitions(
-        self, runtime: _TopicRuntime, keys: pa.Array, explicit: pa.Array | None
-    ) -> pa.Array | int:
-        """Each record's partition, or one ``int`` when the whole request goes to one."""
-        info = runtime.info
-        n = len(keys)
-        if explicit is not None and explicit.null_count == 0:
-            bounds = pc.min_max(explicit)
-            low, high = bounds["min"].as_py(), bounds["max"].as_py()
-            if low < 0 or high >= info.partitions:
-                raise UnknownTopicOrPartition.partition(info.name, low if low < 0 else high)
-            return low if low == high else explicit.cast(pa.int32())
-        if (explicit is None or explicit.null_count == n) and keys.null_count == n:
-            return runtime.sticky.next_batch(info.partitions)
-        explicit_list = explicit.to_pylist() if explicit is not None else [None] * n
-        sticky = None
-        out = []
-        for key, p in zip(keys.to_pylist() if keys.null_count < n else [None] * n, explicit_list):
-            if p is not None:
-                if not 0 <= p < info.partitions:
-                    raise UnknownTopicOrPartition.partition(info.name, p)
-            elif key is not None:
-                p = partition_for_key(key, info.partitions)
-            else:
-                if sticky is None:
-                    sticky = runtime.sticky.next_batch(info.partitions)
-                p = sticky
-            out.append(p)
-        return pa.array(out, pa.int32())
-
-    # -- fetch ------------------------------------------------------------------------
-
-    async def fetch(
+    def fetch(
         self,
         topic: str,
         partition: int,
@@ -932,110 +720,16 @@ class Broker:
         max_bytes: int | None = None,
         timeout_ms: int = 0,
         isolation: IsolationLevel = "read_committed",
-    ) -> FetchResult:
-        """Records from ``offset`` on, from the hot tier where present, else the table.
-
-        Long-polls up to ``timeout_ms``, capped at ``fetch.max.wait.ms``, when ``offset``
-        is the high watermark. An offset below the log start or above the high
-        watermark is OFFSET_OUT_OF_RANGE.
-        """
-        self._check_partition(topic, partition)
-        timeout_ms = max(0, min(timeout_ms, self.settings.fetch_max_wait_ms))
-        if offset < 0:
-            raise OffsetOutOfRange(f"offset {offset} is negative")
-        if not self.leads(topic, partition):
-            return await self._forward_fetch(topic, partition, offset, max_records, max_bytes, timeout_ms, isolation)
-        plog = self.logs.get(topic, partition)
-        # Between HW and LEO (a new leader whose HW has not caught up yet): nothing to
-        # read yet, which is not out of range.
-        if offset < plog.log_start_offset or offset > max(plog.high_watermark, plog.log_end_offset):
-            raise OffsetOutOfRange(
-                f"offset {offset} is outside [{plog.log_start_offset}, {plog.high_watermark}] "
-                f"of {topic}-{partition}"
-            )
-        if offset >= plog.high_watermark and timeout_ms > 0:
-            await plog.wait_for_data(offset, timeout_ms / 1000.0)
-        limit_records = max_records if max_records and max_records > 0 else 500
-        limit_bytes = max_bytes if max_bytes and max_bytes > 0 else 52_428_800
-        end = plog.last_stable_offset if isolation == "read_committed" else plog.high_watermark
-        position = offset
-        while True:
-            table = await self._read(topic, partition, plog, position, end, limit_records, limit_bytes)
-            if table.num_rows == 0:
-                break
-            position = table.column("offset")[-1].as_py() + 1
-            table = self._visible(plog, table, isolation)
-            if table.num_rows or position >= end:
-                break  # else: only markers or aborted records so far; read on
-        return FetchResult(table, position, plog.high_watermark, plog.log_start_offset, plog.last_stable_offset)
-
-    async def _forward_fetch(self, topic, partition, offset, max_records, max_bytes, timeout_ms, isolation) -> FetchResult:
-        params = {"offset": offset, "timeout_ms": timeout_ms, "isolation": isolation}
-        if max_records:
-            params["max_records"] = max_records
-        if max_bytes:
-            params["max_bytes"] = max_bytes
-        resp = await self.cluster.call_leader(
-            topic, partition, "GET", f"{INTERNAL}/partitions/{topic}/{partition}/records",
-            params=params, timeout=timeout_ms / 1000 + 30,
-        )
-        table = pa.ipc.open_stream(resp.content).read_all()
-        h = resp.headers
-        return FetchResult(
-            table, int(h["x-next-offset"]), int(h["x-high-watermark"]),
-            int(h["x-log-start-offset"]), int(h["x-last-stable-offset"]),
+    ) -> Coroutine[Any, Any, FetchResult]:
+        """See :meth:`laketail.fetch_path.FetchPath.fetch`."""
+        return self.fetch_path.fetch(
+            topic, partition, offset, max_records=max_records, max_bytes=max_bytes, timeout_ms=timeout_ms,
+            isolation=isolation,
         )
 
-    async def _read(self, topic, partition, plog, offset, end, limit_records, limit_bytes) -> pa.Table:
-        if offset >= plog.hot_start_offset:
-            try:
-                try:  # frames already decoded are only sliced: not worth a thread
-                    return plog.read(offset, end, limit_records, limit_bytes, partition, cached_only=True)
-                except NotCached:
-                    return await asyncio.to_thread(plog.read, offset, end, limit_records, limit_bytes, partition)
-            except OffsetBelowHotTier:
-                pass  # local retention removed it meanwhile: the table has it
-        end = min(end, plog.tiered_offset)
-        try:
-            return self.tables.read(topic, partition, offset, end, limit_records, limit_bytes, cached_only=True)
-        except NotCached:
-            return await asyncio.to_thread(self.tables.read, topic, partition, offset, end, limit_records, limit_bytes)
+    def offset_for_timestamp(
+        self, topic: str, partition: int, timestamp_ms: int
+    ) -> Coroutine[Any, Any, tuple[int, int] | None]:
+        """See :meth:`laketail.fetch_path.FetchPath.offset_for_timestamp`."""
+        return self.fetch_path.offset_for_timestamp(topic, partition, timestamp_ms)
 
-    @staticmethod
-    def _visible(plog, table: pa.Table, isolation: IsolationLevel) -> pa.Table:
-        """Drop control rows (never returned as records) and, for read_committed, the
-        records of aborted transactions."""
-        transactional = table.column("transactional")
-        if not pc.any(transactional).as_py():
-            return table
-        keep = pc.is_null(table.column("control"))
-        if isolation == "read_committed":
-            outcome = plog.producer_state.outcome
-            aborted = [
-                bool(txn) and outcome(pid, off) == "ABORT"
-                for txn, pid, off in zip(
-                    transactional.to_pylist(), table.column("producer_id").to_pylist(), table.column("offset").to_pylist()
-                )
-            ]
-            keep = pc.and_(keep, pc.invert(pa.array(aborted, pa.bool_())))
-        return table.filter(keep)
-
-    async def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> tuple[int, int] | None:
-        """Kafka's ListOffsets by time: the earliest offset whose timestamp is at or after
-        ``timestamp_ms``, with that record's timestamp; ``None`` when there is none."""
-        self._check_partition(topic, partition)
-        if not self.leads(topic, partition):
-            resp = await self.cluster.call_leader(
-                topic, partition, "GET", f"{INTERNAL}/partitions/{topic}/{partition}/offset-for-timestamp",
-                params={"timestamp": timestamp_ms},
-            )
-            found = resp.json()
-            return None if found is None else (found[0], found[1])
-        plog = self.logs.get(topic, partition)
-        return await asyncio.to_thread(self._offset_for_timestamp, topic, plog, timestamp_ms)
-
-    def _offset_for_timestamp(self, topic: str, plog, timestamp_ms: int) -> tuple[int, int] | None:
-        found = self.tables.offset_for_timestamp(topic, plog.partition, timestamp_ms, plog.hot_start_offset)
-        if found is None:
-            found = plog.offset_for_timestamp(timestamp_ms)
-        return found

@@ -119,7 +119,7 @@ class Catalog:
                 DeltaTable.create(self.topics_uri, TOPICS_SCHEMA, mode="error", name="laketail_topics")
             except Exception:  # another broker created it first
                 DeltaTable(self.topics_uri)
-        self._reload()
+        self.reload()
         return self.cluster_id
 
     def _open_cluster(self) -> str:
@@ -146,7 +146,8 @@ class Catalog:
         dt = DeltaTable(self.topics_uri)
         return dt, dt.to_pyarrow_table().to_pylist()
 
-    def _reload(self) -> None:
+    def reload(self) -> None:
+        """Blocking (worker thread): read ``_system/topics`` again (the controller changed it)."""
         _, rows = self._read_rows()
         topics = {}
         for row in rows:
@@ -204,7 +205,7 @@ class Catalog:
                     pa.Table.from_pylist(new_rows, schema=TOPICS_SCHEMA),
                     mode="overwrite",
                 )
-                self._reload()
+                self.reload()
                 return
             except CommitFailedError:
                 time.sleep(0.05 * (attempt + 1))

@@ -1,5 +1,6 @@
-"""The group coordinator over a real broker (real logs, real Delta tables), driven by
-a manual clock so session timeouts are tested without sleeping."""
+"""The group coordinator on an in-memory coordinator log (``coordinator.fakes``), driven
+by a manual clock so session timeouts are tested without sleeping; the lag report, which
+reads a real partition's records, over a real broker (real logs, real Delta tables)."""
 
 import asyncio
 
@@ -8,7 +9,9 @@ import pytest
 from laketail.broker import Broker
 from laketail.clock import ManualClock
 from laketail.config import load_settings
-from laketail.coordinator.offsets import CommittedOffset, java_string_hash, partition_for_group
+from laketail.coordinator.fakes import InMemoryLog
+from laketail.coordinator.groups import GroupCoordinator
+from laketail.coordinator.offsets import CommittedOffset, OffsetStore, java_string_hash, partition_for_group
 from laketail.errors import IllegalGeneration, RebalanceInProgress, UnknownMemberId
 
 
@@ -23,6 +26,30 @@ async def _join_together(broker, clock, count, **kwargs):
     clock.advance(60)
     broker.groups.tick()
     return await asyncio.gather(*tasks)
+
+
+class _Coordinators:
+    """The offset store and group coordinator wired as the broker wires them, on ``log``."""
+
+    def __init__(self, log, clock, delay_ms):
+        self.log = log
+        self.offsets = OffsetStore(log, clock, num_partitions=4, replication_factor=1)
+        self.groups = GroupCoordinator(
+            log, self.offsets, clock, min_session_timeout_ms=100, initial_rebalance_delay_ms=delay_ms
+        )
+
+    async def create_topic(self, name, partitions):
+        self.log.add_topic(name, partitions)
+
+    async def close(self):
+        pass
+
+
+async def _coordinators(clock, delay_ms=50, log=None):
+    """Coordinators on a fresh log, or loaded from ``log`` (a restart)."""
+    parts = _Coordinators(log if log is not None else InMemoryLog(), clock, delay_ms)
+    await parts.offsets.load()
+    return parts
 
 
 async def _broker(tmp_path, clock, delay_ms=50):
@@ -46,11 +73,11 @@ def test_java_string_hash_matches_java():
 
 
 @pytest.mark.parametrize("members,partitions", [(2, 3), (5, 4)])
-def test_members_share_partitions_disjointly_and_extras_idle(tmp_path, members, partitions):
+def test_members_share_partitions_disjointly_and_extras_idle(members, partitions):
     clock = ManualClock()
 
     async def scenario():
-        broker = await _broker(tmp_path, clock)
+        broker = await _coordinators(clock)
         await broker.create_topic("orders", partitions)
         joins = await _join_together(
             broker, clock, members, topics=["orders"], strategies=["range"], session_timeout_ms=1000
@@ -65,11 +92,11 @@ def test_members_share_partitions_disjointly_and_extras_idle(tmp_path, members, 
     run(scenario())
 
 
-def test_silent_member_is_removed_and_its_partitions_move(tmp_path):
+def test_silent_member_is_removed_and_its_partitions_move():
     clock = ManualClock()
 
     async def scenario():
-        broker = await _broker(tmp_path, clock)
+        broker = await _coordinators(clock)
         await broker.create_topic("t", 4)
         a, b = await _join_together(
             broker, clock, 2, topics=["t"], strategies=["range"], session_timeout_ms=1000
@@ -94,11 +121,11 @@ def test_silent_member_is_removed_and_its_partitions_move(tmp_path):
     run(scenario())
 
 
-def test_commit_with_a_stale_generation_is_rejected_and_offsets_survive_restart(tmp_path):
+def test_commit_with_a_stale_generation_is_rejected_and_offsets_survive_restart():
     clock = ManualClock()
 
     async def scenario():
-        broker = await _broker(tmp_path, clock)
+        broker = await _coordinators(clock)
         await broker.create_topic("t", 2)
         (a,) = await _join_together(broker, clock, 1, topics=["t"], session_timeout_ms=1000)
         gen = a.generation_id
@@ -111,18 +138,18 @@ def test_commit_with_a_stale_generation_is_rejected_and_offsets_survive_restart(
             ("t", 0): CommittedOffset(5, "m", 1), ("t", 1): None,
         }
         await broker.close()
-        again = await _broker(tmp_path, clock)
+        again = await _coordinators(clock, log=broker.log)
         assert again.groups.committed("g", [("t", 0)])[("t", 0)].offset == 5
         await again.close()
 
     run(scenario())
 
 
-def test_cooperative_sticky_moves_partitions_in_two_generations(tmp_path):
+def test_cooperative_sticky_moves_partitions_in_two_generations():
     clock = ManualClock()
 
     async def scenario():
-        broker = await _broker(tmp_path, clock)
+        broker = await _coordinators(clock)
         await broker.create_topic("t", 4)
         (a,) = await _join_together(
             broker, clock, 1, topics=["t"], strategies=["cooperative-sticky"], session_timeout_ms=1000
@@ -174,11 +201,11 @@ def test_lag_follows_commits_and_grades_status(tmp_path):
         "OK", "OK", "caution", "caution", "warning", "warning", "critical"]
 
 
-def test_a_second_join_supersedes_the_pending_one(tmp_path):
+def test_a_second_join_supersedes_the_pending_one():
     clock = ManualClock()
 
     async def scenario():
-        broker = await _broker(tmp_path, clock, delay_ms=1_000)
+        broker = await _coordinators(clock, delay_ms=1_000)
         await broker.create_topic("t", 1)
         first = asyncio.create_task(broker.groups.join("g", "", topics=["t"], session_timeout_ms=1000))
         await asyncio.sleep(0.01)

@@ -6,6 +6,7 @@ import asyncio
 import pyarrow as pa
 import pytest
 
+from laketail.api.consumer_instances import ConsumerInstances
 from laketail.broker import Broker
 from laketail.clock import ManualClock
 from laketail.config import load_settings
@@ -16,7 +17,6 @@ from laketail.coordinator.instance_config import (
     InstanceConfig,
     InvalidConsumerConfig,
 )
-from laketail.coordinator.instances import ConsumerInstances
 from laketail.errors import NoOffsetForPartition, RebalanceInProgress, UnknownMemberId
 
 

@@ -1,5 +1,7 @@
-"""Transactions over a real broker: isolation, fencing, offsets in transactions,
-recovery of a prepared transaction, timeouts and Spark's batch transactions."""
+"""The transaction coordinator on an in-memory coordinator log (``coordinator.fakes``):
+fencing, offsets in transactions, recovery of a prepared transaction, timeouts, epoch
+bumps; and over a real broker (real logs, real Delta tables), what needs the real log:
+isolation levels, Spark's batch transactions, idempotent retries."""
 
 import asyncio
 
@@ -9,9 +11,40 @@ import pytest
 from laketail.broker import Broker
 from laketail.clock import ManualClock
 from laketail.config import load_settings
-from laketail.coordinator.offsets import CommittedOffset
+from laketail.coordinator.fakes import InMemoryLog
+from laketail.coordinator.groups import GroupCoordinator
+from laketail.coordinator.offsets import CommittedOffset, OffsetStore
+from laketail.coordinator.transactions import TXN_TOPIC, TransactionCoordinator
 from laketail.errors import OutOfOrderSequenceNumber, ProducerFenced
 from laketail.storage.partition_log import ProducerBatch
+
+
+class _Coordinators:
+    """Offsets, groups and transactions wired as the broker wires them, on ``log``."""
+
+    def __init__(self, log, clock):
+        self.log = log
+        self.offsets = OffsetStore(log, clock, num_partitions=2, replication_factor=1)
+        self.groups = GroupCoordinator(log, self.offsets, clock, initial_rebalance_delay_ms=0)
+        self.transactions = TransactionCoordinator(
+            log, log, self.groups, self.offsets, clock, num_partitions=2, replication_factor=1
+        )
+
+    async def load(self):
+        """What the broker does at start (``Broker.load_coordinators``)."""
+        await self.offsets.load()
+        await self.transactions.load()
+        await self.transactions.recover()
+        return self
+
+
+async def _coordinators(clock, log=None):
+    return await _Coordinators(log if log is not None else InMemoryLog(), clock).load()
+
+
+async def _enlist(txns, pid, epoch, topic="t", partition=0):
+    """What a transactional produce does first (``ProducePath.produce``)."""
+    await txns.check_transactional_produce(pid, epoch, topic, partition)
 
 
 def _settings(tmp_path):
@@ -67,89 +100,90 @@ def test_commit_and_abort_under_both_isolation_levels(tmp_path):
     asyncio.run(scenario())
 
 
-def test_a_new_session_fences_the_zombie_and_aborts_its_transaction(tmp_path):
+def test_a_new_session_fences_the_zombie_and_aborts_its_transaction():
     clock = ManualClock()
 
     async def scenario():
-        broker = await _start(tmp_path, clock)
-        await broker.create_topic("t", 1)
-        txns = broker.transactions
+        parts = await _coordinators(clock)
+        parts.log.add_topic("t", 1)
+        txns = parts.transactions
         pid, old = await txns.init_producer_id("app")
-        await _send(broker, [b"zombie"], pid, old, 0)
+        await _enlist(txns, pid, old)
         pid2, new = await txns.init_producer_id("app")
         assert (pid2, new) == (pid, old + 1)
+        assert parts.log.markers == [("t", 0, pid, old, "ABORT")]  # the zombie's transaction
         with pytest.raises(ProducerFenced):
-            await _send(broker, [b"late"], pid, old, 1)
+            await _enlist(txns, pid, old)
         with pytest.raises(ProducerFenced):
             await txns.end("app", pid, old, commit=True)
-        await _send(broker, [b"fresh"], pid, new, 0)
+        await _enlist(txns, pid, new)
         await txns.end("app", pid, new, commit=True)
-        assert await _values(broker, "read_committed") == [b"fresh"]
-        await broker.close()
+        assert parts.log.markers[1:] == [("t", 0, pid, new, "COMMIT")]
 
     asyncio.run(scenario())
 
 
-def test_offsets_sent_to_a_transaction_commit_only_with_it(tmp_path):
+def test_offsets_sent_to_a_transaction_commit_only_with_it():
     clock = ManualClock()
 
     async def scenario():
-        broker = await _start(tmp_path, clock)
-        await broker.create_topic("t", 1)
-        await broker.create_topic("in", 1)
-        txns = broker.transactions
+        parts = await _coordinators(clock)
+        parts.log.add_topic("t", 1)
+        parts.log.add_topic("in", 1)
+        txns = parts.transactions
         pid, epoch = await txns.init_producer_id("etl")
-        await _send(broker, [b"x"], pid, epoch, 0)
+        await _enlist(txns, pid, epoch)
         await txns.add_offsets("etl", pid, epoch, "g", {("in", 0): CommittedOffset(7)})
         await txns.end("etl", pid, epoch, commit=False)
-        assert broker.groups.committed("g", [("in", 0)])[("in", 0)] is None
-        await _send(broker, [b"y"], pid, epoch, 1)
+        assert parts.groups.committed("g", [("in", 0)])[("in", 0)] is None
+        await _enlist(txns, pid, epoch)
         await txns.add_offsets("etl", pid, epoch, "g", {("in", 0): CommittedOffset(9)})
         await txns.end("etl", pid, epoch, commit=True)
-        assert broker.groups.committed("g", [("in", 0)])[("in", 0)].offset == 9
-        await broker.close()
+        assert parts.groups.committed("g", [("in", 0)])[("in", 0)].offset == 9
+        # ... and it is in __consumer_offsets: a restarted coordinator has it.
+        again = await _coordinators(clock, log=parts.log)
+        assert again.groups.committed("g", [("in", 0)])[("in", 0)].offset == 9
 
     asyncio.run(scenario())
 
 
-def test_a_prepared_transaction_is_completed_after_a_restart(tmp_path):
+def test_a_prepared_transaction_is_completed_after_a_restart():
     clock = ManualClock()
 
     async def scenario():
-        broker = await _start(tmp_path, clock)
-        await broker.create_topic("t", 2)
-        txns = broker.transactions
+        parts = await _coordinators(clock)
+        parts.log.add_topic("t", 2)
+        txns = parts.transactions
         pid, epoch = await txns.init_producer_id("app")
-        await _send(broker, [b"p0"], pid, epoch, 0, partition=0)
-        await _send(broker, [b"p1"], pid, epoch, 0, partition=1)
+        await _enlist(txns, pid, epoch, partition=0)
+        await _enlist(txns, pid, epoch, partition=1)
         meta = txns.describe("app")
         meta.state = "PrepareCommit"  # the crash comes after PREPARE, before any marker
         await txns._write(("txn", "app"), meta.to_json())
-        await broker.close()
-        again = await _start(tmp_path, clock)
-        assert await _values(again, "read_committed", partition=0) == [b"p0"]
-        assert await _values(again, "read_committed", partition=1) == [b"p1"]
+        assert parts.log.markers == []
+        again = await _coordinators(clock, log=parts.log)
+        assert sorted(parts.log.markers) == [("t", 0, pid, epoch, "COMMIT"), ("t", 1, pid, epoch, "COMMIT")]
         assert again.transactions.describe("app").state == "CompleteCommit"
-        await again.close()
 
     asyncio.run(scenario())
 
 
-def test_timed_out_transaction_is_aborted_and_its_producer_fenced(tmp_path):
+def test_timed_out_transaction_is_aborted_and_its_producer_fenced():
     clock = ManualClock()
 
     async def scenario():
-        broker = await _start(tmp_path, clock)
-        await broker.create_topic("t", 1)
-        txns = broker.transactions
+        parts = await _coordinators(clock)
+        parts.log.add_topic("t", 1)
+        txns = parts.transactions
         pid, epoch = await txns.init_producer_id("slow", timeout_ms=1_000)
-        await _send(broker, [b"never"], pid, epoch, 0)
-        clock.advance(1_500)
+        await _enlist(txns, pid, epoch)
+        clock.advance(999)
+        assert await txns.expire() == 0
+        clock.advance(501)
         assert await txns.expire() == 1
-        assert await _values(broker, "read_committed") == []
+        assert [m[4] for m in parts.log.markers] == ["ABORT"]
         with pytest.raises(ProducerFenced):
             await txns.end("slow", pid, epoch, commit=True)
-        await broker.close()
 
     asyncio.run(scenario())
 
@@ -196,18 +230,18 @@ def test_idempotent_retry_through_the_broker(tmp_path):
     asyncio.run(scenario())
 
 
-def test_a_bump_after_abort_never_fences_the_session_that_took_over(tmp_path):
+def test_a_bump_after_abort_never_fences_the_session_that_took_over():
     clock = ManualClock()
 
     async def scenario():
-        broker = await _start(tmp_path, clock)
-        txns = broker.transactions
+        parts = await _coordinators(clock)
+        txns = parts.transactions
         pid, epoch = await txns.init_producer_id("app")
         assert await txns.init_producer_id("app", expected=(pid, epoch)) == (pid, epoch + 1)
         newer = await txns.init_producer_id("app")  # another session takes over
         with pytest.raises(ProducerFenced):
             await txns.init_producer_id("app", expected=(pid, epoch + 1))  # the old one's late bump
         assert txns.describe("app").producer_epoch == newer[1]
-        await broker.close()
+        assert TXN_TOPIC in parts.log.topics  # created on first use, as the broker does
 
     asyncio.run(scenario())

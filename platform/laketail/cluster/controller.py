@@ -43,6 +43,7 @@ from laketail.errors import (
     InvalidReplicationFactor,
     InvalidRequest,
     KafkaStorageError,
+    LaketailError,
     UnknownTopicOrPartition,
 )
 
@@ -58,9 +59,9 @@ LEO_WRITE_INTERVAL_S = 10.0
 class Controller:
     def __init__(self, node: "ClusterNode", epoch: int) -> None:
         self.node = node
-        self.broker = node.broker
+        self.host = node.host
         self.store = node.store
-        self.settings = node.broker.settings
+        self.settings = node.host.settings
         self.epoch = epoch
         self.brokers: dict[int, BrokerRegistration] = {}
         self.last_seen: dict[int, float] = {}
@@ -80,7 +81,7 @@ class Controller:
         controller already saw unreachable for a session (the old controller)."""
         brokers = await asyncio.to_thread(self.store.brokers)
         partitions = await asyncio.to_thread(self.store.partitions)
-        await asyncio.to_thread(self.broker.catalog._reload)
+        await asyncio.to_thread(self.host.catalog.reload)
         now = time.monotonic()
         me = self.node.registration
         brokers[me.broker_id] = me
@@ -103,7 +104,7 @@ class Controller:
         """Registrations for every catalog topic (a topic created before replication
         existed, or whose registration a crash lost, is given the controller); none for
         topics that are gone."""
-        names = {info.name: info for info in self.broker.catalog.topics()}
+        names = {info.name: info for info in self.host.catalog.topics()}
         for key in [k for k in self.partitions if k[0] not in names]:
             del self.partitions[key]
         me = self.node.broker_id
@@ -116,7 +117,7 @@ class Controller:
 
     def image(self) -> ClusterImage:
         topics = {}
-        for info in self.broker.catalog.topics():
+        for info in self.host.catalog.topics():
             topics[info.name] = {
                 "name": info.name, "topic_id": info.topic_id, "partitions": info.partitions,
                 "replication_factor": info.replication_factor, "configs": info.configs,
@@ -153,7 +154,9 @@ class Controller:
 
     # -- heartbeats and liveness ------------------------------------------------------------------
 
-    async def heartbeat(self, broker_id: int, url: str, incarnation: str, leos: dict[str, int], known_version: int) -> dict:
+    async def heartbeat(
+        self, broker_id: int, url: str, incarnation: str, leos: dict[str, int], known_version: int
+    ) -> dict:
         if not self.active:
             from laketail.errors import NotController
 
@@ -170,7 +173,7 @@ class Controller:
                     self._broker_rejoined(broker_id)
                 self._broker_alive(broker_id)
                 await self._persist(brokers_changed=True)
-        answer = {"controller_id": self.node.broker_id, "controller_epoch": self.epoch, "version": self.version}
+        answer: dict = {"controller_id": self.node.broker_id, "controller_epoch": self.epoch, "version": self.version}
         if known_version != self.version:
             answer["image"] = self.image().to_json()
         return answer
@@ -186,7 +189,7 @@ class Controller:
         """Declare brokers silent past the session timeout dead; elect what that needs;
         write the replicas' last known log end offsets now and then."""
         now = time.monotonic()
-        self._record_leos(self.node.broker_id, self.node._leos())
+        self._record_leos(self.node.broker_id, self.node.leos())
         timeout = self.settings.broker_session_timeout_ms / 1000
         dead = [
             b.broker_id for b in self.brokers.values()
@@ -211,9 +214,16 @@ class Controller:
         return b is not None and b.alive
 
     def _unclean(self, topic: str) -> bool:
+        """The topic's ``unclean.leader.election.enable`` (False for a topic the catalog
+        no longer has, or whose stored configs do not load)."""
         try:
-            return self.broker.settings.topic_config(self.broker.catalog.get(topic).configs).unclean_leader_election_enable
-        except Exception:
+            configs = self.host.catalog.get(topic).configs
+        except UnknownTopicOrPartition:
+            return False
+        try:
+            return self.host.settings.topic_config(configs).unclean_leader_election_enable
+        except LaketailError as exc:
+            log.warning("topic %s: its stored configs do not load (%s); no unclean election", topic, exc)
             return False
 
     def _live(self) -> set[int]:
@@ -275,7 +285,9 @@ class Controller:
 
     # -- topics ------------------------------------------------------------------------------------------
 
-    async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]) -> TopicInfo:
+    async def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> TopicInfo:
         async with self._lock:
             live = [b.broker_id for b in self.brokers.values() if b.alive]
             rf = replication_factor
@@ -285,16 +297,16 @@ class Controller:
                 raise InvalidReplicationFactor(
                     f"replication factor {rf} is larger than the {len(live)} available broker(s)"
                 )
-            self.broker.catalog.check_can_create(name)
-            await asyncio.to_thread(self.broker._remove_leftovers, name)
-            info = await asyncio.to_thread(self.broker.catalog.create_topic, name, partitions, rf, configs)
+            self.host.catalog.check_can_create(name)
+            await asyncio.to_thread(self.host.remove_leftovers, name)
+            info = await asyncio.to_thread(self.host.catalog.create_topic, name, partitions, rf, configs)
             try:
-                await asyncio.to_thread(self.broker.tables.create_table, name)
+                await asyncio.to_thread(self.host.tables.create_table, name)
             except Exception as exc:
                 # All or nothing: a topic without its table must not stay in the catalog.
                 log.warning("creating the table of topic %r failed (%s); the topic is rolled back", name, exc)
-                await asyncio.to_thread(self.broker.catalog.delete_topic, name)
-                await asyncio.to_thread(self.broker._remove_leftovers, name)
+                await asyncio.to_thread(self.host.catalog.delete_topic, name)
+                await asyncio.to_thread(self.host.remove_leftovers, name)
                 raise KafkaStorageError(f"cannot make the table of topic '{name}': {exc}") from exc
             start = sum(1 for k in self.partitions if k[1] == 0)  # spread leaders across topics
             if name.startswith("__") and self.node.broker_id in live:
@@ -309,8 +321,8 @@ class Controller:
 
     async def delete_topic(self, name: str) -> TopicInfo:
         async with self._lock:
-            info = self.broker.catalog.get(name)
-            await asyncio.to_thread(self.broker.catalog.delete_topic, name)
+            info = self.host.catalog.get(name)
+            await asyncio.to_thread(self.host.catalog.delete_topic, name)
             for key in [k for k in self.partitions if k[0] == name]:
                 del self.partitions[key]
             await self._persist()
@@ -318,7 +330,7 @@ class Controller:
 
     async def alter_topic(self, name: str, configs: dict[str, str]) -> TopicInfo:
         async with self._lock:
-            info = await asyncio.to_thread(self.broker.catalog.alter_topic, name, configs)
+            info = await asyncio.to_thread(self.host.catalog.alter_topic, name, configs)
             self._elect_offline()  # unclean.leader.election.enable may have just been set
             await self._persist()
             return info

@@ -39,7 +39,7 @@ from laketail.cluster.wire import PeerLink, PeerPool, PeerResponse, raise_for_er
 from laketail.errors import LeaderNotAvailable, NotController, NotLeaderOrFollower, UnknownTopicOrPartition
 
 if TYPE_CHECKING:
-    from laketail.broker import Broker
+    from laketail.cluster.ports import ClusterHost
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +58,18 @@ def _unknown_partition(resp: PeerResponse) -> bool:
 
 
 class ClusterNode:
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
-        self.settings = broker.settings
-        self.broker_id = broker.settings.broker_id
-        self.store = ClusterStore(broker.settings.data)
+    """This broker's membership of the cluster (see the module docstring). ``host`` is
+    the broker as the cluster parts see it (:class:`~laketail.cluster.ports.ClusterHost`).
+    Event loop thread only."""
+
+    def __init__(self, host: "ClusterHost") -> None:
+        self.host = host
+        self.settings = host.settings
+        self.broker_id = host.settings.broker_id
+        self.store = ClusterStore(host.settings.data)
         self.incarnation = uuid.uuid4().hex
         self.registration = BrokerRegistration(
-            self.broker_id, broker.settings.url, self.incarnation, True, int(time.time() * 1000)
+            self.broker_id, host.settings.url, self.incarnation, True, int(time.time() * 1000)
         )
         self.image = ClusterImage()
         self.isr_shrinks = 0  # of partitions this broker leads (metrics: Kafka's IsrShrinksPerSec)
@@ -93,7 +97,13 @@ class ClusterNode:
 
     @property
     def is_controller(self) -> bool:
-        return self.controller is not None and self.controller.active
+        return self.active_controller is not None
+
+    @property
+    def active_controller(self) -> Controller | None:
+        """The controller when this broker is the active one, else None."""
+        controller = self.controller
+        return controller if controller is not None and controller.active else None
 
     @property
     def fenced(self) -> bool:
@@ -126,10 +136,7 @@ class ClusterNode:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for task in list(self.replicas._fetchers.values()):
-            task.cancel()
-        if self.replicas._isr_task is not None:
-            self.replicas._isr_task.cancel()
+        self.replicas.stop()
         for link in self._links.values():
             link.close()
         for pool in self._pools.values():
@@ -155,7 +162,7 @@ class ClusterNode:
             except Conflict:
                 return False
             self._last_contact = time.monotonic()
-            if self.broker.coordinators_loaded:  # taking over from a controller that died
+            if self.host.coordinators_loaded:  # taking over from a controller that died
                 self._tasks.append(asyncio.create_task(self._load_coordinators(), name="laketail-coordinators"))
             return True
         finally:
@@ -168,7 +175,7 @@ class ClusterNode:
         deadline = time.monotonic() + 10 * session
         while True:
             try:
-                await self.broker.load_coordinators()
+                await self.host.load_coordinators()
                 return
             except Exception as exc:
                 if time.monotonic() > deadline:
@@ -189,8 +196,9 @@ class ClusterNode:
         while True:
             await asyncio.sleep(interval if not self.is_controller else min(interval, 0.2))
             try:
-                if self.is_controller:
-                    await self.controller.tick()
+                controller = self.active_controller
+                if controller is not None:
+                    await controller.tick()
                     continue
                 await self._heartbeat()
             except asyncio.CancelledError:
@@ -220,26 +228,28 @@ class ClusterNode:
             return False
         return now - self._learned[1] > session
 
-    def _leos(self) -> dict[str, int]:
-        return {f"{plog.topic}/{plog.partition}": plog.log_end_offset for plog in self.broker.logs.all()}
+    def leos(self) -> dict[str, int]:
+        """This broker's replicas' log end offsets, by ``topic/partition`` (heartbeats carry them)."""
+        return {f"{plog.topic}/{plog.partition}": plog.log_end_offset for plog in self.host.logs.all()}
 
     async def _heartbeat(self) -> None:
         controller_id, epoch = await asyncio.to_thread(self.store.controller)
         if controller_id == NO_LEADER:
             raise NotController("no controller has been elected yet")
-        body = {
+        body: dict[str, Any] = {
             "broker_id": self.broker_id, "url": self.settings.url, "incarnation": self.incarnation,
-            "leos": self._leos(), "known_version": self.image.version,
+            "leos": self.leos(), "known_version": self.image.version,
         }
         if controller_id == self.broker_id:
-            if not self.is_controller:
+            controller = self.active_controller
+            if controller is None:
                 raise NotController("this broker is named controller but is not active")
-            answer = await self.controller.heartbeat(**body)
+            answer = await controller.heartbeat(**body)
         else:
             url = await self._broker_url(controller_id)
             timeout = max(0.5, min(self.settings.broker_session_timeout_ms / 2000, 5.0))
-            answer = await self._post(url, f"{INTERNAL}/heartbeat", json=body, timeout=timeout)
-            answer = answer.json()
+            resp = await self._post(url, f"{INTERNAL}/heartbeat", json=body, timeout=timeout)
+            answer = resp.json()
         self._last_contact = time.monotonic()
         self._heard_from = (controller_id, epoch)
         if "image" in answer:
@@ -259,7 +269,7 @@ class ClusterNode:
             self.isr_shrinks += shrinks
             self.isr_expands += expands
             self.image = image
-            await self.broker._apply_image(image)
+            await self.host.apply_topics(image)
             await self.replicas.apply(image)
         if self.is_controller:
             for b in image.brokers.values():
@@ -340,10 +350,11 @@ class ClusterNode:
             ) from exc
 
     async def alter_partition(self, reg: PartitionRegistration, isr: list[int]) -> PartitionRegistration:
-        args = dict(topic=reg.topic, partition=reg.partition, leader=self.broker_id,
-                    leader_epoch=reg.leader_epoch, partition_epoch=reg.partition_epoch, isr=isr)
-        if self.is_controller:
-            return await self.controller.alter_partition(**args)
+        args: dict[str, Any] = dict(topic=reg.topic, partition=reg.partition, leader=self.broker_id,
+                                    leader_epoch=reg.leader_epoch, partition_epoch=reg.partition_epoch, isr=isr)
+        controller = self.active_controller
+        if controller is not None:
+            return await controller.alter_partition(**args)
         resp = await self.call_controller("POST", f"{INTERNAL}/alter-partition", json=args)
         return PartitionRegistration(**resp.json())
 

@@ -28,7 +28,7 @@ import logging
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from laketail.cluster.metadata import NO_LEADER, ClusterImage, PartitionRegistration
 from laketail.errors import (
@@ -86,24 +86,31 @@ def decode_fetch_response(body: bytes) -> list[tuple[dict, bytes]]:
 class ReplicaManager:
     def __init__(self, node: "ClusterNode") -> None:
         self.node = node
-        self.broker = node.broker
+        self.host = node.host
         self.me = node.broker_id
         self.leading: dict[tuple[str, int], LeaderState] = {}
         self.following: dict[tuple[str, int], PartitionRegistration] = {}
         self._fetchers: dict[int, asyncio.Task] = {}
         self._isr_task: asyncio.Task | None = None
 
+    def stop(self) -> None:
+        """Cancel the fetcher tasks and the ISR check (shutdown; they end at their next await)."""
+        for task in list(self._fetchers.values()):
+            task.cancel()
+        if self._isr_task is not None:
+            self._isr_task.cancel()
+
     # -- applying the controller's decisions ------------------------------------------------------
 
     async def apply(self, image: ClusterImage) -> None:
-        broker = self.broker
+        host = self.host
         for (topic, p), reg in sorted(image.partitions.items()):
-            if topic not in broker._topics:
+            if not host.has_topic(topic):
                 continue
             key = (topic, p)
             if self.me not in reg.replicas:
                 continue
-            plog = await broker._open_partition(topic, p, replicated=len(reg.replicas) > 1)
+            plog = await host.open_partition(topic, p, replicated=len(reg.replicas) > 1)
             if reg.leader == self.me:
                 state = self.leading.get(key)
                 if state is None or state.reg.leader_epoch != reg.leader_epoch:
@@ -113,7 +120,8 @@ class ReplicaManager:
                     self._update_hw(state)
             else:
                 old = self.following.get(key)
-                if key in self.leading or old is None or old.leader_epoch != reg.leader_epoch or old.leader != reg.leader:
+                if (key in self.leading or old is None or old.leader_epoch != reg.leader_epoch
+                        or old.leader != reg.leader):
                     self._become_follower(reg, plog)
                 else:
                     self.following[key] = reg
@@ -132,8 +140,8 @@ class ReplicaManager:
         key = (reg.topic, reg.partition)
         self.following.pop(key, None)
         # Another leader may have tiered more than this broker saw as a follower.
-        await asyncio.to_thread(self.broker.tables.refresh, reg.topic)
-        tiered = self.broker.tables.tiered_offset(reg.topic, reg.partition)
+        await asyncio.to_thread(self.host.tables.refresh, reg.topic)
+        tiered = self.host.tables.tiered_offset(reg.topic, reg.partition)
         if tiered > plog.log_end_offset:
             # Only after an unclean election: the table holds offsets this log never got.
             # Continue after them rather than give the same offsets to other records.
@@ -153,7 +161,7 @@ class ReplicaManager:
         if plog.log_end_offset > plog.tiered_offset:
             # Records the previous leader left untiered: tier them at the next pass. (A new
             # partition has none, and its first pass waits table.flush.interval.ms.)
-            self.broker.tierer.schedule(reg.topic)
+            self.host.schedule_tiering(reg.topic)
 
     def _become_follower(self, reg: PartitionRegistration, plog: PartitionLog) -> None:
         key = (reg.topic, reg.partition)
@@ -203,7 +211,9 @@ class ReplicaManager:
                 f"fewer than min.insync.replicas={min_insync}"
             )
 
-    async def wait_replicated(self, topic: str, partition: int, end_offset: int, min_insync: int, timeout_s: float) -> None:
+    async def wait_replicated(
+        self, topic: str, partition: int, end_offset: int, min_insync: int, timeout_s: float
+    ) -> None:
         """acks=all: return once HW reaches ``end_offset`` with the ISR still at least
         ``min_insync`` strong."""
         state = self.leader_state(topic, partition)
@@ -255,7 +265,9 @@ class ReplicaManager:
                 answer["error"] = "NOT_LEADER_OR_FOLLOWER"
                 continue
             if req["leader_epoch"] != state.reg.leader_epoch:
-                answer["error"] = "FENCED_LEADER_EPOCH" if req["leader_epoch"] < state.reg.leader_epoch else "UNKNOWN_LEADER_EPOCH"
+                answer["error"] = (
+                    "FENCED_LEADER_EPOCH" if req["leader_epoch"] < state.reg.leader_epoch else "UNKNOWN_LEADER_EPOCH"
+                )
                 continue
             plog = state.plog
             offset, last_epoch = req["fetch_offset"], req["last_fetched_epoch"]
@@ -343,7 +355,7 @@ class ReplicaManager:
             state.altering = False
 
     async def _isr_loop(self) -> None:
-        lag_max = self.broker.settings.replica_lag_time_max_ms / 1000
+        lag_max = self.host.settings.replica_lag_time_max_ms / 1000
         while True:
             await asyncio.sleep(min(lag_max / 2, 0.5))
             now = time.monotonic()
@@ -372,12 +384,12 @@ class ReplicaManager:
                 self._fetchers.pop(leader).cancel()
 
     async def _fetch_loop(self, leader: int) -> None:
-        settings = self.broker.settings
+        settings = self.host.settings
         while True:
             parts = [(key, reg) for key, reg in self.following.items() if reg.leader == leader]
             if not parts:
                 return
-            body = {
+            body: dict[str, Any] = {
                 "replica_id": self.me,
                 "max_wait_ms": settings.replica_fetch_wait_max_ms,
                 "max_bytes": settings.replica_fetch_max_bytes,
@@ -386,7 +398,7 @@ class ReplicaManager:
             plogs = {}
             for (topic, p), reg in parts:
                 try:
-                    plog = self.broker.logs.get(topic, p)
+                    plog = self.host.logs.get(topic, p)
                 except LaketailError:
                     continue
                 plogs[(topic, p)] = plog
@@ -405,11 +417,11 @@ class ReplicaManager:
             progressed = False
             for answer, data in decode_fetch_response(raw):
                 key = (answer["topic"], answer["partition"])
-                plog = plogs.get(key)
-                if plog is None or self.following.get(key) is None or self.following[key].leader != leader:
+                fetched = plogs.get(key)
+                if fetched is None or self.following.get(key) is None or self.following[key].leader != leader:
                     continue
                 try:
-                    progressed |= await self._apply_answer(plog, answer, data)
+                    progressed |= await self._apply_answer(fetched, answer, data)
                 except Exception:
                     log.exception("applying the leader's answer for %s-%d failed", *key)
             if not progressed and any(a.get("error") for a, _ in decode_fetch_response(raw)):

@@ -16,6 +16,7 @@ opens the table anew; callers run these in worker threads.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Callable
 
@@ -24,6 +25,8 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from laketail.cluster.metadata import NO_LEADER, BrokerRegistration, PartitionRegistration
+
+log = logging.getLogger(__name__)
 
 BROKERS_SCHEMA = pa.schema([
     ("broker_id", pa.int32()),
@@ -118,15 +121,17 @@ class ClusterStore:
             dt.create_checkpoint()
             dt.cleanup_metadata()
             dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
-        except Exception:
-            pass  # tidying is an optimisation; the next checkpoint tries again
+        except Exception as exc:  # tidying is an optimisation; the next checkpoint tries again
+            log.warning("tidying %s (checkpoint, log cleanup, vacuum) failed: %s", uri, exc)
 
     # -- brokers ----------------------------------------------------------------------------
 
     def brokers(self) -> dict[int, BrokerRegistration]:
         _, rows = self._rows(self.brokers_uri, BROKERS_SCHEMA)
         return {
-            r["broker_id"]: BrokerRegistration(r["broker_id"], r["url"], r["incarnation"], r["alive"], r["registered_ms"])
+            r["broker_id"]: BrokerRegistration(
+                r["broker_id"], r["url"], r["incarnation"], r["alive"], r["registered_ms"]
+            )
             for r in rows
         }
 
@@ -227,7 +232,7 @@ class ClusterStore:
                     "replica_index": index, "partition_epoch": reg.partition_epoch, "updated_ms": now,
                 })
 
-        def change(_: list[dict]) -> list[dict]:
+        def change(_rows: list[dict]) -> list[dict]:
             _, epoch = self.controller()
             if epoch != controller_epoch:
                 raise Conflict(f"controller epoch is {epoch}, not {controller_epoch}: deposed")

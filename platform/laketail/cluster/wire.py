@@ -85,7 +85,7 @@ class PeerLink:
 
     @property
     def open(self) -> bool:
-        return self._writer is not None and not self._reader.at_eof()
+        return self._writer is not None and self._reader is not None and not self._reader.at_eof()
 
     async def post_json(self, path: str, payload: dict, timeout_s: float) -> bytes:
         """POST ``payload`` as JSON, idempotently; the answer's body, or the gateway's
@@ -121,7 +121,7 @@ class PeerLink:
         request = b"".join(head) + b"\r\n" + content
         async with self._lock:
             for attempt in range(2):
-                if self._writer is not None and self._reader.at_eof():
+                if self._writer is not None and self._reader is not None and self._reader.at_eof():
                     self.close()  # the peer closed it while it was idle: never sent on
                 reused = self._writer is not None
                 try:
@@ -142,6 +142,7 @@ class PeerLink:
                 asyncio.open_connection(self._host, self._port, limit=_MAX_HEAD), self._connect_timeout_s
             )
         reader, writer = self._reader, self._writer
+        assert reader is not None and writer is not None  # opened together, just above
         writer.write(request)
         try:
             await writer.drain()
@@ -198,7 +199,7 @@ class PeerPool:
 
 
 async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    parts = []
+    parts: list[bytes] = []
     while True:
         size_line = await reader.readuntil(b"\r\n")
         size = int(size_line.split(b";", 1)[0], 16)

@@ -129,7 +129,7 @@ def cooperative_sticky(
     rebalance must hand it over.
     """
     target = sticky_assign(subscriptions, partitions, owned)
-    current_owner = {}
+    current_owner: dict[TopicPartition, str] = {}
     for member, tps in owned.items():
         for tp in tps:
             current_owner.setdefault(tp, member)

@@ -50,10 +50,11 @@ from laketail.errors import (
     InvalidSessionTimeout,
     RebalanceInProgress,
     UnknownMemberId,
+    UnknownTopicOrPartition,
 )
 
 if TYPE_CHECKING:
-    from laketail.broker import Broker
+    from laketail.coordinator.ports import TopicDirectory
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +104,16 @@ class Group:
 
 
 class GroupCoordinator:
+    """Kafka's group membership and rebalances (see the module docstring).
+
+    Parts (passed in by the broker): ``topics`` -- partition counts of the subscribed
+    topics (:class:`~laketail.coordinator.ports.TopicDirectory`); ``offsets`` -- the
+    sibling offset store commits go to; ``clock`` -- session and rebalance deadlines.
+    Event loop thread only."""
+
     def __init__(
         self,
-        broker: "Broker",
+        topics: "TopicDirectory",
         offsets: OffsetStore,
         clock: Clock,
         *,
@@ -113,7 +121,7 @@ class GroupCoordinator:
         max_session_timeout_ms: int = 1_800_000,
         initial_rebalance_delay_ms: int = 3_000,
     ) -> None:
-        self.broker = broker
+        self.topics = topics
         self.offsets = offsets
         self.clock = clock
         self.min_session_timeout_ms = min_session_timeout_ms
@@ -131,7 +139,9 @@ class GroupCoordinator:
         return [self._groups.get(n) or Group(n) for n in sorted(names)]
 
     def describe(self, group_id: str) -> Group:
-        return self._groups.get(group_id) or Group(group_id, state="Dead" if group_id not in self.offsets.groups() else "Empty")
+        return self._groups.get(group_id) or Group(
+            group_id, state="Dead" if group_id not in self.offsets.groups() else "Empty"
+        )
 
     def active_groups(self) -> set[str]:
         return {g.group_id for g in self._groups.values() if g.members}
@@ -238,8 +248,8 @@ class GroupCoordinator:
         for m in members:
             for topic in m.topics:
                 try:
-                    partitions[topic] = self.broker.topic(topic).partitions
-                except Exception:
+                    partitions[topic] = self.topics.topic(topic).partitions
+                except UnknownTopicOrPartition:  # not created yet, or deleted: nothing to assign
                     partitions[topic] = 0
         group.metadata = dict(partitions)
         subscriptions = {m.member_id: m.topics for m in members}
@@ -269,7 +279,7 @@ class GroupCoordinator:
     def _member(self, group_id: str, member_id: str) -> tuple[Group, Member]:
         group = self._groups.get(group_id)
         member = group.members.get(member_id) if group else None
-        if member is None:
+        if group is None or member is None:
             raise UnknownMemberId(f"member '{member_id}' is not in group '{group_id}'")
         return group, member
 
@@ -334,8 +344,8 @@ class GroupCoordinator:
         coordinator, which assigns, notices it itself (members learn from heartbeats)."""
         for topic, count in group.metadata.items():
             try:
-                now_count = self.broker.topic(topic).partitions
-            except Exception:  # deleted, or not created yet
+                now_count = self.topics.topic(topic).partitions
+            except UnknownTopicOrPartition:  # deleted, or not created yet
                 now_count = 0
             if now_count != count:
                 return True

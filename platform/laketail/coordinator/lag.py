@@ -17,11 +17,34 @@ below 1,000, warning below 10,000, critical from there on.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
+
+from laketail.coordinator.ports import PartitionReader
+from laketail.errors import LaketailError
 
 if TYPE_CHECKING:
-    from laketail.broker import Broker
+    from laketail.clock import Clock
+    from laketail.coordinator.groups import GroupCoordinator
+    from laketail.coordinator.offsets import OffsetStore
+
+log = logging.getLogger(__name__)
+
+
+class LagSource(PartitionReader, Protocol):
+    """What :func:`group_lags` reads: the partitions' offsets and first unread records
+    (any broker answers for any partition), the group's committed offsets and members,
+    and the clock for time lag. The broker is one; called on the event loop thread."""
+
+    @property
+    def offsets(self) -> OffsetStore: ...
+
+    @property
+    def groups(self) -> GroupCoordinator: ...
+
+    @property
+    def clock(self) -> Clock: ...
 
 
 @dataclass(frozen=True)
@@ -52,8 +75,10 @@ def lag_status(lag: int) -> str:
     return "critical"
 
 
-async def group_lags(broker: "Broker", group_id: str) -> list[PartitionLag]:
-    """Lag for every partition the group has committed or is assigned, sorted."""
+async def group_lags(broker: "LagSource", group_id: str) -> list[PartitionLag]:
+    """Lag for every partition the group has committed or is assigned, sorted. Event
+    loop thread; a partition whose offsets cannot be had (deleted, leader unreachable)
+    is left out of the answer."""
     offsets = broker.offsets.group_offsets(group_id)
     owners: dict[tuple[str, int], tuple[str, str, str]] = {}
     group = broker.groups.group(group_id)
@@ -66,7 +91,8 @@ async def group_lags(broker: "Broker", group_id: str) -> list[PartitionLag]:
     for topic, partition in sorted(set(offsets) | set(owners)):
         try:
             state = await broker.partition_state_async(topic, partition)
-        except Exception:  # the topic was deleted since (or its leader is unreachable)
+        except LaketailError as exc:  # the topic was deleted since (or its leader is unreachable)
+            log.debug("lag of group %s: %s-%d left out: %s", group_id, topic, partition, exc)
             continue
         committed = offsets.get((topic, partition))
         current = committed.offset if committed is not None else -1

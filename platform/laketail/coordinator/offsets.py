@@ -38,8 +38,9 @@ from laketail.bounds import INT64_MAX, bounded_int
 from laketail.errors import OffsetMetadataTooLarge, UnknownTopicOrPartition
 
 if TYPE_CHECKING:
-    from laketail.broker import Broker
     from laketail.catalog import TopicInfo
+    from laketail.clock import Clock
+    from laketail.coordinator.ports import CoordinatorLog
 
 log = logging.getLogger(__name__)
 
@@ -130,9 +131,18 @@ def encode_value(committed: CommittedOffset) -> bytes:
 
 
 class OffsetStore:
-    def __init__(self, broker: "Broker", num_partitions: int = 50) -> None:
-        self.broker = broker
+    """Committed offsets of every group, cached in memory, kept in ``__consumer_offsets``.
+
+    Parts (passed in by the broker): ``internal_log`` -- the internal topic (create, append,
+    load; :class:`~laketail.coordinator.ports.CoordinatorLog`); ``clock`` -- stamps
+    commits that carry no timestamp. Event loop thread only."""
+
+    def __init__(self, internal_log: "CoordinatorLog", clock: "Clock", num_partitions: int = 50,
+                 replication_factor: int = 3) -> None:
+        self.internal_log = internal_log
+        self.clock = clock
         self.num_partitions = num_partitions
+        self.replication_factor = replication_factor
         self._cache: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self._ready = asyncio.Lock()
         self._exists = False
@@ -146,28 +156,28 @@ class OffsetStore:
         if self._exists:
             return
         async with self._ready:
-            if OFFSETS_TOPIC not in self.broker.list_topics():
-                await self.broker.create_topic(
+            if OFFSETS_TOPIC not in self.internal_log.list_topics():
+                await self.internal_log.create_topic(
                     OFFSETS_TOPIC,
                     self.num_partitions,
-                    self.broker.settings.offsets_topic_replication_factor,  # capped at the live brokers
+                    self.replication_factor,  # capped at the live brokers
                     {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)},
                     internal_topics_allowed=True,
                 )
             else:
-                self.num_partitions = self.broker.topic(OFFSETS_TOPIC).partitions
+                self.num_partitions = self.internal_log.topic(OFFSETS_TOPIC).partitions
             self._exists = True
 
     async def load(self) -> None:
         """Rebuild the cache from the log (latest value per key wins; null deletes)."""
-        if OFFSETS_TOPIC not in self.broker.list_topics():
+        if OFFSETS_TOPIC not in self.internal_log.list_topics():
             return
-        self.num_partitions = self.broker.topic(OFFSETS_TOPIC).partitions
+        self.num_partitions = self.internal_log.topic(OFFSETS_TOPIC).partitions
         self._exists = True
         cache: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         skipped = 0
         for partition in range(self.num_partitions):
-            async for records in self.broker.read_to_log_end(OFFSETS_TOPIC, partition):
+            async for records in self.internal_log.read_to_log_end(OFFSETS_TOPIC, partition):
                 skipped += self._apply(cache, records, partition)
         self._cache = cache
         self.skipped_records = skipped
@@ -219,8 +229,8 @@ class OffsetStore:
         commit without a timestamp is stamped with the broker's clock."""
         if not offsets:
             return
-        check_commit(self.broker.topic, offsets)
-        now_ms = self.broker.clock.now_ms()
+        check_commit(self.internal_log.topic, offsets)
+        now_ms = self.clock.now_ms()
         offsets = {
             tp: c if c.commit_timestamp_ms >= 0 else CommittedOffset(c.offset, c.metadata, now_ms)
             for tp, c in offsets.items()
@@ -254,7 +264,7 @@ class OffsetStore:
                 "partition": pa.array([partition] * len(keys), pa.int32()),
             }
         )
-        await self.broker.produce(OFFSETS_TOPIC, batch, acks="all", internal_topics_allowed=True)
+        await self.internal_log.produce(OFFSETS_TOPIC, batch, acks="all", internal_topics_allowed=True)
 
     async def expire(self, now_ms: int, retention_ms: int, active_groups: set[str]) -> int:
         """Kafka's ``offsets.retention.minutes``: a group with no members loses the

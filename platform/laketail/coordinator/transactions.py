@@ -87,7 +87,10 @@ from laketail.records import build_frame_batch
 from laketail.storage.partition_log import ProducerBatch
 
 if TYPE_CHECKING:
-    from laketail.broker import Broker
+    from laketail.clock import Clock
+    from laketail.coordinator.groups import GroupCoordinator
+    from laketail.coordinator.offsets import OffsetStore
+    from laketail.coordinator.ports import CoordinatorLog, MarkerWriter
 
 log = logging.getLogger(__name__)
 
@@ -231,14 +234,33 @@ class SinkState:
 
 
 class TransactionCoordinator:
+    """Kafka's transaction coordinator (see the module docstring).
+
+    Parts (passed in by the broker): ``internal_log`` -- ``__transaction_state``
+    (:class:`~laketail.coordinator.ports.CoordinatorLog`); ``markers`` -- where
+    COMMIT/ABORT markers are appended (:class:`~laketail.coordinator.ports.MarkerWriter`);
+    the sibling ``groups`` (member checks of transactional offset commits) and
+    ``offsets`` (where those offsets go at commit); ``clock``. Event loop thread only;
+    one asyncio lock orders the state changes."""
+
     def __init__(
         self,
-        broker: "Broker",
+        internal_log: "CoordinatorLog",
+        markers: "MarkerWriter",
+        groups: "GroupCoordinator",
+        offsets: "OffsetStore",
+        clock: "Clock",
         *,
         num_partitions: int = 50,
+        replication_factor: int = 3,
         max_timeout_ms: int = 900_000,
     ) -> None:
-        self.broker = broker
+        self.internal_log = internal_log
+        self.markers = markers
+        self.groups = groups
+        self.offsets = offsets
+        self.clock = clock
+        self.replication_factor = replication_factor
         self.num_partitions = num_partitions
         self.max_timeout_ms = max_timeout_ms
         self._txns: dict[str, TxnMetadata] = {}
@@ -257,13 +279,13 @@ class TransactionCoordinator:
     async def _ensure_topic(self) -> None:
         if self._topic_ready:
             return
-        if TXN_TOPIC not in self.broker.list_topics():
-            await self.broker.create_topic(
-                TXN_TOPIC, self.num_partitions, self.broker.settings.transaction_state_log_replication_factor,
+        if TXN_TOPIC not in self.internal_log.list_topics():
+            await self.internal_log.create_topic(
+                TXN_TOPIC, self.num_partitions, self.replication_factor,
                 {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)},
                 internal_topics_allowed=True,
             )
-        self.num_partitions = self.broker.topic(TXN_TOPIC).partitions
+        self.num_partitions = self.internal_log.topic(TXN_TOPIC).partitions
         self._topic_ready = True
 
     async def _write(self, key: StateKey, value: bytes | None) -> None:
@@ -273,7 +295,7 @@ class TransactionCoordinator:
             "value": pa.array([value], pa.binary()),
             "partition": pa.array([partition_for_group(legacy_name(key), self.num_partitions)], pa.int32()),
         })
-        await self.broker.produce(TXN_TOPIC, batch, acks="all", internal_topics_allowed=True)
+        await self.internal_log.produce(TXN_TOPIC, batch, acks="all", internal_topics_allowed=True)
 
     def _skip(self, partition: int, offset: int, why: object) -> None:
         self.skipped_records += 1
@@ -285,14 +307,14 @@ class TransactionCoordinator:
 
         Forgiving: a record that cannot be decoded is skipped, logged and counted in
         :attr:`skipped_records`, and the rest is loaded."""
-        if TXN_TOPIC not in self.broker.list_topics():
+        if TXN_TOPIC not in self.internal_log.list_topics():
             return
         self._topic_ready = True
-        self.num_partitions = self.broker.topic(TXN_TOPIC).partitions
+        self.num_partitions = self.internal_log.topic(TXN_TOPIC).partitions
         self.skipped_records = 0
         latest: dict[StateKey, tuple[bytes | None, int, int]] = {}
         for partition in range(self.num_partitions):
-            async for records in self.broker.read_to_log_end(TXN_TOPIC, partition):
+            async for records in self.internal_log.read_to_log_end(TXN_TOPIC, partition):
                 for key, value, offset, control in zip(
                     records.column("key").to_pylist(), records.column("value").to_pylist(),
                     records.column("offset").to_pylist(), records.column("control").to_pylist(),
@@ -440,7 +462,7 @@ class TransactionCoordinator:
     def _begin(self, meta: TxnMetadata) -> None:
         if meta.state != "Ongoing":
             meta.state = "Ongoing"
-            meta.start_ms = self.broker.clock.now_ms()
+            meta.start_ms = self.clock.now_ms()
             meta.partitions = set()
             meta.offsets = {}
 
@@ -449,7 +471,7 @@ class TransactionCoordinator:
         async with self._lock:
             meta = self._check(transactional_id, producer_id, producer_epoch)
             for topic, partition in partitions:
-                self.broker.partition_state(topic, partition)  # UNKNOWN_TOPIC_OR_PARTITION
+                self.markers.check_partition(topic, partition)  # UNKNOWN_TOPIC_OR_PARTITION
             self._begin(meta)
             if not set(partitions) <= meta.partitions:
                 meta.partitions |= set(partitions)
@@ -482,10 +504,10 @@ class TransactionCoordinator:
         async with self._lock:
             meta = self._check(transactional_id, producer_id, producer_epoch)
             if generation_id >= 0 or member_id:
-                self.broker.groups.check_member(group_id, generation_id, member_id)
+                self.groups.check_member(group_id, generation_id, member_id)
             # Checked now, not at commit: after PREPARE the commit cannot fail any more,
             # and a refused request must leave the transaction as it was.
-            check_commit(self.broker.topic, offsets)
+            check_commit(self.markers.topic, offsets)
             self._begin(meta)
             meta.offsets.setdefault(group_id, {}).update(offsets)
             await self._write(("txn", transactional_id), meta.to_json())
@@ -523,7 +545,7 @@ class TransactionCoordinator:
                 for topic, partition in offsets.keys() - live.keys():
                     log.warning("%s: %s-%d is gone; its offset for group %s is dropped",
                                 meta.transactional_id, topic, partition, group_id)
-                await self.broker.offsets.commit(group_id, live)
+                await self.offsets.commit(group_id, live)
         meta.state = "CompleteCommit" if commit else "CompleteAbort"
         meta.partitions = set()
         meta.offsets = {}
@@ -531,7 +553,7 @@ class TransactionCoordinator:
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
         try:
-            self.broker.partition_state(topic, partition)
+            self.markers.check_partition(topic, partition)
         except UnknownTopicOrPartition:
             return False
         return True
@@ -540,16 +562,16 @@ class TransactionCoordinator:
         if not self._partition_exists(topic, partition):
             return  # the topic was deleted meanwhile
         marker = build_frame_batch(
-            timestamps_us=[self.broker.clock.now_ms() * 1000], keys=[None], values=[None],
+            timestamps_us=[self.clock.now_ms() * 1000], keys=[None], values=[None],
             producer_id=producer_id, producer_epoch=epoch, transactional=True, control=kind,
         )
         # acks=all: a marker is only written once every in-sync replica has it.
-        await self.broker.append(topic, partition, marker, "all",
+        await self.markers.append(topic, partition, marker, "all",
                                  producer=ProducerBatch(producer_id, epoch, -1, True, kind))
 
     def tick(self) -> list[str]:
         """Transactions open past ``transaction.timeout.ms``; :meth:`expire` aborts them."""
-        now = self.broker.clock.now_ms()
+        now = self.clock.now_ms()
         return [
             m.transactional_id for m in self._txns.values()
             if m.state == "Ongoing" and now - m.start_ms > m.timeout_ms

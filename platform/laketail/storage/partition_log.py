@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 
 from laketail.clock import Clock
 from laketail.config import TopicConfig
-from laketail.errors import KafkaStorageError
+from laketail.errors import KafkaStorageError, LaketailError
 from laketail.records import RECORD_SCHEMA, to_record_batch, widen_frames
 from laketail.storage import frame
 from laketail.storage.block_cache import BLOCKS, NotCached
@@ -385,7 +385,7 @@ class PartitionLog:
                     try:
                         dup = state.check(meta.producer_id, meta.producer_epoch, meta.base_sequence,
                                           item.count, meta.control is not None)
-                    except Exception as exc:
+                    except LaketailError as exc:  # OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH
                         results.append(exc)
                         continue
                     if isinstance(dup, Duplicate):
@@ -605,7 +605,7 @@ class PartitionLog:
             except OSError:
                 segment.truncate_to(size_before)
                 raise
-            for head, payload, header in frames:
+            for _head, payload, header in frames:
                 self._note_epoch(header.leader_epoch, header.base_offset)
                 if header.attributes:
                     batch = pa.ipc.read_record_batch(pa.py_buffer(payload), frame.FRAME_SCHEMA)

@@ -77,7 +77,7 @@ class DataFile:
 @dataclass
 class _TopicTable:
     uri: str
-    table: DeltaTable | None
+    table: DeltaTable
     version: int = -1
     files: dict[int, list[DataFile]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)

@@ -31,12 +31,15 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction
 
 from laketail.clock import Clock
+from laketail.errors import UnknownTopicOrPartition
 from laketail.records import RECORD_SCHEMA
 from laketail.storage.data_files import write_data_file
-from laketail.storage.table_reader import DataFile, tier_app_id
+from laketail.storage.table_reader import DataFile, TableReader, tier_app_id
 
 if TYPE_CHECKING:
-    from laketail.broker import Broker
+    from laketail.storage.log_manager import LogManager
+    from laketail.storage.partition_log import PartitionLog
+    from laketail.storage.ports import LeadershipView, TopicConfigs
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +48,25 @@ MAX_BYTES_PER_FILE = 256 * 1024 * 1024
 
 
 class Tierer:
-    def __init__(self, broker: "Broker", clock: Clock) -> None:
-        self.broker = broker
+    """Hot logs -> Delta tables (see the module docstring).
+
+    Parts (passed in by the broker): ``topics`` -- names and configs
+    (:class:`~laketail.storage.ports.TopicConfigs`); ``logs`` -- the hot logs;
+    ``tables`` -- the Delta tables; ``leadership`` -- which partitions this broker
+    leads, at which epoch (:class:`~laketail.storage.ports.LeadershipView`); ``clock``."""
+
+    def __init__(
+        self,
+        topics: "TopicConfigs",
+        logs: "LogManager",
+        tables: TableReader,
+        leadership: "LeadershipView",
+        clock: Clock,
+    ) -> None:
+        self.topics = topics
+        self.logs = logs
+        self.tables = tables
+        self.leadership = leadership
         self.clock = clock
         self._task: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
@@ -72,7 +92,7 @@ class Tierer:
                 self._wake.set()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-            for topic in self.broker.list_topics():
+            for topic in self.topics.list_topics():
                 await self.tier_now(topic)
 
     def schedule(self, topic: str) -> None:
@@ -85,8 +105,8 @@ class Tierer:
         """The topic's config changed: its next pass is one interval, the new one, from
         now (a longer interval set now holds from now, a shorter one starts now)."""
         try:
-            interval = self.broker.topic_config(topic).table_flush_interval_ms / 1000.0
-        except Exception:
+            interval = self.topics.topic_config(topic).table_flush_interval_ms / 1000.0
+        except UnknownTopicOrPartition:  # deleted meanwhile: nothing to schedule
             return
         self._due[topic] = self.clock.monotonic() + interval
         if self._wake is not None:
@@ -97,10 +117,10 @@ class Tierer:
         if self._wake is None:
             return
         try:
-            config = self.broker.topic_config(topic)
-        except Exception:
+            config = self.topics.topic_config(topic)
+        except UnknownTopicOrPartition:  # deleted meanwhile: nothing to tier
             return
-        for plog in self.broker.logs.partitions(topic):
+        for plog in self.logs.partitions(topic):
             if plog.untiered_bytes >= config.table_flush_bytes:
                 self._due[topic] = 0.0
                 self._wake.set()
@@ -117,12 +137,12 @@ class Tierer:
     async def _run(self) -> None:
         while not self._stopping:
             now = self.clock.monotonic()
-            topics = self.broker.list_topics()
+            topics = self.topics.list_topics()
             for topic in topics:
                 if topic not in self._due:  # new (or just opened): one interval from now
                     try:
-                        self._due[topic] = now + self.broker.topic_config(topic).table_flush_interval_ms / 1000.0
-                    except Exception:
+                        self._due[topic] = now + self.topics.topic_config(topic).table_flush_interval_ms / 1000.0
+                    except UnknownTopicOrPartition:  # deleted since the listing
                         continue
             next_due = now + 1.0
             for topic in topics:
@@ -131,15 +151,15 @@ class Tierer:
                     next_due = min(next_due, due)
                     continue
                 try:
-                    interval = self.broker.topic_config(topic).table_flush_interval_ms / 1000.0
-                except Exception:
+                    interval = self.topics.topic_config(topic).table_flush_interval_ms / 1000.0
+                except UnknownTopicOrPartition:  # deleted since the listing
                     continue
                 self._due[topic] = now + interval
                 next_due = min(next_due, now + interval)
                 await self.tier_now(topic)
                 await self._follow_table(topic)
             try:
-                await asyncio.to_thread(self.broker.logs.housekeeping, self.clock.now_ms())
+                await asyncio.to_thread(self.logs.housekeeping, self.clock.now_ms())
             except Exception:
                 log.exception("hot log housekeeping failed")
             delay = max(0.0, next_due - self.clock.monotonic())
@@ -163,13 +183,13 @@ class Tierer:
     def _follow_table_sync(self, topic: str) -> None:
         """In a worker thread: every step reads the Delta table (and may wait for its
         lock while a tier commit holds it), which must not stall the event loop."""
-        tables = self.broker.tables
+        tables = self.tables
         tables.refresh(topic)
         table, lock = tables.delta_table(topic)
         with lock:
             version = table.version()
-        plogs = list(self.broker.logs.partitions(topic))
-        followers = tuple(plog.partition for plog in plogs if not self.broker.leads(topic, plog.partition))
+        plogs = list(self.logs.partitions(topic))
+        followers = tuple(plog.partition for plog in plogs if not self.leadership.leads(topic, plog.partition))
         seen = (version, tuple(plog.partition for plog in plogs), followers)
         if self._followed.get(topic) == seen:
             return  # neither the table nor our replicas changed: an idle topic reads nothing
@@ -201,30 +221,29 @@ class Tierer:
             return self._tier_topic_locked(topic)
 
     def _tier_topic_locked(self, topic: str) -> int:
-        broker = self.broker
         try:
-            plogs = broker.logs.partitions(topic)
-        except Exception:
+            plogs = self.logs.partitions(topic)
+        except RuntimeError:  # the event loop opened or dropped a replica while we listed: next pass
+            log.debug("listing the hot logs of %s raced with a change; tiering it at the next pass", topic)
             return 0
         # Only the leader tiers, and only while it leads: each commit also records the
         # leader epoch per partition (``laketail.epoch.<p>``), and a leader that finds a
         # higher epoch there has been deposed and commits nothing.
-        leading = broker.cluster.replicas.leading
         epochs = {}
         for plog in plogs:
-            state = leading.get((topic, plog.partition))
-            if state is not None and state.plog is plog and broker.leads(topic, plog.partition):
-                epochs[plog.partition] = state.reg.leader_epoch
+            epoch = self.leadership.leader_epoch(plog)
+            if epoch is not None:
+                epochs[plog.partition] = epoch
         work = [(plog, plog.tiered_offset, plog.high_watermark) for plog in plogs if plog.partition in epochs]
         work = [(plog, start, end) for plog, start, end in work if end > start]
         if not work:
             return 0
-        dt, lock = broker.tables.delta_table(topic)
-        uri = broker.tables.table_uri(topic)
+        dt, lock = self.tables.delta_table(topic)
+        uri = self.tables.table_uri(topic)
         adds: list[AddAction] = []
         txns: list[Transaction] = []
         added: dict[int, DataFile] = {}
-        ends: dict[int, tuple[object, int, int]] = {}
+        ends: dict[int, tuple[PartitionLog, int, int]] = {}
         written_paths: list[str] = []
         now_ms = self.clock.now_ms()
         for plog, start, end in work:
@@ -263,9 +282,9 @@ class Tierer:
                     except OSError:
                         pass
                 raise
-        broker.tables.add_files(topic, version, added)
+        self.tables.add_files(topic, version, added)
         total = 0
-        for partition, (plog, new_end, nbytes) in ends.items():
+        for plog, new_end, _nbytes in ends.values():
             total += new_end - plog.tiered_offset
             plog.mark_tiered(new_end)
         self.commits += 1

@@ -1,0 +1,85 @@
+"""What the cluster parts need from the rest of the broker, and nothing more.
+
+Role: the :class:`~laketail.cluster.node.ClusterNode` (membership), its
+:class:`~laketail.cluster.replicas.ReplicaManager` (leading and following) and the
+:class:`~laketail.cluster.controller.Controller` act on this broker's storage through
+one port, :class:`ClusterHost`: hooks to apply a metadata image, open a partition's
+replica, reload the catalog, clear a topic's leftovers, reload the coordinators and
+schedule tiering. The storage parts themselves (hot logs, tables, catalog) are handed
+over as they are. The :class:`~laketail.broker.Broker` (the composition root)
+implements the port and is passed for it.
+
+Threads: every method is called on the event loop thread; the ones that do disk or
+Delta work say so and are run by the caller with ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from laketail.catalog import Catalog
+    from laketail.cluster.metadata import ClusterImage
+    from laketail.config import BrokerSettings
+    from laketail.storage.log_manager import LogManager
+    from laketail.storage.partition_log import PartitionLog
+    from laketail.storage.table_reader import TableReader
+
+
+class ClusterHost(Protocol):
+    """The broker as the cluster parts see it."""
+
+    @property
+    def settings(self) -> BrokerSettings: ...
+
+    @property
+    def catalog(self) -> Catalog:
+        """Topics and configs (``_system/topics``); the controller writes it, in worker threads."""
+        ...
+
+    @property
+    def logs(self) -> LogManager:
+        """This broker's replicas (hot logs), by (topic, partition)."""
+        ...
+
+    @property
+    def tables(self) -> TableReader:
+        """The topics' Delta tables (tiered offsets; the controller creates them)."""
+        ...
+
+    @property
+    def coordinators_loaded(self) -> bool:
+        """Whether the coordinators have loaded their state once (at start)."""
+        ...
+
+    async def load_coordinators(self) -> None:
+        """Rebuild the group and transaction coordinators from their internal topics (a
+        broker that becomes the controller runs them). Raises REQUEST_TIMED_OUT,
+        LEADER_NOT_AVAILABLE, ... while the internal partitions have no leader yet:
+        the caller retries."""
+        ...
+
+    async def apply_topics(self, image: ClusterImage) -> None:
+        """Make the broker's topics those of ``image`` (called by the node under its apply
+        lock, before the replica manager applies the partitions): new ones known, configs
+        current, deleted ones and their local replicas gone."""
+        ...
+
+    def has_topic(self, name: str) -> bool:
+        """Whether the broker knows the topic (from the last image applied)."""
+        ...
+
+    async def open_partition(self, topic: str, partition: int, replicated: bool) -> PartitionLog:
+        """This broker's replica of the partition, opened and recovered on first use (the
+        same object afterwards). A ``replicated`` log reopens with its high watermark at
+        what the table holds. Raises UNKNOWN_TOPIC_OR_PARTITION for an unknown topic."""
+        ...
+
+    def remove_leftovers(self, name: str) -> None:
+        """Blocking (run in a worker thread): delete what a topic of this name left
+        behind (its table, its hot log directories) before the name is created again."""
+        ...
+
+    def schedule_tiering(self, topic: str) -> None:
+        """Tier the topic at the tierer's next pass (a new leader with untiered records)."""
+        ...

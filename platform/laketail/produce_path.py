@@ -1,0 +1,362 @@
+"""The produce path: validate a produce request, partition it, append it on the leader.
+
+Role: :meth:`ProducePath.produce` turns a request (one Arrow batch in
+:data:`PRODUCE_SCHEMA`) into one frame batch per partition and appends each on the
+partition's leader: here (through the replica manager's leader state, then waiting for
+``acks``), or forwarded over the internal API to the broker that leads. Nothing is
+written unless every record passes validation (sizes, partitions, timestamps,
+idempotent/transactional producer state).
+
+Parts (passed in by the broker, the composition root): settings and clock, the cluster
+node (leadership, ISR, forwarding), the tierer (woken when a partition has
+``table.flush.bytes`` waiting), the transaction coordinator (checks of transactional
+and idempotent producers) and two lookups of the broker's topics.
+
+Hot path (``api/hot_routes.py``): one frame per request in the common case, no thread
+hop before the append; keep it that way. Thread-safety: event loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from laketail.bounds import check_timestamp_column
+from laketail.catalog import TopicInfo, check_not_internal
+from laketail.cluster.node import INTERNAL
+from laketail.config import BrokerSettings, TopicConfig
+from laketail.errors import InvalidRequest, RecordTooLarge, UnknownTopicOrPartition
+from laketail.partitioner import StickyPartitioner, partition_for_key
+from laketail.records import (
+    CREATE_TIME,
+    HEADER_TYPE,
+    LOG_APPEND_TIME,
+    TIMESTAMP_TYPE,
+    Acks,
+    build_frame_batch,
+)
+from laketail.storage.partition_log import ProducerBatch
+
+if TYPE_CHECKING:
+    from laketail.clock import Clock
+    from laketail.cluster.node import ClusterNode
+    from laketail.coordinator.transactions import TransactionCoordinator
+    from laketail.storage.tierer import Tierer
+
+#: Columns a produce request may carry, all optional but ``value``. ``timestamp`` is
+#: Kafka's milliseconds (null: now); ``partition`` null means "let the partitioner pick".
+PRODUCE_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADER_TYPE),
+        pa.field("timestamp", pa.int64()),
+        pa.field("partition", pa.int32()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class ProduceResult:
+    """Where each record of a produce request went, in request order."""
+
+    partitions: list[int]
+    offsets: list[int]
+    timestamps_ms: list[int]
+    #: ``(partition, base offset)`` when every record went to one partition, in order
+    #: (the common case, which responses can encode without a look at each record).
+    dense: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class _ProducePlan:
+    """A validated produce request: one frame per partition, ready to append."""
+
+    topic: str
+    count: int
+    partitions: list[int]
+    timestamps_ms: list[int]
+    appends: list[tuple]  # (partition, frame batch, request rows or None, max timestamp us)
+    producer: ProducerBatch | None = None
+
+
+@dataclass
+class TopicRuntime:
+    """A topic as this broker runs it: its description, effective config and sticky
+    partitioner (updated in place when its configs change, replaced when the topic is made anew)."""
+
+    info: TopicInfo
+    config: TopicConfig
+    sticky: StickyPartitioner = field(default_factory=StickyPartitioner)
+
+
+class ProducePath:
+    """Produce and append for one broker (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: BrokerSettings,
+        clock: "Clock",
+        cluster: "ClusterNode",
+        tierer: "Tierer",
+        transactions: "TransactionCoordinator",
+        runtime: Callable[[str], TopicRuntime],
+        check_partition: Callable[[str, int], TopicInfo],
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.cluster = cluster
+        self.tierer = tierer
+        self.transactions = transactions
+        #: the topic as this broker runs it; UNKNOWN_TOPIC_OR_PARTITION when unknown
+        self._runtime = runtime
+        #: the topic of an existing partition; UNKNOWN_TOPIC_OR_PARTITION otherwise
+        self.check_partition = check_partition
+
+    async def produce(
+        self,
+        topic: str,
+        batch: pa.RecordBatch | pa.Table,
+        acks: Acks = "all",
+        producer: ProducerBatch | None = None,
+        *,
+        internal_topics_allowed: bool = False,
+    ) -> ProduceResult:
+        """Validate, partition, append; return each record's partition and offset.
+
+        ``batch`` has ``PRODUCE_SCHEMA``'s columns (any but ``value`` may be missing).
+        Nothing is written unless every record passes validation. With ``producer`` (an
+        idempotent or transactional batch) every record must go to one partition; a
+        retried batch gets its original offsets back. Only the coordinators append to
+        the internal topics (``internal_topics_allowed``, Kafka's flag of the same name);
+        a client gets INVALID_TOPIC_EXCEPTION.
+        """
+        if not internal_topics_allowed:
+            check_not_internal(topic, "append to")
+        if producer is not None and producer.producer_id >= 0:
+            if producer.transactional:
+                partition = self._single_partition(topic, batch)
+                await self.transactions.check_transactional_produce(
+                    producer.producer_id, producer.producer_epoch, topic, partition
+                )
+            else:
+                self.transactions.check_idempotent_produce(producer.producer_id, producer.producer_epoch)
+        plan = self._plan_produce(topic, batch, producer)
+        return await self._execute(plan, acks)
+
+    def _single_partition(self, topic: str, batch: pa.RecordBatch | pa.Table) -> int:
+        """The one partition a producer batch goes to (it must name it)."""
+        if "partition" not in batch.schema.names or batch.num_rows == 0:
+            raise InvalidRequest("a transactional batch must name its partition")
+        bounds = pc.min_max(batch.column("partition"))
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if low is None or low != high:
+            raise InvalidRequest("a transactional batch goes to exactly one partition")
+        self.check_partition(topic, low)
+        return low
+
+    def produce_nowait(self, topic: str, batch: pa.RecordBatch | pa.Table) -> "asyncio.Task[ProduceResult]":
+        """acks=0: validate now (raising what ``produce`` would), append in the background.
+
+        The caller keeps the returned task referenced until it ends."""
+        check_not_internal(topic, "append to")  # only clients produce with acks=0
+        plan = self._plan_produce(topic, batch)
+        return asyncio.get_running_loop().create_task(self._execute(plan, "0"))
+
+    def _plan_produce(
+        self, topic: str, batch: pa.RecordBatch | pa.Table, producer: ProducerBatch | None = None
+    ) -> _ProducePlan:
+        """Everything but the appends: validation, partitioning, frames (no awaits)."""
+        runtime = self._runtime(topic)
+        config = runtime.config
+        if isinstance(batch, pa.Table):
+            batch = (
+                batch.combine_chunks().to_batches()[0] if batch.num_rows
+                else pa.RecordBatch.from_pylist([], PRODUCE_SCHEMA)
+            )
+        n = batch.num_rows
+        if n == 0:
+            raise InvalidRequest("a produce request needs at least one record")
+        names = batch.schema.names
+        values = batch.column("value") if "value" in names else pa.nulls(n, pa.binary())
+        keys = batch.column("key") if "key" in names else pa.nulls(n, pa.binary())
+        headers = batch.column("headers") if "headers" in names else pa.nulls(n, HEADER_TYPE)
+
+        self._check_sizes(keys, values, headers, config.max_message_bytes)
+        partitions = self._assign_partitions(runtime, keys, batch.column("partition") if "partition" in names else None)
+
+        now_ms = self.clock.now_ms()
+        if config.message_timestamp_type == "LogAppendTime" or "timestamp" not in names:
+            ts_type = LOG_APPEND_TIME if config.message_timestamp_type == "LogAppendTime" else CREATE_TIME
+            ts_us = pa.repeat(pa.scalar(now_ms * 1000, TIMESTAMP_TYPE), n)
+            timestamps_ms = [now_ms] * n
+            max_ts_us = now_ms * 1000
+        else:
+            ts_type = CREATE_TIME
+            ts_ms = pc.fill_null(batch.column("timestamp").cast(pa.int64()), now_ms)
+            check_timestamp_column(ts_ms)  # stored as microseconds: refused, never wrapped
+            ts_us = pc.multiply(ts_ms, 1000).cast(TIMESTAMP_TYPE)
+            timestamps_ms = ts_ms.to_pylist()
+            max_ts_us = None
+
+        if isinstance(partitions, int):  # the common case: the whole request to one partition
+            if producer is None:
+                frame = build_frame_batch(
+                    timestamps_us=ts_us, keys=keys, values=values, headers=headers, timestamp_type=ts_type
+                )
+            else:
+                frame = build_frame_batch(
+                    timestamps_us=ts_us, keys=keys, values=values, headers=headers, timestamp_type=ts_type,
+                    producer_id=producer.producer_id, producer_epoch=producer.producer_epoch,
+                    base_sequence=producer.base_sequence, transactional=producer.transactional,
+                )
+            appends: list[tuple] = [(partitions, frame, None, max_ts_us)]
+            return _ProducePlan(topic, n, [partitions] * n, timestamps_ms, appends, producer)
+        if producer is not None:
+            raise InvalidRequest(
+                "an idempotent or transactional batch goes to one partition: name it, or use one key"
+            )
+
+        part_list = partitions.to_pylist()
+        groups: dict[int, list[int]] = {}
+        for i, p in enumerate(part_list):
+            groups.setdefault(p, []).append(i)
+        appends = []
+        for p, rows in groups.items():
+            idx = pa.array(rows, pa.int32())
+            frame = build_frame_batch(
+                timestamps_us=ts_us.take(idx),
+                keys=keys.take(idx),
+                values=values.take(idx),
+                headers=headers.take(idx),
+                timestamp_type=ts_type,
+            )
+            appends.append((p, frame, rows, None))
+        return _ProducePlan(topic, n, part_list, timestamps_ms, appends, None)
+
+    async def _execute(self, plan: _ProducePlan, acks: Acks = "all") -> ProduceResult:
+        if len(plan.appends) == 1:
+            partition, frame, _, max_ts = plan.appends[0]
+            base = await self.append(plan.topic, partition, frame, acks, max_ts, plan.producer)
+            return ProduceResult(
+                plan.partitions, list(range(base, base + plan.count)), plan.timestamps_ms, (partition, base)
+            )
+        else:
+            bases = await asyncio.gather(*(
+                self.append(plan.topic, partition, frame, acks, max_ts)
+                for partition, frame, _, max_ts in plan.appends
+            ))
+            offsets = [0] * plan.count
+            for (_, _, rows, _), base in zip(plan.appends, bases):
+                for j, row in enumerate(rows):
+                    offsets[row] = base + j
+        return ProduceResult(plan.partitions, offsets, plan.timestamps_ms)
+
+    async def append(
+        self,
+        topic: str,
+        partition: int,
+        frame: pa.RecordBatch,
+        acks: Acks = "all",
+        max_timestamp_us: int | None = None,
+        producer: ProducerBatch | None = None,
+    ) -> int:
+        """Append one frame batch to the partition on its leader (here, or forwarded);
+        return its base offset once ``acks`` is satisfied."""
+        replicas = self.cluster.replicas
+        if (topic, partition) not in replicas.leading:
+            return await self._forward_append(topic, partition, frame, acks, max_timestamp_us, producer)
+        state = replicas.leader_state(topic, partition)  # raises when fenced
+        min_insync = self._runtime(topic).config.min_insync_replicas
+        if acks == "all":
+            replicas.check_min_isr(topic, partition, min_insync)
+        plog = state.plog
+        base = await plog.append(
+            frame, leader_epoch=state.reg.leader_epoch, max_timestamp_us=max_timestamp_us, producer=producer
+        )
+        self.tierer.wake(topic)
+        if acks == "all":
+            timeout = self.settings.request_timeout_ms / 1000
+            await replicas.wait_replicated(topic, partition, base + frame.num_rows, min_insync, timeout)
+        return base
+
+    async def _forward_append(self, topic, partition, frame, acks, max_timestamp_us, producer) -> int:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, frame.schema) as writer:
+            writer.write_batch(frame)
+        params = {"acks": acks if acks != "0" else "1"}
+        if max_timestamp_us is not None:
+            params["max_timestamp_us"] = str(max_timestamp_us)
+        if producer is not None:
+            params.update(
+                producer_id=str(producer.producer_id), producer_epoch=str(producer.producer_epoch),
+                base_sequence=str(producer.base_sequence), transactional=str(producer.transactional).lower(),
+            )
+            if producer.control is not None:
+                params["control"] = producer.control
+        resp = await self.cluster.call_leader(
+            topic, partition, "POST", f"{INTERNAL}/partitions/{topic}/{partition}/append",
+            params=params, content=sink.getvalue().to_pybytes(),
+            content_type="application/vnd.apache.arrow.stream",
+            timeout=self.settings.request_timeout_ms / 1000 + 5,
+        )
+        return resp.json()["base_offset"]
+
+    def _check_sizes(self, keys: pa.Array, values: pa.Array, headers: pa.Array, limit: int) -> None:
+        if keys.nbytes + values.nbytes + headers.nbytes <= limit:
+            return  # even all records together fit: no single one can be too large
+        sizes = pc.add(
+            pc.fill_null(pc.binary_length(values), 0), pc.fill_null(pc.binary_length(keys), 0)
+        )
+        if headers.null_count < len(headers):
+            flat = pc.list_flatten(headers)
+            if len(flat):
+                per_header = pc.add(
+                    pc.fill_null(pc.binary_length(flat.field("key")), 0),
+                    pc.fill_null(pc.binary_length(flat.field("value")), 0),
+                )
+                parents = pc.list_parent_indices(headers)
+                totals = [0] * len(headers)
+                for parent, size in zip(parents.to_pylist(), per_header.to_pylist()):
+                    totals[parent] += size
+                sizes = pc.add(sizes, pa.array(totals, pa.int64()))
+        biggest = pc.max(sizes).as_py() or 0
+        if biggest > limit:
+            index = pc.index(sizes, biggest).as_py()
+            raise RecordTooLarge(
+                f"record {index} is {biggest} bytes, above max.message.bytes={limit}"
+            )
+
+    def _assign_partitions(
+        self, runtime: TopicRuntime, keys: pa.Array, explicit: pa.Array | None
+    ) -> pa.Array | int:
+        """Each record's partition, or one ``int`` when the whole request goes to one."""
+        info = runtime.info
+        n = len(keys)
+        if explicit is not None and explicit.null_count == 0:
+            bounds = pc.min_max(explicit)
+            low, high = bounds["min"].as_py(), bounds["max"].as_py()
+            if low < 0 or high >= info.partitions:
+                raise UnknownTopicOrPartition.partition(info.name, low if low < 0 else high)
+            return low if low == high else explicit.cast(pa.int32())
+        if (explicit is None or explicit.null_count == n) and keys.null_count == n:
+            return runtime.sticky.next_batch(info.partitions)
+        explicit_list = explicit.to_pylist() if explicit is not None else [None] * n
+        sticky = None
+        out = []
+        for key, p in zip(keys.to_pylist() if keys.null_count < n else [None] * n, explicit_list):
+            if p is not None:
+                if not 0 <= p < info.partitions:
+                    raise UnknownTopicOrPartition.partition(info.name, p)
+            elif key is not None:
+                p = partition_for_key(key, info.partitions)
+            else:
+                if sticky is None:
+                    sticky = runtime.sticky.next_batch(info.partitions)
+                p = sticky
+            out.append(p)
+        return pa.array(out, pa.int32())

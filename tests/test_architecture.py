@@ -1,0 +1,111 @@
+"""The layering rules, checked on the source (ast: nothing is imported).
+
+* coordinator/, storage/ and cluster/ depend on ports of their own (their ``ports.py``)
+  and never on :mod:`laketail.broker`, not even for typing: the Broker is the
+  composition root that builds them and passes itself for each port.
+* No module uses another module's private members: ``x._name`` where ``x`` is not
+  ``self``/``cls`` is allowed only when ``_name`` is defined in the same module.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "platform" / "laketail"
+PORT_USERS = ("coordinator", "storage", "cluster")
+FORBIDDEN = "laketail.broker"
+#: Underscored names that are other projects' public spelling: PySpark's JavaSparkContext
+#: handle. (Upper-case ones, librdkafka's ``KafkaError._TIMED_OUT`` family that the
+#: client mirrors, are constants, not private members: allowed too.)
+PUBLIC_UNDERSCORED = {"_jsc"}
+
+
+def _modules(*dirs: Path) -> list[Path]:
+    return sorted(p for d in dirs for p in d.rglob("*.py"))
+
+
+def broker_imports(source: str) -> list[str]:
+    """Every import of ``laketail.broker`` in ``source`` (any form, any depth: under
+    ``if TYPE_CHECKING`` and inside functions too), as ``line: statement``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        if any(n == FORBIDDEN or n.startswith(FORBIDDEN + ".") for n in names):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def foreign_private_uses(source: str) -> list[str]:
+    """``x._name`` where ``x`` is not ``self``/``cls`` and no ``_name`` is defined in
+    the module (as a function, class, assigned name or ``self._name`` attribute);
+    upper-case constants and :data:`PUBLIC_UNDERSCORED` excepted."""
+    tree = ast.parse(source)
+    defined: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            defined.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            defined.add(node.attr)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            defined.add(node.target.id)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        name = node.attr
+        if not name.startswith("_") or name.startswith("__") or name in defined:
+            continue
+        if name in PUBLIC_UNDERSCORED or name[1:].isupper():
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+@pytest.mark.parametrize("package", PORT_USERS)
+def test_ports_users_never_import_the_broker(package: str) -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): hits
+        for path in _modules(PACKAGE / package)
+        if (hits := broker_imports(path.read_text()))
+    }
+    assert offenders == {}
+
+
+def test_no_module_uses_another_modules_private_members() -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): hits
+        for path in _modules(PACKAGE, ROOT / "api")
+        if (hits := foreign_private_uses(path.read_text()))
+    }
+    assert offenders == {}
+
+
+def test_the_checks_catch_what_they_forbid() -> None:
+    """The walkers themselves: each form of the forbidden import, and a private member
+    of another module, are found; a module's own private members are not."""
+    forms = [
+        "from laketail.broker import Broker",
+        "import laketail.broker",
+        "from laketail import broker",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from laketail.broker import Broker",
+        "def f():\n    from laketail.broker import PartitionState",
+    ]
+    for source in forms:
+        assert broker_imports(source), source
+    assert broker_imports("from laketail.brokers import x\nimport laketail.catalog") == []
+    assert foreign_private_uses("def f(broker):\n    return broker._topics") == ["2: broker._topics"]
+    own = "class A:\n    def __init__(self):\n        self._x = 1\n\ndef f(a):\n    return a._x"
+    assert foreign_private_uses(own) == []
