@@ -10,6 +10,7 @@ One module per command group; this one only assembles them::
     laketail sql        SQL over topics on a local SparkSession (sql.py)
     laketail jobs       run the Spark jobs with spark-submit (jobs.py)
     laketail check      verify a topic's table and hot logs (check.py)
+    laketail users      SCRAM users in the catalog (users.py)
 
 Every command that talks to a broker takes ``--server URL`` (default
 ``$LAKETAIL_SERVER`` or http://127.0.0.1:8082), before the command's name
@@ -33,6 +34,7 @@ from laketail.cli.produce import produce
 from laketail.cli.serve import serve
 from laketail.cli.sql import sql
 from laketail.cli.topics import topics
+from laketail.cli.users import users
 
 __all__ = ["cli", "main"]
 
@@ -44,7 +46,7 @@ def cli() -> None:
     """laketail: Kafka's semantics, topics stored as Delta Lake tables."""
 
 
-for _command in (serve, topics, produce, consume, groups, jobs, sql, check):
+for _command in (serve, topics, produce, consume, groups, jobs, sql, check, users):
     cli.add_command(_command)
 
 
