@@ -33,6 +33,7 @@ import json
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from laketail.api.access_log import PRINCIPAL_KEY
 from laketail.errors import LaketailError, SaslAuthenticationFailed
 from laketail.security import peers
 from laketail.security.authenticator import Authenticator
@@ -79,6 +80,7 @@ class Authenticate:
         if state is None:
             state = scope["state"] = {}
         state["principal"] = principal
+        scope[PRINCIPAL_KEY] = str(principal)  # what the access log prints
         await self.app(scope, receive, send)
 
     async def _principal(self, scope: Scope, shown: dict[bytes, bytes], internal: bool) -> KafkaPrincipal:
