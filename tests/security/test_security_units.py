@@ -9,10 +9,10 @@ import hmac
 
 import pytest
 
+from laketail.cli.options import read_properties
 from laketail.client.config import producer_config
 from laketail.client.errors import KafkaException
 from laketail.client.security import client_security
-from laketail.cli.options import read_properties
 from laketail.config import BrokerSettings, load_settings
 from laketail.errors import InvalidConfig
 from laketail.security.listeners import exposure_problems, listener_plan
