@@ -78,6 +78,7 @@ class Authenticator:
         self._pepper = os.urandom(16)  # the cache's keys mean nothing outside this process
         self._cache: dict[bytes, _Verified] = {}
         self._credentials: Credentials = {}
+        self._version: int | None = None  # of the credentials table, at the last load
         self._loaded_at = float("-inf")
         self._reload: asyncio.Task | None = None
 
@@ -120,7 +121,9 @@ class Authenticator:
         return self._credentials
 
     async def _load(self) -> None:
-        self._credentials = await asyncio.to_thread(self.store.load)
+        version, credentials = await asyncio.to_thread(self.store.load_if_changed, self._version)
+        if credentials is not None:
+            self._credentials, self._version = credentials, version
         self._loaded_at = time.monotonic()
 
     # -- OAuth bearer tokens -----------------------------------------------------------

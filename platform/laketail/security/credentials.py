@@ -56,10 +56,26 @@ class CredentialStore:
     def __init__(self, root: str) -> None:
         self.uri = f"{str(root).rstrip('/')}/_system/credentials"
         self.skipped = 0  # rows that did not decode at the last load
+        self._watched: DeltaTable | None = None  # for load_if_changed (one reader thread at a time)
 
     def load(self) -> Credentials:
         """Every credential now in the table (empty when there is no table)."""
         return self._decode(self._rows()[1])
+
+    def load_if_changed(self, known_version: int | None) -> tuple[int | None, Credentials | None]:
+        """``(version, credentials)`` when the table moved past ``known_version``, else
+        ``(known_version, None)``: a check that costs a listing of the table's log, not a read."""
+        try:
+            if self._watched is None:
+                self._watched = DeltaTable(self.uri)
+            else:
+                self._watched.update_incremental()
+        except TableNotFoundError:
+            return None, ({} if known_version is not None else None)
+        version = self._watched.version()
+        if version == known_version:
+            return known_version, None
+        return version, self._decode(self._watched.to_pyarrow_table().to_pylist())
 
     def upsert(self, user: str, credential: ScramCredential) -> None:
         validate_user(user)
