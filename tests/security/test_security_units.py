@@ -191,3 +191,22 @@ def test_command_config_is_read_as_a_java_properties_file():
            "sasl.password = p=w:d\n"
     assert read_properties(text) == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
                                      "sasl.password": "p=w:d"}
+
+
+def test_devcerts_makes_a_ca_and_a_server_certificate_once(tmp_path):
+    import ssl
+
+    from cryptography import x509
+
+    from laketail.security.devcerts import make
+
+    assert make(tmp_path, ["broker1", "broker2"]) is True
+    first = (tmp_path / "server.pem").read_bytes()
+    assert make(tmp_path, ["other"]) is False and (tmp_path / "server.pem").read_bytes() == first
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(tmp_path / "server.pem", tmp_path / "server-key.pem")  # the key matches
+    cert = x509.load_pem_x509_certificate(first)
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert set(sans.get_values_for_type(x509.DNSName)) == {"broker1", "broker2", "localhost"}
+    ca = x509.load_pem_x509_certificate((tmp_path / "ca.pem").read_bytes())
+    cert.verify_directly_issued_by(ca)
