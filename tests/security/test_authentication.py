@@ -267,3 +267,26 @@ def test_cli_takes_command_config_and_environment(secure, tmp_path):
                                   "LAKETAIL_SECURITY_PROTOCOL": "SASL_SSL", "LAKETAIL_SASL_USERNAME": "alice",
                                   "LAKETAIL_SASL_PASSWORD": "wrong"})
     assert refused.returncode == 1 and "SASL_AUTHENTICATION_FAILED" in refused.stderr
+
+
+def test_spark_planning_takes_the_laketail_prefixed_settings(secure):
+    from laketail.errors import SaslAuthenticationFailed
+    from laketail.spark.gateway import SparkGateway
+    from laketail.spark.options import SourceOptions
+
+    topic = f"spark-{uuid.uuid4().hex[:8]}"
+    with secure.broker.client(auth=("alice", PASSWORD)) as http:
+        assert http.post(f"{secure.client_url}/topics/{topic}", json={"records": [{"value": "eA=="}]},
+                         headers={"Content-Type": "application/vnd.kafka.binary.v2+json"}).status_code == 200
+    options = SourceOptions.parse({
+        "laketail.servers": secure.client_url, "subscribe": topic,
+        "laketail.security.protocol": "SASL_SSL", "laketail.sasl.mechanism": "SCRAM-SHA-256",
+        "laketail.sasl.username": "alice", "laketail.sasl.password": PASSWORD,
+        "laketail.ssl.ca.location": str(secure.pki.ca_pem)}, streaming=False)
+    with SparkGateway(options.servers, security=options.security) as gateway:
+        assert topic in gateway.topics()
+        assert gateway.table(topic).partitions.keys() == {0}
+    wrong = dict(options.security, **{"sasl.password": "nope"})
+    with SparkGateway(options.servers, security=tuple(wrong.items())) as gateway:
+        with pytest.raises(SaslAuthenticationFailed):  # the driver's planning fails with Kafka's error
+            gateway.topics()

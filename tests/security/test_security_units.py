@@ -210,3 +210,17 @@ def test_devcerts_makes_a_ca_and_a_server_certificate_once(tmp_path):
     assert set(sans.get_values_for_type(x509.DNSName)) == {"broker1", "broker2", "localhost"}
     ca = x509.load_pem_x509_certificate((tmp_path / "ca.pem").read_bytes())
     cert.verify_directly_issued_by(ca)
+
+
+def test_spark_options_take_security_settings_under_the_laketail_prefix():
+    from laketail.spark.options import SinkOptions, SourceOptions
+
+    opts = {"laketail.servers": "https://b:8082", "subscribe": "t", "laketail.security.protocol": "SASL_SSL",
+            "laketail.sasl.mechanism": "SCRAM-SHA-512", "laketail.sasl.username": "alice",
+            "laketail.sasl.password": "pw", "kafka.unrelated": "x"}
+    source = SourceOptions.parse(opts, streaming=False)
+    assert dict(source.security) == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                                     "sasl.username": "alice", "sasl.password": "pw"}
+    assert SinkOptions.parse(opts).security == source.security
+    with pytest.raises(InvalidConfig, match="sasl.username"):
+        SourceOptions.parse({**opts, "laketail.sasl.username": ""}, streaming=False)
