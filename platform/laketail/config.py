@@ -351,6 +351,8 @@ _BROKER_KEYS = {
     "ssl.client.auth": "ssl_client_auth",
     "ssl.principal.mapping.rules": "ssl_principal_mapping_rules",
 }
+#: Broker settings never shown (Kafka's sensitive configs: value null, is_sensitive true).
+SENSITIVE_BROKER_KEYS = frozenset({"laketail.inter.broker.secret"})
 
 
 def load_settings(

@@ -179,3 +179,15 @@ def test_a_proxied_coordinator_request_carries_the_clients_principal(pair):
     assert resp.status_code == 404, resp.text  # answered by the controller: no such group
     lines = wait_until(lambda: pair.brokers[controller_id].access_lines(marker), "the controller's access line", 30)
     assert lines[-1].rsplit("principal=", 1)[1].strip() == "User:alice"
+
+
+def test_broker_configs_come_through_the_peer_listener_and_never_show_the_secret(pair):
+    cid = pair.cluster_id()
+    for asked, about in ((0, 0), (0, 1), (1, 0)):  # (1, 0) and (0, 1): the answering broker asks its peer
+        resp = pair.http.get(f"{pair.client_url(asked)}/v3/clusters/{cid}/brokers/{about}/configs")
+        assert resp.status_code == 200, resp.text
+        assert SECRET not in resp.text
+        (entry,) = [c for c in resp.json()["data"] if c["name"] == "laketail.inter.broker.secret"]
+        assert entry["value"] is None and entry["is_sensitive"] is True
+        (listeners,) = [c for c in resp.json()["data"] if c["name"] == "listeners"]
+        assert str(pair.brokers[about].listener_ports["BROKER"]) in listeners["value"]
