@@ -65,7 +65,7 @@ class Authenticate:
             return
         internal = scope["path"].startswith("/internal/") or scope["path"] == "/internal"
         if internal and not self.listener.inter_broker:
-            await _answer(send, 404, _NOT_FOUND)
+            await _answer(send, 404, _NOT_FOUND, websocket=scope["type"] == "websocket")
             return
         headers = scope["headers"]
         shown = {k: v for k, v in headers if k in _PEER_ONLY or k == b"authorization"}
@@ -74,7 +74,10 @@ class Authenticate:
         try:
             principal = await self._principal(scope, shown, internal)
         except SaslAuthenticationFailed as exc:
-            await _refuse(send, exc)
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008, "reason": exc.message[:120]})
+            else:
+                await _refuse(send, exc)
             return
         state = scope.get("state")
         if state is None:
@@ -133,7 +136,11 @@ async def _refuse(send: Send, exc: SaslAuthenticationFailed) -> None:
                   [(b"www-authenticate", b'Basic realm="laketail", Bearer realm="laketail"')])
 
 
-async def _answer(send: Send, status: int, body: bytes, extra: list | None = None) -> None:
+async def _answer(send: Send, status: int, body: bytes, extra: list | None = None, *,
+                  websocket: bool = False) -> None:
+    if websocket:
+        await send({"type": "websocket.close", "code": 1008})
+        return
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers + (extra or [])})
     await send({"type": "http.response.body", "body": body})

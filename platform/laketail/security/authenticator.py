@@ -34,6 +34,7 @@ import base64
 import binascii
 import hashlib
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ from laketail.security import scram
 from laketail.security.credentials import Credentials, CredentialStore
 from laketail.security.principal import KafkaPrincipal
 from laketail.security.ssl_principal import PrincipalMapper
+
+log = logging.getLogger(__name__)
 
 #: How often the credential table is re-read (a removed user is refused after at most this).
 RELOAD_S = 1.0
@@ -114,14 +117,21 @@ class Authenticator:
                                        f"invalid credentials with SASL mechanisms {', '.join(self.mechanisms)}")
 
     async def _snapshot(self) -> Credentials:
+        """The credentials as of the last load; a stale snapshot starts a reload in the
+        background (requests wait for a load only before the first one)."""
         if time.monotonic() - self._loaded_at > RELOAD_S:
             if self._reload is None or self._reload.done():
                 self._reload = asyncio.ensure_future(self._load())
-            await asyncio.shield(self._reload)
+            if self._loaded_at == float("-inf"):
+                await asyncio.shield(self._reload)
         return self._credentials
 
     async def _load(self) -> None:
-        version, credentials = await asyncio.to_thread(self.store.load_if_changed, self._version)
+        try:
+            version, credentials = await asyncio.to_thread(self.store.load_if_changed, self._version)
+        except Exception as exc:  # storage or delta-rs trouble: keep the last snapshot, retry on the next request
+            log.warning("reading %s failed: %s: %s", self.store.uri, type(exc).__name__, exc)
+            return
         if credentials is not None:
             self._credentials, self._version = credentials, version
         self._loaded_at = time.monotonic()
