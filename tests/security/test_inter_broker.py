@@ -1,7 +1,7 @@
 """The private channel between brokers, on a real two-broker cluster.
 
 Each broker has a ``CLIENT`` listener (SASL_PLAINTEXT on loopback) and a ``BROKER``
-listener (TLS with the test CA, plus the cluster secret). The brokers replicate and
+listener (TLS with the test CA and ``ssl.client.auth=required``, plus the cluster secret). The brokers replicate and
 forward to each other through the ``BROKER`` listeners; the issue's attacks are
 replayed against both listeners and refused, and the cluster is shown unchanged after.
 """
@@ -40,9 +40,12 @@ class TwoBrokers:
         return self.brokers[i].listener_url("BROKER", "https")
 
     def trusting(self) -> ssl.SSLContext:
-        """A TLS context that trusts the cluster's CA (an attacker on the network would
-        not even have that; refusing one who does shows the secret is what counts)."""
-        return ssl.create_default_context(cafile=str(self.pki.ca_pem))
+        """A TLS context that trusts the cluster's CA and shows a certificate it signed
+        (alice's): more than an attacker on the network has. Refusing it shows the
+        cluster secret is what makes a peer."""
+        ctx = ssl.create_default_context(cafile=str(self.pki.ca_pem))
+        ctx.load_cert_chain(str(self.pki.alice_cert), str(self.pki.alice_key))
+        return ctx
 
     def cluster_id(self) -> str:
         return self.http.get(f"{self.client_url(0)}/v3/clusters").json()["data"][0]["cluster_id"]
@@ -72,7 +75,8 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoBrokers]:
         client_port, broker_port = ports(2)
         brokers.append(SecureBroker(
             data, {"CLIENT": ("SASL_PLAINTEXT", client_port), "BROKER": ("SSL", broker_port)},
-            {**pki.broker_env(), **FAST_MEMBERSHIP, "LAKETAIL_INTER_BROKER_SECRET": SECRET},
+            {**pki.broker_env(), **FAST_MEMBERSHIP, "LAKETAIL_INTER_BROKER_SECRET": SECRET,
+             "LAKETAIL_SSL_CLIENT_AUTH": "required"},  # peers show their certificates too
             broker_id=i, ready_auth=httpx.BasicAuth(*ALICE), ca=pki.ca_pem,
             run_dir=base / f"run-{i}", log_dir=base / f"log-{i}",
         ))
@@ -159,10 +163,14 @@ def test_forged_metadata_push_and_appends_are_refused_and_change_nothing(pair, r
                 assert resp.status_code == 401, (path, resp.text)
                 resp = client.request(method, pair.client_url(i) + path, **kwargs)
                 assert resp.status_code == 404, (path, resp.text)
-        # a plaintext client reaching the TLS inter-broker port gets no HTTP answer at all
+        # a plaintext client reaching the TLS inter-broker port gets no HTTP answer at all,
+        # nor does a TLS client without a certificate (ssl.client.auth=required)
         with pytest.raises(httpx.HTTPError):
             httpx.post(pair.peer_url(0).replace("https", "http") + "/internal/v1/metadata", json=forged_image,
                        timeout=10)
+        with httpx.Client(verify=ssl.create_default_context(cafile=str(pair.pki.ca_pem)), timeout=10) as certless:
+            with pytest.raises(httpx.HTTPError):
+                certless.post(pair.peer_url(0) + "/internal/v1/metadata", json=forged_image)
     assert pair.end_offset(leader, topic, 0) == before
     assert pair.end_offset(follower, topic, 0) == before
     assert pair.broker_ids(0) == [0, 1]

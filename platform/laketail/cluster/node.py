@@ -376,12 +376,16 @@ class ClusterNode:
 
 def _peer_ssl_context(settings: Any) -> Any:
     """The TLS context for calling peers: the cluster's CA (``ssl.truststore.location``)
-    verifies their certificates; None when none is configured (the system's CAs)."""
-    if not settings.ssl_truststore_location:
+    verifies their certificates, and this broker shows its own certificate (so an inter-broker
+    listener with ``ssl.client.auth=required`` admits it); None when neither is configured."""
+    if not settings.ssl_truststore_location and not settings.ssl_keystore_certificate_chain:
         return None
     import ssl
 
-    return ssl.create_default_context(cafile=settings.ssl_truststore_location)
+    ctx = ssl.create_default_context(cafile=settings.ssl_truststore_location or None)
+    if settings.ssl_keystore_certificate_chain and settings.ssl_keystore_key:
+        ctx.load_cert_chain(settings.ssl_keystore_certificate_chain, settings.ssl_keystore_key)
+    return ctx
 
 
 def _peer(peers: dict, broker_id: int, url: str, make):
