@@ -1,9 +1,10 @@
 """The private channel between brokers, on a real two-broker cluster.
 
 Each broker has a ``CLIENT`` listener (SASL_PLAINTEXT on loopback) and a ``BROKER``
-listener (TLS with the test CA and ``ssl.client.auth=required``, plus the cluster secret). The brokers replicate and
-forward to each other through the ``BROKER`` listeners; the issue's attacks are
-replayed against both listeners and refused, and the cluster is shown unchanged after.
+listener (TLS with the test CA and ``ssl.client.auth=required``, plus the cluster
+secret). The brokers replicate and forward to each other through the ``BROKER``
+listeners; the issue's attacks are replayed against both listeners and refused, and
+the cluster is shown unchanged after.
 """
 
 from __future__ import annotations
