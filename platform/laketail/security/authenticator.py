@@ -39,6 +39,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from laketail.config import BrokerSettings
@@ -147,7 +148,7 @@ class Authenticator:
         try:
             header = jwt.get_unverified_header(token)
             key = self._key_for(header)
-            options = {"require": ["exp"], "verify_aud": self.audience is not None}
+            options: Any = {"require": ["exp"], "verify_aud": self.audience is not None}
             claims = jwt.decode(token.strip(), key, algorithms=_JWT_ALGORITHMS, audience=self.audience,
                                 issuer=self.issuer, options=options)
         except jwt.PyJWTError as exc:
