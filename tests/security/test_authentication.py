@@ -290,3 +290,23 @@ def test_spark_planning_takes_the_laketail_prefixed_settings(secure):
     with SparkGateway(options.servers, security=tuple(wrong.items())) as gateway:
         with pytest.raises(SaslAuthenticationFailed):  # the driver's planning fails with Kafka's error
             gateway.topics()
+
+
+def test_the_brokers_own_maintenance_jobs_call_it_as_a_peer(secure, monkeypatch):
+    from laketail.config import load_settings
+    from laketail.maintenance.scheduler import MaintenanceScheduler
+    from laketail.maintenance.topics import Gateway
+
+    settings = load_settings(None, env=secure.broker.extra_env, data=str(secure.broker.data_dir))
+    scheduler = MaintenanceScheduler(settings)
+    peer_url = secure.broker.listener_url("BROKER", "https")
+    assert scheduler.argv("retention")[-2:] == ["--servers", peer_url]
+    assert scheduler.peer_env == {"LAKETAIL_INTER_BROKER_SECRET": SECRET,
+                                  "LAKETAIL_SSL_TRUSTSTORE_LOCATION": str(secure.pki.ca_pem)}
+    for key, value in scheduler.peer_env.items():  # what the job's process is given
+        monkeypatch.setenv(key, value)
+    gateway = Gateway(peer_url)
+    try:
+        assert gateway.cluster  # GET /v3/clusters through the BROKER listener
+    finally:
+        gateway.close()
