@@ -22,7 +22,8 @@ without it. For each HTTP request it decides, by the listener's role and protoco
   (``ssl.principal.mapping.rules``); no certificate -> ``User:ANONYMOUS``.
 * ``PLAINTEXT``: ``User:ANONYMOUS``.
 
-The principal goes to ``scope["state"]["principal"]`` (``request.state.principal``,
+Every refusal is a line on ``laketail.audit`` (host, listener, reason; never the
+credentials). The principal goes to ``scope["state"]["principal"]`` (``request.state.principal``,
 read through :func:`laketail.api.principal.principal_of`). The lifespan passes through.
 """
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -46,6 +48,8 @@ CLIENT_HOST_HEADER = peers.CLIENT_HOST_HEADER.encode()
 _PEER_ONLY = (SECRET_HEADER, PRINCIPAL_HEADER, CLIENT_HOST_HEADER)
 #: Who a peer broker is when it does not speak for a client (Kafka's inter-broker user).
 BROKER_PRINCIPAL = KafkaPrincipal.user("laketail-broker")
+#: Kafka's authorizer-logger style lines: here, every refused authentication.
+audit = logging.getLogger("laketail.audit")
 _NOT_FOUND = json.dumps({"error_code": 404, "message": "HTTP 404 Not Found"}).encode()
 
 
@@ -74,6 +78,9 @@ class Authenticate:
         try:
             principal = await self._principal(scope, shown, internal)
         except SaslAuthenticationFailed as exc:
+            client = scope.get("client")
+            audit.info("principal=- host=%s operation=Authenticate resource=Listener:%s result=denied reason=%s",
+                       client[0] if client else "-", self.listener.name, exc.detail)
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008, "reason": exc.message[:120]})
             else:
