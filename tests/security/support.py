@@ -69,23 +69,42 @@ class SecureBroker(BrokerProcess):
     def __init__(self, data_dir: Path, listeners: dict[str, tuple[str, int]], env: dict[str, str], *,
                  broker_id: int = 0, inter_broker: str = "BROKER", ready_auth: Any = None,
                  ca: Path | None = None, run_dir: Path | None = None, log_dir: Path | None = None) -> None:
-        self.listener_ports = {name: port for name, (_, port) in listeners.items()}
-        first, (protocol, port) = next(iter(listeners.items()))
-        scheme = "https" if protocol in ("SSL", "SASL_SSL") else "http"
-        full_env = {
-            "LAKETAIL_LISTENERS": ",".join(f"{n}://127.0.0.1:{p}" for n, (_, p) in listeners.items()),
-            "LAKETAIL_LISTENER_SECURITY_PROTOCOL_MAP": ",".join(f"{n}:{pr}" for n, (pr, _) in listeners.items()),
-            "LAKETAIL_INTER_BROKER_LISTENER_NAME": inter_broker,
-            **env,
-        }
-        super().__init__(data_dir, port=port, broker_id=broker_id, env=full_env)
+        self.protocols = {name: protocol for name, (protocol, _) in listeners.items()}
+        self.inter_broker = inter_broker
+        self.base_env = dict(env)
+        super().__init__(data_dir, broker_id=broker_id)
+        self._listen_on({name: port for name, (_, port) in listeners.items()})
         if run_dir is not None:
             self.run_dir = run_dir
             self.run_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir = log_dir
-        self.url = f"{scheme}://127.0.0.1:{port}"
         self.ready_auth = ready_auth
         self.ca = ca
+
+    def _listen_on(self, listener_ports: dict[str, int]) -> None:
+        self.listener_ports = listener_ports
+        self.extra_env = {
+            "LAKETAIL_LISTENERS": ",".join(f"{n}://127.0.0.1:{p}" for n, p in listener_ports.items()),
+            "LAKETAIL_LISTENER_SECURITY_PROTOCOL_MAP": ",".join(f"{n}:{pr}" for n, pr in self.protocols.items()),
+            "LAKETAIL_INTER_BROKER_LISTENER_NAME": self.inter_broker,
+            **self.base_env,
+        }
+        first = next(iter(listener_ports))
+        self.port = listener_ports[first]
+        scheme = "https" if self.protocols[first] in ("SSL", "SASL_SSL") else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
+
+    def start(self) -> "SecureBroker":
+        """Start and wait until ready; ports someone grabbed meanwhile are swapped (first start only)."""
+        for attempt in range(3):
+            try:
+                self._start_once()
+                return self
+            except BrokerStartError:
+                if self.starts > 1 + attempt or "address already in use" not in self.output().lower() or attempt == 2:
+                    raise
+                self._listen_on(dict(zip(self.listener_ports, ports(len(self.listener_ports)))))
+        raise AssertionError("unreachable")
 
     def listener_url(self, name: str, scheme: str) -> str:
         return f"{scheme}://127.0.0.1:{self.listener_ports[name]}"
