@@ -97,6 +97,13 @@ def serve(
             "ssl.client.auth=required, bind 127.0.0.1, or pass --allow-anonymous to accept anyone"
         )
 
+    from laketail.security.listeners import is_loopback
+
+    for lst in plan.listeners:
+        if lst.protocol == "SASL_PLAINTEXT" and not is_loopback(lst.host):
+            click.echo(f"warning: listener {lst.name} is SASL_PLAINTEXT beyond loopback: HTTP Basic passwords "
+                       "and bearer tokens cross the network unencrypted; use SASL_SSL", err=True)
+
     import asyncio
     import logging
 
