@@ -20,6 +20,11 @@ uvicorn's httptools protocol with three rules on top:
 :func:`guarded_protocol` binds the three values from the broker's settings into a
 subclass that ``uvicorn.Config(http=...)`` takes. Thread-safety: each protocol object
 lives on the event loop thread, like uvicorn's own.
+
+On a TLS listener it also passes on the client certificate uvicorn does not: the
+verified peer certificate's subject (RFC 2253) goes into each request's
+``scope["extensions"]["tls"]["client_cert_name"]`` (the ASGI TLS extension's key),
+where authentication (:mod:`laketail.api.authentication`) maps it to a principal.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     max_connections: int = 1000
 
     _read_timer: asyncio.TimerHandle | None = None
+    _tls: dict | None = None  # the ASGI TLS extension of this connection (TLS listeners only)
 
     # -- the connection --------------------------------------------------------------
 
@@ -54,6 +60,14 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                         self._peer(), self.max_connections)
             transport.close()
             return
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:
+            from laketail.security.ssl_principal import subject_name
+
+            cert = ssl_object.getpeercert() or {}  # {} unless the certificate was verified
+            subject = cert.get("subject")
+            self._tls = {"client_cert_name": subject_name(subject) if subject else None,
+                         "tls_version": ssl_object.version()}
         self._arm(self.header_timeout_s, "its request line and headers")
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -64,6 +78,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        if self._tls is not None:
+            self.scope["extensions"] = {"tls": self._tls}
         if self._read_timer is None:
             self._arm(self.header_timeout_s, "its request line and headers")
 

@@ -15,6 +15,11 @@ the console's groups and transactions (``/v1/console/groups``, ``/v1/console/tra
 idempotent or transactional produce (a ``producer_id`` in the query), whose epochs the
 transaction coordinator checks. Everything else is answered locally. A pure ASGI
 middleware, so the hot paths pay one prefix check.
+
+The proxied request goes to the controller's inter-broker listener with the cluster
+secret (the node's HTTP client sends it) and names the client it speaks for
+(:func:`laketail.security.peers.peer_headers`: the principal authentication gave this
+request, and the client's address), so the controller authorizes the original client.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import logging
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from laketail.errors import NotController
+from laketail.security.peers import peer_headers
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +65,9 @@ class CoordinatorProxy:
             if not message.get("more_body"):
                 break
         headers = [(k.decode(), v.decode()) for k, v in scope["headers"] if k.decode().lower() not in _HOP_BY_HOP]
+        principal = scope.get("state", {}).get("principal")
+        client = scope.get("client")
+        headers += list(peer_headers("", principal, client[0] if client else None).items())
         path = scope["path"] + (("?" + scope["query_string"].decode()) if scope["query_string"] else "")
         try:
             resp = await self.broker.cluster.call_controller_raw(scope["method"], path, headers=headers, content=body)

@@ -84,7 +84,7 @@ def test_three_brokers_serve_with_distinct_ids_and_advertised_urls(config: dict)
         assert _flag(command, "--log-dir") == "/logs"
         assert _flag(command, "--port") == "8082"
         assert _flag(command, "--host") == "0.0.0.0"
-        assert _flag(command, "--advertised-url") == f"http://{name}:8082"
+        assert _flag(command, "--advertised-url") == f"https://{name}:8082"  # the CLIENT listener is SASL_SSL
         ids.add(_flag(command, "--broker-id"))
         urls.add(_flag(command, "--advertised-url"))
     assert len(ids) == len(urls) == len(BROKERS)
@@ -138,3 +138,26 @@ def test_spark_master_and_worker(config: dict) -> None:
     assert "spark-master" in worker.get("depends_on", {})
     data = _mounts(services["broker1"])["/data"]
     assert _mounts(worker).get("/data") == data, "executors read the topic tables from the shared volume"
+
+
+def test_brokers_run_tls_and_scram_with_a_private_inter_broker_listener(config: dict) -> None:
+    services = config["services"]
+    init = services["init"]
+    script = " ".join(str(part) for part in init["command"])
+    assert "laketail.security.devcerts /certs broker1 broker2 broker3" in script  # certificates at start-up
+    assert "laketail users add admin" in script and "laketail users add app" in script
+    assert _mounts(init)["/certs"] == "certs" and _mounts(init)["/data"] == _mounts(services["broker1"])["/data"]
+    for name in BROKERS:
+        service = services[name]
+        env = _environment(service)
+        assert env["LAKETAIL_LISTENERS"] == "CLIENT://0.0.0.0:8082,BROKER://0.0.0.0:9093"
+        assert env["LAKETAIL_LISTENER_SECURITY_PROTOCOL_MAP"] == "CLIENT:SASL_SSL,BROKER:SSL"
+        assert env["LAKETAIL_INTER_BROKER_LISTENER_NAME"] == "BROKER"
+        assert env["LAKETAIL_ADVERTISED_LISTENERS"] == f"BROKER://{name}:9093"
+        assert env["LAKETAIL_INTER_BROKER_SECRET"]
+        assert env["LAKETAIL_SSL_TRUSTSTORE_LOCATION"] == "/certs/ca.pem"
+        assert _mounts(service)["/certs"] == "certs"
+        assert service["depends_on"]["init"]["condition"] == "service_completed_successfully"
+        published = [str(p["published"]) if isinstance(p, dict) else str(p) for p in service["ports"]]
+        targets = [str(p["target"]) if isinstance(p, dict) else str(p).rsplit(":", 1)[-1] for p in service["ports"]]
+        assert "9093" not in targets, f"{name} must not publish its inter-broker listener: {published}"

@@ -51,6 +51,7 @@ PartitionPath = Annotated[int, Path(ge=INT32_MIN, le=INT32_MAX)]
 class _Heartbeat(BaseModel):
     broker_id: Int32
     url: str
+    broker_url: str = ""  # the inter-broker listener's, when it is not ``url``
     incarnation: str
     leos: dict[str, Int64]
     known_version: Int64

@@ -27,7 +27,7 @@ from laketail.api.deps import broker_of, check_cluster, json_response
 from laketail.api.routes.clusters import cluster_crn, cluster_url, list_metadata
 from laketail.api.routes.v3_topics import topic_url
 from laketail.broker import PartitionState
-from laketail.config import _BROKER_KEYS, BrokerSettings
+from laketail.config import _BROKER_KEYS, SENSITIVE_BROKER_KEYS, BrokerSettings
 from laketail.errors import BrokerNotAvailable, InvalidConfig, UnknownTopicOrPartition
 
 router = APIRouter(tags=["v3 replicas and broker configs"])
@@ -134,6 +134,8 @@ def broker_config_entries(settings: BrokerSettings) -> list[tuple[str, str | Non
         seen.add(attr)
         value = getattr(settings, attr)
         text = None if value is None else (str(value).lower() if isinstance(value, bool) else str(value))
+        if key in SENSITIVE_BROKER_KEYS:
+            text = None  # as Kafka shows a password config: no value, is_sensitive
         out.append((key, text, value == getattr(defaults, attr)))
     return out
 
@@ -150,7 +152,7 @@ def _broker_config_doc(request: Request, cid: str, broker_id: int, name: str, va
         "value": value,
         "is_default": is_default,
         "is_read_only": True,
-        "is_sensitive": False,
+        "is_sensitive": name in SENSITIVE_BROKER_KEYS,
         "source": source,
         "synonyms": [{"name": name, "value": value, "source": source}],
     }
@@ -161,10 +163,12 @@ async def _configs_of(request: Request, cluster_id: str, broker_id: int) -> list
     check_cluster(broker, cluster_id)
     peer = _live(broker, broker_id)
     if broker_id != broker.broker_id:  # only that broker knows its settings
-        url = f"{peer.url.rstrip('/')}/v3/clusters/{cluster_id}/brokers/{broker_id}/configs"
+        # through the peer's inter-broker listener, with the cluster secret (the node's client)
+        registration = broker.cluster.image.brokers.get(broker_id)
+        base = registration.peer_url if registration is not None else peer.url
+        url = f"{base.rstrip('/')}/v3/clusters/{cluster_id}/brokers/{broker_id}/configs"
         try:
-            async with httpx.AsyncClient(timeout=5.0) as client:
-                resp = await client.get(url)
+            resp = await broker.cluster.http.get(url, timeout=5.0)
             resp.raise_for_status()
             return resp.json()["data"]
         except (httpx.HTTPError, ValueError, KeyError) as exc:

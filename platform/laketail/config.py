@@ -238,6 +238,25 @@ class BrokerSettings:
     super_users: str = ""  # "User:admin;User:broker"
     allow_everyone_if_no_acl_found: bool = False
     acl_refresh_ms: int = 500  # how often a broker looks for ACL changes made through another broker
+    # Listeners, TLS and authentication (laketail.security.listeners; Kafka's names). With
+    # ``listeners`` empty the broker has one PLAINTEXT listener on host:port serving
+    # everything, as before; see the README's "Security" section.
+    listeners: str = ""
+    advertised_listeners: str = ""
+    listener_security_protocol_map: str = ""
+    inter_broker_listener_name: str = ""
+    inter_broker_secret: str = ""
+    sasl_enabled_mechanisms: str = "SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"
+    sasl_credential_cache_ms: int = 30_000
+    sasl_oauthbearer_jwks_endpoint_url: str = ""
+    sasl_oauthbearer_sub_claim_name: str = "sub"
+    sasl_oauthbearer_expected_audience: str = ""
+    sasl_oauthbearer_expected_issuer: str = ""
+    ssl_keystore_certificate_chain: str = ""
+    ssl_keystore_key: str = ""
+    ssl_truststore_location: str = ""
+    ssl_client_auth: str = "none"
+    ssl_principal_mapping_rules: str = "DEFAULT"
     topic_defaults: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -248,7 +267,23 @@ class BrokerSettings:
 
     @property
     def url(self) -> str:
-        return self.advertised_url or f"http://{self.host}:{self.port}"
+        """The URL clients reach this broker at (its client listener's, advertised)."""
+        if self.advertised_url:
+            return self.advertised_url
+        if self.listeners:
+            from laketail.security.listeners import listener_plan
+
+            return listener_plan(self).client_url
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def inter_broker_url(self) -> str:
+        """The URL other brokers reach this one at (its inter-broker listener's)."""
+        if self.listeners:
+            from laketail.security.listeners import listener_plan
+
+            return listener_plan(self).inter_broker_url
+        return self.url
 
     def topic_config(self, overrides: Mapping[str, Any]) -> TopicConfig:
         defaults = dict(self.topic_defaults)
@@ -307,7 +342,27 @@ _BROKER_KEYS = {
     "super.users": "super_users",
     "allow.everyone.if.no.acl.found": "allow_everyone_if_no_acl_found",
     "laketail.acl.refresh.ms": "acl_refresh_ms",
+    "listeners": "listeners",
+    "advertised.listeners": "advertised_listeners",
+    "listener.security.protocol.map": "listener_security_protocol_map",
+    "inter.broker.listener.name": "inter_broker_listener_name",
+    # laketail: the secret every broker shows on the inter-broker listener (a cluster secret,
+    # laketail's stand-in for Kafka's inter-broker SASL credentials); keep it in the environment.
+    "laketail.inter.broker.secret": "inter_broker_secret",
+    "sasl.enabled.mechanisms": "sasl_enabled_mechanisms",
+    "laketail.sasl.credential.cache.ms": "sasl_credential_cache_ms",
+    "sasl.oauthbearer.jwks.endpoint.url": "sasl_oauthbearer_jwks_endpoint_url",
+    "sasl.oauthbearer.sub.claim.name": "sasl_oauthbearer_sub_claim_name",
+    "sasl.oauthbearer.expected.audience": "sasl_oauthbearer_expected_audience",
+    "sasl.oauthbearer.expected.issuer": "sasl_oauthbearer_expected_issuer",
+    "ssl.keystore.certificate.chain": "ssl_keystore_certificate_chain",
+    "ssl.keystore.key": "ssl_keystore_key",
+    "ssl.truststore.location": "ssl_truststore_location",
+    "ssl.client.auth": "ssl_client_auth",
+    "ssl.principal.mapping.rules": "ssl_principal_mapping_rules",
 }
+#: Broker settings never shown (Kafka's sensitive configs: value null, is_sensitive true).
+SENSITIVE_BROKER_KEYS = frozenset({"laketail.inter.broker.secret"})
 
 
 def load_settings(

@@ -25,6 +25,7 @@ classes by :func:`code_table` and kept equal to it by ``tests/test_conformance.p
     ├── RecordTooLarge               413 41301
     ├── OffsetOutOfRange             416 41601
     ├── NotAcceptable                406 40601
+    ├── SaslAuthenticationFailed     401 40101 (missing or wrong credentials)
     ├── NotLeaderOrFollower          421 42101
     ├── NotEnoughReplicas            503 50301, NotEnoughReplicasAfterAppend 50302
     ├── replication: LeaderNotAvailable 503 50303, NotController 503 50304,
@@ -170,6 +171,17 @@ class NotAcceptable(LaketailError):
     kafka_name = "INVALID_REQUEST"
     http_status = 406
     rest_code = 40601
+
+
+class SaslAuthenticationFailed(LaketailError):
+    """Credentials missing on a listener that requires them, or wrong (unknown user,
+    bad password, invalid or expired token, an unauthenticated inter-broker peer).
+    Confluent's REST Proxy answers 401 / 40101."""
+
+    kafka_code = 58
+    kafka_name = "SASL_AUTHENTICATION_FAILED"
+    http_status = 401
+    rest_code = 40101
 
 
 class NotLeaderOrFollower(LaketailError):

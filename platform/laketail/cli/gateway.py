@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 import httpx
 
-from laketail.cli.options import CommandError
+from laketail.cli.options import CommandError, client_http_options
 
 #: Connecting to a broker on the same network takes milliseconds; waiting longer only
 #: delays the "no broker answers" message.
@@ -96,7 +96,7 @@ class Gateway:
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
         with transport_errors(self.url):
-            self._http = httpx.Client(base_url=self.url, timeout=_timeout(None))
+            self._http = httpx.Client(base_url=self.url, timeout=_timeout(None), **client_http_options())
         self._cluster_id: str | None = None
 
     def __enter__(self) -> "Gateway":
@@ -146,7 +146,7 @@ class AsyncGateway:
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
         with transport_errors(self.url):
-            self._http = httpx.AsyncClient(base_url=self.url, timeout=_timeout(None))
+            self._http = httpx.AsyncClient(base_url=self.url, timeout=_timeout(None), **client_http_options())
 
     async def __aenter__(self) -> "AsyncGateway":
         return self

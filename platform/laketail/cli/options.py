@@ -68,6 +68,78 @@ def server_option(func: F) -> F:
     )(func)
 
 
+#: Where ``laketail --command-config FILE <command>`` leaves the file's path.
+_CONFIG_KEY = "laketail.command_config"
+COMMAND_CONFIG_ENV = "LAKETAIL_COMMAND_CONFIG"
+
+
+def _remember_command_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.meta[_CONFIG_KEY] = value
+
+
+def group_command_config_option(func: F) -> F:
+    """``laketail --command-config FILE <command>``: Kafka's client properties file
+    (``security.protocol``, ``sasl.mechanism``, ``sasl.username``, ``sasl.password``,
+    ``ssl.ca.location``, ...), as the Kafka tools' ``--command-config``."""
+    return click.option(
+        "--command-config", metavar="FILE", expose_value=False, callback=_remember_command_config,
+        type=click.Path(exists=True, dir_okay=False),
+        help=f"Client properties (security.protocol, sasl.*, ssl.*) for every command (or ${COMMAND_CONFIG_ENV}).",
+    )(func)
+
+
+def read_properties(text: str) -> dict[str, str]:
+    """A Java properties file's ``key=value`` / ``key: value`` lines (``#`` and ``!`` comments)."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut <= 0:
+            raise CommandError(f"command config: cannot read {line!r} (expected key=value)")
+        out[line[:cut].strip()] = line[cut + 1:].strip()
+    return out
+
+
+def client_properties(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The CLI's client properties: ``--command-config`` (or ``$LAKETAIL_COMMAND_CONFIG``),
+    then ``LAKETAIL_SECURITY_PROTOCOL``, ``LAKETAIL_SASL_MECHANISM``, ``LAKETAIL_SASL_USERNAME``,
+    ``LAKETAIL_SASL_PASSWORD``, ``LAKETAIL_SSL_CA_LOCATION``, ``LAKETAIL_SSL_CERTIFICATE_LOCATION``,
+    ``LAKETAIL_SSL_KEY_LOCATION`` (each key upper-cased, dots as underscores) over it."""
+    from laketail.client.security import KEYS
+
+    env = dict(os.environ) if env is None else env
+    ctx = click.get_current_context(silent=True)
+    path = (ctx.meta.get(_CONFIG_KEY) if ctx is not None else None) or env.get(COMMAND_CONFIG_ENV)
+    props: dict[str, str] = {}
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                props = read_properties(fh.read())
+        except OSError as exc:
+            raise CommandError(f"command config {path}: {exc}") from exc
+    for key in KEYS:
+        var = "LAKETAIL_" + key.upper().replace(".", "_")
+        if var in env:
+            props[key] = env[var]
+    return props
+
+
+def client_http_options(env: dict[str, str] | None = None) -> dict[str, Any]:
+    """``verify`` / ``auth`` for the CLI's httpx clients, from :func:`client_properties`."""
+    from laketail.client.security import client_security
+
+    props = client_properties(env)
+    if not props:
+        return {}
+    try:
+        return client_security(props).httpx_options()
+    except (ValueError, OSError) as exc:
+        raise CommandError(f"client security settings: {exc}") from exc
+
+
 def parse_pairs(values: Iterable[str], option: str = "--config") -> dict[str, str]:
     """``["retention.ms=1000", ...]`` as a dict; a malformed pair is a usage error."""
     out: dict[str, str] = {}

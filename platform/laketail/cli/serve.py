@@ -4,6 +4,12 @@ Settings come from ``conf/laketail.toml`` (when present, or ``--config``), then
 ``LAKETAIL_*`` variables, then these flags (``laketail.config.load_settings``); the
 app is ``laketail.api.app.create_app(settings)`` under uvicorn. Ctrl-C (SIGINT) or
 SIGTERM stops it cleanly: the app's shutdown closes the broker.
+
+Safe by default: a listener bound beyond loopback (``--host 0.0.0.0``, or a
+``listeners`` entry) must authenticate its clients (``SASL_SSL`` / ``SASL_PLAINTEXT``,
+or ``SSL`` with ``ssl.client.auth=required``), else ``serve`` refuses to start unless
+told ``--allow-anonymous``. Several listeners are served by one process
+(:mod:`laketail.api.listeners`).
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ DEFAULT_CONFIG = Path("conf") / "laketail.toml"
 )
 @click.option("--access-log/--no-access-log", default=False, show_default=True, envvar="LAKETAIL_ACCESS_LOG",
               help="Log every request: method, path, status, duration, principal (logger laketail.access).")
+@click.option("--allow-anonymous", is_flag=True, envvar="LAKETAIL_ALLOW_ANONYMOUS",
+              help="Listen beyond loopback even where no client is authenticated (everyone is User:ANONYMOUS).")
 @click.option(
     "--no-maintenance",
     is_flag=True,
@@ -54,6 +62,7 @@ def serve(
     config_path: Path | None,
     log_level: str,
     access_log: bool,
+    allow_anonymous: bool,
     no_maintenance: bool,
 ) -> None:
     """Run a laketail broker until Ctrl-C."""
@@ -75,15 +84,31 @@ def serve(
             advertised_url=advertised_url,
             maintenance_enabled=False if no_maintenance else None,
         )
+        from laketail.security.listeners import exposure_problems, listener_plan
+
+        plan = listener_plan(settings)
     except LaketailError as exc:
         raise CommandError(exc.message) from exc
+    problems = exposure_problems(plan, settings.ssl_client_auth)
+    if problems and not allow_anonymous:
+        raise CommandError(
+            "refusing to listen beyond loopback without authentication: " + "; ".join(problems)
+            + ". Use a SASL_SSL listener with SCRAM users (laketail users add) or OAuth, SSL with "
+            "ssl.client.auth=required, bind 127.0.0.1, or pass --allow-anonymous to accept anyone"
+        )
 
+    from laketail.security.listeners import is_loopback
+
+    for lst in plan.listeners:
+        if lst.protocol == "SASL_PLAINTEXT" and not is_loopback(lst.host):
+            click.echo(f"warning: listener {lst.name} is SASL_PLAINTEXT beyond loopback: HTTP Basic passwords "
+                       "and bearer tokens cross the network unencrypted; use SASL_SSL", err=True)
+
+    import asyncio
     import logging
 
-    import uvicorn
-
     from laketail.api.app import create_app
-    from laketail.api.connections import guarded_protocol
+    from laketail.api.listeners import listener_servers, run_servers
     from laketail.log_format import EscapingFormatter, escape_handlers
 
     # laketail's own loggers at the same level as uvicorn's (elections, ISR changes,
@@ -96,25 +121,23 @@ def serve(
     laketail_log.propagate = False
 
     app = create_app(settings, access_log=access_log)
+    try:
+        servers = listener_servers(app, settings, log_level=log_level)
+    except LaketailError as exc:
+        raise CommandError(exc.message) from exc
+    shown = ", ".join(f"{s.listener.name} {s.listener.protocol} {s.listener.host}:{s.listener.port}"
+                      + (" (inter-broker)" if s.listener.inter_broker and len(servers) > 1 else "")
+                      for s in servers)
     click.echo(
         f"laketail broker {settings.broker_id}: data {settings.data}, hot logs "
-        f"{settings.hot_log_dir}, listening on http://{settings.host}:{settings.port}"
+        f"{settings.hot_log_dir}, listening on {settings.url} [{shown}]"
         + (f" (config {config_path})" if config_path else ""),
         err=True,
     )
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=log_level,
-        access_log=False,  # laketail's own (create_app's access_log) has duration and principal
-        lifespan="on",
-        http=guarded_protocol(settings),  # read deadlines and max.connections
-        timeout_keep_alive=settings.connections_max_idle_ms / 1000,
-    )
     # uvicorn set up its handlers in Config(): escape what they log, as laketail's own
     escape_handlers("uvicorn", "uvicorn.error", "uvicorn.access")
-    server = uvicorn.Server(config)
-    server.run()
-    if not server.started:
+    loop_factory = servers[0].config.get_loop_factory()
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        started = runner.run(run_servers(servers))
+    if not started:
         raise SystemExit(3)  # as uvicorn.run: the socket could not be bound

@@ -7,8 +7,10 @@ confluent-kafka does. :func:`parse` checks every key against its role's table an
 turns values into Python types with their units in the field names; an unknown key is
 ``KafkaError._INVALID_ARG`` ("No such configuration property"), as librdkafka says.
 
-Properties that only tune librdkafka's own machinery (socket buffers, compression,
-statistics, SASL/SSL, ...) are accepted and ignored (:data:`IGNORED`), so a
+Security properties (``security.protocol``, ``sasl.*``, ``ssl.*``) become the
+config's ``security`` (:mod:`laketail.client.security`). Properties that only tune
+librdkafka's own machinery (socket buffers, compression, statistics, ...) are
+accepted and ignored (:data:`IGNORED`), so a
 configuration written for confluent-kafka keeps working; they have no meaning for
 laketail's HTTP gateway. ``bootstrap.servers`` lists gateway URLs
 (``http://host:8082``; a bare ``host:port`` means ``http://host:port``).
@@ -20,6 +22,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable
 
 from laketail.client.errors import KafkaException, local_error
+from laketail.client.security import KEYS as SECURITY_KEYS
+from laketail.client.security import ClientSecurity, client_security
 
 #: librdkafka properties accepted for compatibility and without effect here.
 IGNORED = frozenset({
@@ -31,9 +35,9 @@ IGNORED = frozenset({
     "log.connection.close", "message.copy.max.bytes", "enable.gapless.guarantee",
     "partitioner", "queue.buffering.max.kbytes",
     "queued.max.messages.kbytes", "queued.min.messages",
-    "receive.message.max.bytes", "retry.backoff.max.ms", "security.protocol", "socket.keepalive.enable",
+    "receive.message.max.bytes", "retry.backoff.max.ms", "socket.keepalive.enable",
     "socket.nagle.disable", "socket.receive.buffer.bytes", "socket.send.buffer.bytes",
-    "statistics.interval.ms", "stats_cb", "throttle_cb", "oauth_cb",
+    "statistics.interval.ms", "stats_cb", "throttle_cb",
     "topic.metadata.propagation.max.ms", "sticky.partitioning.linger.ms",
 })
 _IGNORED_PREFIXES = ("ssl.", "sasl.", "ssl_", "sasl_")
@@ -60,6 +64,12 @@ def _servers(raw: Any) -> tuple[str, ...]:
     if not out:
         raise ValueError("needs at least one gateway URL")
     return tuple(out)
+
+
+def _tls_servers(raw: Any) -> Any:
+    """Bare ``host:port`` entries as ``https://`` (security.protocol SSL or SASL_SSL)."""
+    items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
+    return [str(i).strip() if "://" in str(i) else f"https://{str(i).strip()}" for i in items if str(i).strip()]
 
 
 def _acks(raw: Any) -> str:
@@ -123,6 +133,7 @@ class CommonConfig:
         default=300_000, metadata=_key("topic.metadata.refresh.interval.ms", int, "metadata.max.age.ms"))
     message_max_bytes: int = field(default=1_000_000, metadata=_key("message.max.bytes"))
     error_cb: Callable | None = field(default=None, metadata=_key("error_cb", _callable))
+    security: ClientSecurity = field(default_factory=ClientSecurity)  # security.protocol, sasl.*, ssl.*
 
 
 @dataclass(frozen=True)
@@ -200,7 +211,15 @@ def parse(cls: type, conf: dict[str, Any] | None, kwargs: dict[str, Any]):
         merged[key if native else key.replace("_", ".")] = value
     values: dict[str, Any] = {}
     explicit: set[str] = set()
+    try:
+        values["security"] = client_security({k: v for k, v in merged.items() if k in SECURITY_KEYS})
+    except ValueError as exc:
+        raise KafkaException(local_error("_INVALID_ARG", f"Invalid security configuration: {exc}")) from None
+    if values["security"].tls and "bootstrap.servers" in merged:
+        merged["bootstrap.servers"] = _tls_servers(merged["bootstrap.servers"])
     for name, raw in merged.items():
+        if name in SECURITY_KEYS:
+            continue
         f = table.get(name)
         if f is None:
             if name in IGNORED or name.startswith(_IGNORED_PREFIXES) or name.startswith("default.topic.config"):

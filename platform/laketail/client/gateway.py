@@ -38,6 +38,7 @@ import orjson
 
 from laketail.client.config import CommonConfig
 from laketail.client.errors import KafkaError, KafkaException, local_error
+from laketail.client.security import ClientSecurity
 from laketail.errors import from_body
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
@@ -57,6 +58,7 @@ class Gateway:
         reconnect_backoff_ms: int = 100,
         reconnect_backoff_max_ms: int = 10_000,
         monotonic: Callable[[], float] = time.monotonic,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.servers = tuple(servers)
         self.on_error = on_error
@@ -68,6 +70,7 @@ class Gateway:
             timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
             headers={"User-Agent": f"laketail-client ({client_id})"},
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+            **(security.httpx_options() if security is not None else {}),  # TLS, SASL credentials
         )
         self.backoff_s = max(0.0, reconnect_backoff_ms / 1000.0)
         self.backoff_max_s = max(self.backoff_s, reconnect_backoff_max_ms / 1000.0)
@@ -86,7 +89,7 @@ class Gateway:
         return cls(
             config.bootstrap_servers, client_id=config.client_id, timeout_s=config.socket_timeout_ms / 1000.0,
             transport=transport, on_error=on_error, reconnect_backoff_ms=config.reconnect_backoff_ms,
-            reconnect_backoff_max_ms=config.reconnect_backoff_max_ms,
+            reconnect_backoff_max_ms=config.reconnect_backoff_max_ms, security=config.security,
         )
 
     # -- servers --------------------------------------------------------------------------------

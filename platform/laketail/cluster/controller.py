@@ -154,9 +154,8 @@ class Controller:
 
     # -- heartbeats and liveness ------------------------------------------------------------------
 
-    async def heartbeat(
-        self, broker_id: int, url: str, incarnation: str, leos: dict[str, int], known_version: int
-    ) -> dict:
+    async def heartbeat(self, broker_id: int, url: str, incarnation: str, leos: dict[str, int], known_version: int,
+                        broker_url: str = "") -> dict:
         if not self.active:
             from laketail.errors import NotController
 
@@ -167,7 +166,8 @@ class Controller:
         if known is None or known.incarnation != incarnation or not known.alive:
             async with self._lock:
                 restarted = known is not None and known.incarnation != incarnation
-                self.brokers[broker_id] = BrokerRegistration(broker_id, url, incarnation, True, int(time.time() * 1000))
+                self.brokers[broker_id] = BrokerRegistration(broker_id, url, incarnation, True, int(time.time() * 1000),
+                                                             broker_url)
                 log.info("broker %d is alive (%s)", broker_id, "restarted" if restarted else "registered")
                 if restarted:
                     self._broker_rejoined(broker_id)

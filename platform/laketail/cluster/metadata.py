@@ -23,6 +23,13 @@ class BrokerRegistration:
     incarnation: str
     alive: bool = True
     registered_ms: int = 0
+    #: The inter-broker listener's URL (``url`` is the client listener's); "" when one
+    #: listener serves both. Peers are called at :attr:`peer_url` only.
+    broker_url: str = ""
+
+    @property
+    def peer_url(self) -> str:
+        return self.broker_url or self.url
 
 
 @dataclass

@@ -17,8 +17,10 @@ A broker that could not reach any controller for a whole session is *fenced*: it
 stops acknowledging writes and answering replica fetches as a leader, since the
 controller has probably moved its partitions elsewhere.
 
-Brokers talk to each other over the gateway's ``/internal/v1`` routes; calls to this
-broker itself short-cut to the in-process objects.
+Brokers talk to each other over the gateway's ``/internal/v1`` routes, on each peer's
+inter-broker listener (:attr:`BrokerRegistration.peer_url`, learnt from its
+authenticated registration only), showing the cluster secret (:mod:`laketail.security.peers`);
+calls to this broker itself short-cut to the in-process objects.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from laketail.cluster.replicas import ReplicaManager
 from laketail.cluster.store import ClusterStore, Conflict
 from laketail.cluster.wire import PeerLink, PeerPool, PeerResponse, raise_for_error
 from laketail.errors import LeaderNotAvailable, NotController, NotLeaderOrFollower, UnknownTopicOrPartition
+from laketail.security.peers import peer_headers
 
 if TYPE_CHECKING:
     from laketail.cluster.ports import ClusterHost
@@ -69,8 +72,10 @@ class ClusterNode:
         self.store = ClusterStore(host.settings.data)
         self.incarnation = uuid.uuid4().hex
         self.registration = BrokerRegistration(
-            self.broker_id, host.settings.url, self.incarnation, True, int(time.time() * 1000)
+            self.broker_id, host.settings.url, self.incarnation, True, int(time.time() * 1000), self._own_peer_url()
         )
+        self.peer_headers = peer_headers(host.settings.inter_broker_secret)
+        self.peer_ssl = _peer_ssl_context(host.settings)
         self.image = ClusterImage()
         self.isr_shrinks = 0  # of partitions this broker leads (metrics: Kafka's IsrShrinksPerSec)
         self.isr_expands = 0
@@ -92,7 +97,8 @@ class ClusterNode:
     def http(self) -> httpx.AsyncClient:
         if self._http is None:
             limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
-            self._http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=2.0), limits=limits)
+            self._http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=2.0), limits=limits,
+                                           headers=self.peer_headers, verify=self.peer_ssl or True)
         return self._http
 
     @property
@@ -114,7 +120,8 @@ class ClusterNode:
 
     async def start(self) -> None:
         """Register, then join: returns once this broker has a cluster image."""
-        await asyncio.to_thread(self.store.register_broker, self.broker_id, self.settings.url, self.incarnation)
+        await asyncio.to_thread(self.store.register_broker, self.broker_id, self.settings.url, self.incarnation,
+                                self._own_peer_url())
         controller_id, epoch = await asyncio.to_thread(self.store.controller)
         if controller_id in (NO_LEADER, self.broker_id):
             await self._claim(epoch, presumed_dead=set())
@@ -237,7 +244,8 @@ class ClusterNode:
         if controller_id == NO_LEADER:
             raise NotController("no controller has been elected yet")
         body: dict[str, Any] = {
-            "broker_id": self.broker_id, "url": self.settings.url, "incarnation": self.incarnation,
+            "broker_id": self.broker_id, "url": self.settings.url, "broker_url": self._own_peer_url(),
+            "incarnation": self.incarnation,
             "leos": self.leos(), "known_version": self.image.version,
         }
         if controller_id == self.broker_id:
@@ -274,7 +282,7 @@ class ClusterNode:
         if self.is_controller:
             for b in image.brokers.values():
                 if b.alive and b.broker_id != self.broker_id:
-                    asyncio.get_running_loop().create_task(self._push(b.url, image))
+                    asyncio.get_running_loop().create_task(self._push(b.peer_url, image))
 
     async def _push(self, url: str, image: ClusterImage) -> None:
         try:
@@ -287,11 +295,11 @@ class ClusterNode:
     async def _broker_url(self, broker_id: int) -> str:
         known = self.image.brokers.get(broker_id)
         if known is not None:
-            return known.url
+            return known.peer_url
         brokers = await asyncio.to_thread(self.store.brokers)
         if broker_id not in brokers:
             raise LeaderNotAvailable(f"broker {broker_id} is not registered")
-        return brokers[broker_id].url
+        return brokers[broker_id].peer_url
 
     async def _post(self, url: str, path: str, timeout: float | None = None, **kwargs: Any) -> httpx.Response:
         resp = await self.http.post(url + path, timeout=timeout or httpx.USE_CLIENT_DEFAULT, **kwargs)
@@ -310,7 +318,7 @@ class ClusterNode:
             if reg is None or reg.leader == NO_LEADER:
                 raise LeaderNotAvailable(f"{topic}-{partition} has no leader right now")
             url = await self._broker_url(reg.leader)
-            pool = _peer(self._pools, reg.leader, url, PeerPool)
+            pool = _peer(self._pools, reg.leader, url, self._pool)
             try:
                 resp = await pool.request(method, path, params=params, content=content, content_type=content_type,
                                           timeout_s=timeout or 30.0)
@@ -362,9 +370,33 @@ class ClusterNode:
         if leader == self.broker_id:
             raise LeaderNotAvailable("a broker does not fetch from itself")
         url = await self._broker_url(leader)
-        link = _peer(self._links, leader, url, PeerLink)
+        link = _peer(self._links, leader, url, self._link)
         timeout = self.settings.replica_fetch_wait_max_ms / 1000 + 10
         return await link.post_json(f"{INTERNAL}/replica-fetch", body, timeout)
+
+    def _own_peer_url(self) -> str:
+        url = self.settings.inter_broker_url
+        return "" if url == self.settings.url else url
+
+    def _link(self, url: str) -> PeerLink:
+        return PeerLink(url, headers=self.peer_headers, ssl_context=self.peer_ssl)
+
+    def _pool(self, url: str) -> PeerPool:
+        return PeerPool(url, headers=self.peer_headers, ssl_context=self.peer_ssl)
+
+
+def _peer_ssl_context(settings: Any) -> Any:
+    """The TLS context for calling peers: the cluster's CA (``ssl.truststore.location``)
+    verifies their certificates, and this broker shows its own certificate (so an inter-broker
+    listener with ``ssl.client.auth=required`` admits it); None when neither is configured."""
+    if not settings.ssl_truststore_location and not settings.ssl_keystore_certificate_chain:
+        return None
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=settings.ssl_truststore_location or None)
+    if settings.ssl_keystore_certificate_chain and settings.ssl_keystore_key:
+        ctx.load_cert_chain(settings.ssl_keystore_certificate_chain, settings.ssl_keystore_key)
+    return ctx
 
 
 def _peer(peers: dict, broker_id: int, url: str, make):

@@ -35,6 +35,7 @@ BROKERS_SCHEMA = pa.schema([
     ("alive", pa.bool_()),
     ("registered_ms", pa.int64()),
     ("updated_ms", pa.int64()),
+    ("broker_url", pa.string()),  # the inter-broker listener's URL; null when it is ``url``
 ])
 CONTROLLER_SCHEMA = pa.schema([
     ("controller_id", pa.int32()),
@@ -101,7 +102,8 @@ class ClusterStore:
                 if dt is None:
                     write_deltalake(uri, table, mode="error", commit_properties=once)
                 else:
-                    write_deltalake(dt, table, mode="overwrite", commit_properties=once)
+                    # schema_mode: a table written before a column was added takes the new schema
+                    write_deltalake(dt, table, mode="overwrite", schema_mode="overwrite", commit_properties=once)
                     version = dt.version()
                     if version and version % CHECKPOINT_EVERY == 0:
                         self._tidy(uri)
@@ -130,19 +132,19 @@ class ClusterStore:
         _, rows = self._rows(self.brokers_uri, BROKERS_SCHEMA)
         return {
             r["broker_id"]: BrokerRegistration(
-                r["broker_id"], r["url"], r["incarnation"], r["alive"], r["registered_ms"]
+                r["broker_id"], r["url"], r["incarnation"], r["alive"], r["registered_ms"], r.get("broker_url") or ""
             )
             for r in rows
         }
 
-    def register_broker(self, broker_id: int, url: str, incarnation: str) -> None:
+    def register_broker(self, broker_id: int, url: str, incarnation: str, broker_url: str = "") -> None:
         now = _now_ms()
 
         def change(rows: list[dict]) -> list[dict]:
             others = [r for r in rows if r["broker_id"] != broker_id]
             return others + [{
                 "broker_id": broker_id, "url": url, "incarnation": incarnation, "alive": True,
-                "registered_ms": now, "updated_ms": now,
+                "registered_ms": now, "updated_ms": now, "broker_url": broker_url or None,
             }]
 
         self.mutate(self.brokers_uri, BROKERS_SCHEMA, change)

@@ -69,13 +69,17 @@ def raise_for_error(resp: Any) -> None:
 class PeerLink:
     """One kept-alive connection to another broker's gateway."""
 
-    def __init__(self, url: str, connect_timeout_s: float = 2.0) -> None:
+    def __init__(self, url: str, connect_timeout_s: float = 2.0, *, headers: Mapping[str, str] | None = None,
+                 ssl_context: Any = None) -> None:
         parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"a peer link needs an http:// URL, not {url!r}")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"a peer link needs an http:// or https:// URL, not {url!r}")
         self.url = url
         self._host = parts.hostname
-        self._port = parts.port or 80
+        self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        # https: the context given (the cluster's CA), else the system's defaults
+        self._ssl = (ssl_context or True) if parts.scheme == "https" else None
+        self._extra_head = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in (headers or {}).items())
         self._prefix = parts.path.rstrip("/")
         self._host_header = parts.netloc.encode()
         self._connect_timeout_s = connect_timeout_s
@@ -113,7 +117,8 @@ class PeerLink:
         target = self._prefix + path
         if params:
             target += "?" + urlencode(params)
-        head = [b"%s %s HTTP/1.1\r\nHost: %s\r\n" % (method.encode(), target.encode(), self._host_header)]
+        head = [b"%s %s HTTP/1.1\r\nHost: %s\r\n" % (method.encode(), target.encode(), self._host_header),
+                self._extra_head]
         if content or method in ("POST", "PUT"):
             head.append(b"Content-Length: %d\r\n" % len(content))
         if content_type is not None:
@@ -139,7 +144,8 @@ class PeerLink:
     async def _exchange(self, request: bytes) -> PeerResponse:
         if self._writer is None:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self._host, self._port, limit=_MAX_HEAD), self._connect_timeout_s
+                asyncio.open_connection(self._host, self._port, limit=_MAX_HEAD, ssl=self._ssl),
+                self._connect_timeout_s
             )
         reader, writer = self._reader, self._writer
         assert reader is not None and writer is not None  # opened together, just above
@@ -177,14 +183,16 @@ class PeerPool:
     """Kept-alive links to one broker, a link per request in flight; at most
     ``max_idle`` stay open between requests."""
 
-    def __init__(self, url: str, max_idle: int = 16) -> None:
+    def __init__(self, url: str, max_idle: int = 16, *, headers: Mapping[str, str] | None = None,
+                 ssl_context: Any = None) -> None:
         self.url = url
         self.max_idle = max_idle
+        self._link_args = {"headers": headers, "ssl_context": ssl_context}
         self._idle: list[PeerLink] = []
 
     async def request(self, method: str, path: str, **kwargs: Any) -> PeerResponse:
         # An idle link the peer closed meanwhile reconnects by itself (PeerLink.request).
-        link = self._idle.pop() if self._idle else PeerLink(self.url)
+        link = self._idle.pop() if self._idle else PeerLink(self.url, **self._link_args)
         resp = await link.request(method, path, **kwargs)
         if link.open and len(self._idle) < self.max_idle:
             self._idle.append(link)

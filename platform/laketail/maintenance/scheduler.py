@@ -42,7 +42,12 @@ class MaintenanceScheduler:
     ) -> None:
         self.is_due = is_due  # in a cluster only the controller runs the jobs
         self.data = settings.data
-        self.server = settings.url
+        # the jobs call this broker as a peer: its inter-broker listener, with the cluster
+        # secret and CA passed in their environment (laketail.maintenance.topics.Gateway)
+        self.server = settings.inter_broker_url
+        self.peer_env = {k: v for k, v in (("LAKETAIL_INTER_BROKER_SECRET", settings.inter_broker_secret),
+                                          ("LAKETAIL_SSL_TRUSTSTORE_LOCATION", settings.ssl_truststore_location))
+                         if v}
         self.interval_s = settings.maintenance_interval_ms / 1000
         self.master = master
         self.runs = 0
@@ -71,7 +76,7 @@ class MaintenanceScheduler:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            env=job_env(),
+            env={**job_env(), **self.peer_env},
             start_new_session=True,
         )
         try:

@@ -64,6 +64,24 @@ def topics_from_catalog(
     ]
 
 
+def _peer_options() -> dict:
+    """When the broker's scheduler runs the job it passes the cluster secret and CA
+    (``LAKETAIL_INTER_BROKER_SECRET``, ``LAKETAIL_SSL_TRUSTSTORE_LOCATION``) and the URL of
+    its inter-broker listener: the job calls it as a peer."""
+    import os
+
+    from laketail.security.peers import peer_headers
+
+    out: dict = {}
+    if os.environ.get("LAKETAIL_INTER_BROKER_SECRET"):
+        out["headers"] = peer_headers(os.environ["LAKETAIL_INTER_BROKER_SECRET"])
+    if os.environ.get("LAKETAIL_SSL_TRUSTSTORE_LOCATION"):
+        import ssl
+
+        out["verify"] = ssl.create_default_context(cafile=os.environ["LAKETAIL_SSL_TRUSTSTORE_LOCATION"])
+    return out
+
+
 class Gateway:
     """The few v3 calls maintenance makes, against the first server that answers."""
 
@@ -71,7 +89,7 @@ class Gateway:
         self.urls = [u.strip().rstrip("/") for u in servers.split(",") if u.strip()]
         if not self.urls:
             raise LaketailError("laketail.servers is empty")
-        self.http = httpx.Client(timeout=timeout_s)
+        self.http = httpx.Client(timeout=timeout_s, **_peer_options())
         self._cluster: str | None = None
 
     def close(self) -> None:

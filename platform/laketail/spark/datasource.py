@@ -61,7 +61,8 @@ from laketail.spark.sink import BatchWriter, StreamWriter
 
 def _settings(options: SourceOptions) -> ScanSettings:
     return ScanSettings(
-        options.servers, options.isolation, options.include_headers, options.fail_on_data_loss, options.group_id
+        options.servers, options.isolation, options.include_headers, options.fail_on_data_loss, options.group_id,
+        options.security,
     )
 
 

@@ -94,12 +94,20 @@ def seg(value: str | int) -> str:
 class SparkGateway:
     """Blocking requests to a laketail cluster; not shared between processes."""
 
-    def __init__(self, servers: tuple[str, ...], timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+    def __init__(self, servers: tuple[str, ...], timeout_s: float = REQUEST_TIMEOUT_S,
+                 security: tuple[tuple[str, str], ...] = ()) -> None:
+        """``security``: confluent-kafka's ``security.protocol`` / ``sasl.*`` / ``ssl.*``
+        settings (the ``laketail.``-prefixed options, prefix removed)."""
         if not servers:
             raise LaketailError("laketail.servers names no gateway")
         self.servers = servers
         self._preferred = 0
-        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0))
+        options = {}
+        if security:
+            from laketail.client.security import client_security
+
+            options = client_security(dict(security)).httpx_options()
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0), **options)
 
     def close(self) -> None:
         self._http.close()

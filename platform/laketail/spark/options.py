@@ -111,6 +111,7 @@ class SourceOptions:
     isolation: IsolationLevel = "read_committed"
     group_id: str | None = None
     timestamp_strategy: str = "error"
+    security: tuple[tuple[str, str], ...] = ()  # laketail.security.protocol, laketail.sasl.*, laketail.ssl.*
 
     @property
     def whole_partitions(self) -> bool:
@@ -159,6 +160,7 @@ class SourceOptions:
             isolation=isolation,  # type: ignore[arg-type]
             group_id=opts.get("groupid") or None,
             timestamp_strategy=strategy,
+            security=security_options(opts),
         )
 
 
@@ -169,6 +171,7 @@ class SinkOptions:
     sink_id: str | None
     batch_id: int | None
     transaction_timeout_ms: int
+    security: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
@@ -186,6 +189,7 @@ class SinkOptions:
             sink_id=sink_id,
             batch_id=int(batch_id) if batch_id not in (None, "") else None,
             transaction_timeout_ms=_positive_int(opts, "transaction.timeout.ms", "transaction.timeout.ms") or 900_000,
+            security=security_options(opts),
         )
 
 
@@ -196,6 +200,23 @@ def checkpoint_sink_id(location: str) -> str:
 
 
 # -- parsing helpers ------------------------------------------------------------------------------
+
+
+def security_options(opts: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The client security settings among the options, as Spark's Kafka source takes
+    ``kafka.``-prefixed ones: ``laketail.security.protocol``, ``laketail.sasl.mechanism``,
+    ``laketail.sasl.username``, ``laketail.sasl.password``, ``laketail.ssl.ca.location``, ...
+    (prefix removed, checked now so a bad one fails the query's planning)."""
+    from laketail.client.security import KEYS, client_security
+
+    found = tuple(sorted((k[len("laketail."):], v) for k, v in opts.items()
+                         if k.startswith("laketail.") and k[len("laketail."):] in KEYS))
+    if found:
+        try:
+            client_security(dict(found))
+        except ValueError as exc:
+            raise InvalidConfig(f"laketail.* security options: {exc}") from exc
+    return found
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:

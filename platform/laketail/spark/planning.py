@@ -183,7 +183,7 @@ class Planner:
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self.gateway = SparkGateway(options.servers)
+        self.gateway = SparkGateway(options.servers, security=options.security)
         self.snapshots = SnapshotCache()
 
     def close(self) -> None:

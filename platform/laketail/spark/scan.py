@@ -54,6 +54,7 @@ class ScanSettings:
     include_headers: bool
     fail_on_data_loss: bool
     group_id: str | None = None
+    security: tuple[tuple[str, str], ...] = ()
 
 
 def open_parquet(path: str) -> pq.ParquetFile:
@@ -115,7 +116,7 @@ class RangeReader:
     @property
     def gateway(self) -> SparkGateway:
         if self._gateway is None:
-            self._gateway = SparkGateway(self.settings.servers)
+            self._gateway = SparkGateway(self.settings.servers, security=self.settings.security)
         return self._gateway
 
     def batches(self) -> Iterator[pa.RecordBatch]:

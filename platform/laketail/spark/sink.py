@@ -79,7 +79,7 @@ class TaskWrite:
         self.sink_id = sink_id
         self.batch_id = batch_id
         self.task_partition = task_partition
-        self.gateway = SparkGateway(options.servers)
+        self.gateway = SparkGateway(options.servers, security=options.security)
         self.session: _Session | None = None
         self.sequences: dict[tuple[str, int], int] = {}
         self.partition_counts: dict[str, int] = {}
@@ -163,14 +163,14 @@ class BatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         ids = [m.transactional_id for m in messages if isinstance(m, SinkCommit) and m.transactional_id]
-        with SparkGateway(self.options.servers) as gateway:
+        with SparkGateway(self.options.servers, security=self.options.security) as gateway:
             if not ids:  # no task wrote: only sessions of failed attempts may be left to abort
                 gateway.abort_batch(self.sink_id, self.batch_id)
             elif not gateway.commit_batch(self.sink_id, self.batch_id, ids):
                 log.info("batch %s of sink %s was committed before: nothing written twice", self.batch_id, self.sink_id)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        with SparkGateway(self.options.servers) as gateway:
+        with SparkGateway(self.options.servers, security=self.options.security) as gateway:
             gateway.abort_batch(self.sink_id, self.batch_id)
 
 
@@ -198,7 +198,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         if sink_id is None:
             return  # no task reported: nothing was enlisted under a sink id we know
         ids = [m.transactional_id for m in messages if isinstance(m, SinkCommit) and m.transactional_id]
-        with SparkGateway(self.options.servers) as gateway:
+        with SparkGateway(self.options.servers, security=self.options.security) as gateway:
             if not ids:  # no task wrote: only sessions of failed attempts may be left to abort
                 gateway.abort_batch(sink_id, batchId)
             elif not gateway.commit_batch(sink_id, batchId, ids):
@@ -207,6 +207,6 @@ class StreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         sink_id = self._sink_id(messages)
         if sink_id is not None:
-            with SparkGateway(self.options.servers) as gateway:
+            with SparkGateway(self.options.servers, security=self.options.security) as gateway:
                 gateway.abort_batch(sink_id, batchId)
 

@@ -37,7 +37,7 @@ import functools
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -49,6 +49,7 @@ from laketail.records import RECORD_SCHEMA
 from laketail.spark.columns import TABLE_COLUMNS
 from laketail.spark.gateway import SparkGateway, TopicTable, parse_servers
 from laketail.spark.isolation import TXN_COLUMNS, TransactionRanges, transaction_ranges
+from laketail.spark.options import security_options
 from laketail.spark.scan import open_parquet, read_rows
 from laketail.spark.snapshot import SnapshotCache, TableFile, TableSnapshot
 
@@ -207,15 +208,18 @@ def register_topics(
     *,
     follow: bool = True,
     interval_s: float | None = None,
+    security: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Create the ``<topic>`` and ``<topic>_all`` views of every topic (or of
     ``topics``); return each topic's committed view name. With ``follow`` (the
     default) the session's :class:`ViewFollower` keeps them on the latest snapshot
-    (and, when ``topics`` is None, adds views for topics created later)."""
+    (and, when ``topics`` is None, adds views for topics created later). ``security``:
+    confluent-kafka's client settings (``security.protocol``, ``sasl.*``, ``ssl.*``)."""
     urls = parse_servers(servers if isinstance(servers, str) else ",".join(servers))
+    sec = security_options({f"laketail.{k}": v for k, v in (security or {}).items()})
     wanted = None if topics is None else list(topics)
     if not follow:
-        with SparkGateway(urls) as gateway:
+        with SparkGateway(urls, security=sec) as gateway:
             views = _TopicViews(spark, gateway, SnapshotCache())
             return {t: t for t in views.refresh(wanted if wanted is not None else gateway.topics())}
     with _FOLLOWERS_LOCK:
@@ -223,7 +227,7 @@ def register_topics(
         if follower is None or not follower.alive or follower.urls != urls:
             if follower is not None:
                 follower.stop()
-            follower = _FOLLOWERS[id(spark)] = ViewFollower(spark, urls, interval_s)
+            follower = _FOLLOWERS[id(spark)] = ViewFollower(spark, urls, interval_s, security=sec)
         elif interval_s is not None:
             follower.interval_s = interval_s
     return {t: t for t in follower.follow(wanted)}
@@ -293,11 +297,12 @@ class ViewFollower:
     :meth:`stop` or when the session's SparkContext stops.
     """
 
-    def __init__(self, spark: SparkSession, urls: tuple[str, ...], interval_s: float | None = None) -> None:
+    def __init__(self, spark: SparkSession, urls: tuple[str, ...], interval_s: float | None = None, *,
+                 security: tuple[tuple[str, str], ...] = ()) -> None:
         self.urls = urls
         self.interval_s = FOLLOW_INTERVAL_S if interval_s is None else interval_s
         self._spark = spark
-        self._views = _TopicViews(spark, SparkGateway(urls), SnapshotCache())
+        self._views = _TopicViews(spark, SparkGateway(urls, security=security), SnapshotCache())
         self._topics: set[str] | None = set()  # None: every topic, new ones too
         self._lock = threading.Lock()
         self._stop = threading.Event()

@@ -1,0 +1,146 @@
+"""A client's security settings, under confluent-kafka's (librdkafka's) property names.
+
+* ``security.protocol`` -- ``PLAINTEXT`` (default), ``SSL``, ``SASL_PLAINTEXT``,
+  ``SASL_SSL``. The TLS protocols need ``https://`` gateway URLs in
+  ``bootstrap.servers`` (a bare ``host:port`` is then ``https://host:port``).
+* ``sasl.mechanism`` (alias ``sasl.mechanisms``) -- ``PLAIN``, ``SCRAM-SHA-256``,
+  ``SCRAM-SHA-512`` (all three send ``sasl.username`` / ``sasl.password`` as HTTP Basic
+  over the TLS connection; the broker checks them against its SCRAM credentials) or
+  ``OAUTHBEARER`` (``Authorization: Bearer``: a token from ``oauth_cb``, which returns
+  ``(token, expiry_seconds)`` as confluent-kafka's does, or laketail's
+  ``sasl.oauthbearer.token`` for a fixed one).
+* ``ssl.ca.location`` -- the CA bundle (PEM) that signed the brokers' certificates;
+  ``ssl.certificate.location`` / ``ssl.key.location`` (``ssl.key.password``) -- this
+  client's certificate for mutual TLS; ``enable.ssl.certificate.verification`` (true).
+
+:func:`client_security` parses them (bad values are ``ValueError``); the same keys
+serve the Spark source and sink (``laketail.``-prefixed there) and the CLI
+(``--command-config``). :meth:`ClientSecurity.httpx_options` is what an
+``httpx.Client`` takes. Immutable; thread-safe.
+"""
+
+from __future__ import annotations
+
+import ssl
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import httpx
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+#: The keys read here (everything else under ``ssl.`` / ``sasl.`` is accepted and ignored).
+KEYS = frozenset({
+    "security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password",
+    "sasl.oauthbearer.token", "oauth_cb", "ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
+    "ssl.key.password", "enable.ssl.certificate.verification",
+})
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    protocol: str = "PLAINTEXT"
+    mechanism: str = "PLAIN"
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    oauth_cb: Callable[[Any], Any] | None = None
+    ca_location: str | None = None
+    certificate_location: str | None = None
+    key_location: str | None = None
+    key_password: str | None = field(default=None, repr=False)
+    verify_certificates: bool = True
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        """What httpx's ``verify`` takes: a context with the CA and client certificate."""
+        if not self.verify_certificates:
+            return False
+        ctx = ssl.create_default_context(cafile=self.ca_location) if self.ca_location \
+            else ssl.create_default_context()
+        if self.certificate_location:
+            ctx.load_cert_chain(self.certificate_location, self.key_location, self.key_password)
+        return ctx
+
+    def auth(self) -> httpx.Auth | None:
+        if not self.sasl:
+            return None
+        if self.mechanism == "OAUTHBEARER":
+            return _BearerAuth(self.token, self.oauth_cb)
+        return httpx.BasicAuth(self.username or "", self.password or "")
+
+    def httpx_options(self) -> dict[str, Any]:
+        """``verify`` and ``auth`` for an httpx client of the gateway."""
+        out: dict[str, Any] = {}
+        if self.tls or self.ca_location or self.certificate_location:
+            out["verify"] = self.ssl_context()
+        auth = self.auth()
+        if auth is not None:
+            out["auth"] = auth
+        return out
+
+
+class _BearerAuth(httpx.Auth):
+    """``Authorization: Bearer``; a token from ``oauth_cb`` is fetched again before it expires."""
+
+    def __init__(self, token: str | None, oauth_cb: Callable[[Any], Any] | None) -> None:
+        self._token = token
+        self._cb = oauth_cb
+        self._expires = float("inf") if token else 0.0
+        self._lock = threading.Lock()
+
+    def _current(self) -> str:
+        with self._lock:
+            if self._cb is not None and time.time() >= self._expires - 5:
+                token, expiry = self._cb(None)[:2]
+                self._token, self._expires = str(token), float(expiry)
+            return self._token or ""
+
+    def auth_flow(self, request: httpx.Request):
+        request.headers["Authorization"] = f"Bearer {self._current()}"
+        yield request
+
+
+def client_security(conf: Mapping[str, Any]) -> ClientSecurity:
+    """The security settings among ``conf``'s keys; ``ValueError`` names the bad one."""
+    protocol = str(conf.get("security.protocol", "PLAINTEXT")).strip().upper()
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"security.protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+    mechanism = str(conf.get("sasl.mechanism", conf.get("sasl.mechanisms", "PLAIN"))).strip().upper()
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"sasl.mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
+    sec = ClientSecurity(
+        protocol=protocol,
+        mechanism=mechanism,
+        username=_opt(conf, "sasl.username"),
+        password=_opt(conf, "sasl.password"),
+        token=_opt(conf, "sasl.oauthbearer.token"),
+        oauth_cb=conf.get("oauth_cb"),
+        ca_location=_opt(conf, "ssl.ca.location"),
+        certificate_location=_opt(conf, "ssl.certificate.location"),
+        key_location=_opt(conf, "ssl.key.location"),
+        key_password=_opt(conf, "ssl.key.password"),
+        verify_certificates=str(conf.get("enable.ssl.certificate.verification", "true")).strip().lower()
+        not in ("false", "0", "no", "off"),
+    )
+    if sec.sasl and mechanism != "OAUTHBEARER" and not (sec.username and sec.password is not None):
+        raise ValueError(f"security.protocol={protocol} with {mechanism} needs sasl.username and sasl.password")
+    if sec.sasl and mechanism == "OAUTHBEARER" and not (sec.token or sec.oauth_cb):
+        raise ValueError("sasl.mechanism=OAUTHBEARER needs oauth_cb or sasl.oauthbearer.token")
+    if sec.oauth_cb is not None and not callable(sec.oauth_cb):
+        raise ValueError("oauth_cb must be callable")
+    return sec
+
+
+def _opt(conf: Mapping[str, Any], key: str) -> str | None:
+    value = conf.get(key)
+    return None if value is None else str(value)
