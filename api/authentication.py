@@ -40,14 +40,14 @@ from laketail.errors import LaketailError, SaslAuthenticationFailed
 from laketail.security import peers
 from laketail.security.authenticator import Authenticator
 from laketail.security.listeners import Listener
-from laketail.security.principal import ANONYMOUS, KafkaPrincipal
+from laketail.security.principal import ANONYMOUS, BROKER, KafkaPrincipal
 
 SECRET_HEADER = peers.SECRET_HEADER.encode()
 PRINCIPAL_HEADER = peers.PRINCIPAL_HEADER.encode()
 CLIENT_HOST_HEADER = peers.CLIENT_HOST_HEADER.encode()
 _PEER_ONLY = (SECRET_HEADER, PRINCIPAL_HEADER, CLIENT_HOST_HEADER)
 #: Who a peer broker is when it does not speak for a client (Kafka's inter-broker user).
-BROKER_PRINCIPAL = KafkaPrincipal.user("laketail-broker")
+BROKER_PRINCIPAL = BROKER
 #: Kafka's authorizer-logger style lines: here, every refused authentication.
 audit = logging.getLogger("laketail.audit")
 _NOT_FOUND = json.dumps({"error_code": 404, "message": "HTTP 404 Not Found"}).encode()

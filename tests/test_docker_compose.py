@@ -161,3 +161,18 @@ def test_brokers_run_tls_and_scram_with_a_private_inter_broker_listener(config: 
         published = [str(p["published"]) if isinstance(p, dict) else str(p) for p in service["ports"]]
         targets = [str(p["target"]) if isinstance(p, dict) else str(p).rsplit(":", 1)[-1] for p in service["ports"]]
         assert "9093" not in targets, f"{name} must not publish its inter-broker listener: {published}"
+
+
+def test_brokers_authorize_with_acls_that_a_one_shot_service_adds(config: dict) -> None:
+    services = config["services"]
+    for name in BROKERS:
+        env = _environment(services[name])
+        assert env["LAKETAIL_AUTHORIZER_CLASS_NAME"] == "laketail.security.authorizer.AclAuthorizer"
+        assert env["LAKETAIL_SUPER_USERS"] == "User:admin"
+    acls = services["acls"]
+    assert acls["depends_on"]["broker1"]["condition"] == "service_healthy"
+    script = " ".join(str(part) for part in acls["command"])
+    assert "security.protocol=SASL_SSL" in script and "ssl.ca.location=/certs/ca.pem" in script
+    assert script.count("acls --bootstrap-server https://broker1:8082 --add --allow-principal User:app") == 2
+    assert "--topic app- --resource-pattern-type prefixed" in script
+    assert "--group app- --resource-pattern-type prefixed" in script

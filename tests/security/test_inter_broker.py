@@ -26,6 +26,11 @@ pytestmark = pytest.mark.integration
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"
 FAST_MEMBERSHIP = {"LAKETAIL_BROKER_SESSION_TIMEOUT_MS": "3000", "LAKETAIL_BROKER_HEARTBEAT_INTERVAL_MS": "500"}
 ALICE = ("alice", PASSWORD)
+BOB = ("bob", PASSWORD)
+#: ACLs on, nothing allowed without one; alice is the super user. The brokers' own calls
+#: (registration, replica fetches, forwarded appends) pass as the peer principal.
+AUTHORIZATION = {"LAKETAIL_AUTHORIZER_CLASS_NAME": "laketail.security.authorizer.AclAuthorizer",
+                 "LAKETAIL_SUPER_USERS": "User:alice", "LAKETAIL_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "false"}
 
 
 class TwoBrokers:
@@ -71,12 +76,13 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoBrokers]:
     pki = Pki(base / "pki")
     data = base / "data"
     add_user(data, "alice", PASSWORD)
+    add_user(data, "bob", PASSWORD)
     brokers = []
     for i in range(2):
         client_port, broker_port = ports(2)
         brokers.append(SecureBroker(
             data, {"CLIENT": ("SASL_PLAINTEXT", client_port), "BROKER": ("SSL", broker_port)},
-            {**pki.broker_env(), **FAST_MEMBERSHIP, "LAKETAIL_INTER_BROKER_SECRET": SECRET,
+            {**pki.broker_env(), **FAST_MEMBERSHIP, **AUTHORIZATION, "LAKETAIL_INTER_BROKER_SECRET": SECRET,
              "LAKETAIL_SSL_CLIENT_AUTH": "required"},  # peers show their certificates too
             broker_id=i, ready_auth=httpx.BasicAuth(*ALICE), ca=pki.ca_pem,
             run_dir=base / f"run-{i}", log_dir=base / f"log-{i}",
@@ -200,3 +206,24 @@ def test_broker_configs_come_through_the_peer_listener_and_never_show_the_secret
         assert entry["value"] is None and entry["is_sensitive"] is True
         (listeners,) = [c for c in resp.json()["data"] if c["name"] == "listeners"]
         assert str(pair.brokers[about].listener_ports["BROKER"]) in listeners["value"]
+
+
+def test_with_acls_on_peers_pass_as_brokers_and_a_client_needs_its_acl(pair, replicated):
+    topic, leader, follower = replicated
+    with httpx.Client(timeout=30.0, auth=BOB) as bob:
+        refused = _produce(bob, pair.client_url(follower), topic, 0, ["from bob"])
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["message"].startswith("TOPIC_AUTHORIZATION_FAILED")
+        acl = {"resource_type": "TOPIC", "resource_name": topic, "pattern_type": "LITERAL",
+               "principal": "User:bob", "host": "*", "operation": "WRITE", "permission": "ALLOW"}
+        made = pair.http.post(f"{pair.client_url(0)}/v3/clusters/{pair.cluster_id()}/acls", json=acl)
+        assert made.status_code == 201, made.text
+        before = pair.end_offset(leader, topic, 0)
+
+        def bob_writes() -> bool:
+            # sent to the follower: forwarded to the leader and replicated (acks=all) by the
+            # brokers as themselves, which no ACL names
+            return _produce(bob, pair.client_url(follower), topic, 0, ["from bob"]).status_code == 200
+
+        wait_until(bob_writes, "both brokers see bob's ACL", 60)
+        assert pair.end_offset(leader, topic, 0) == before + 1

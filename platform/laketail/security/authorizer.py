@@ -50,7 +50,7 @@ from laketail.security.acl import (
     authorize,
 )
 from laketail.security.acl_store import AclStore
-from laketail.security.principal import KafkaPrincipal
+from laketail.security.principal import BROKER, KafkaPrincipal
 
 audit = logging.getLogger("laketail.authorizer")
 
@@ -95,7 +95,8 @@ class Authorizer:
         if class_name and class_name not in AUTHORIZER_CLASSES:
             raise InvalidConfig(f"authorizer.class.name={class_name!r} is not one of {sorted(AUTHORIZER_CLASSES)}")
         self.enabled = bool(class_name)
-        self.super_users = parse_super_users(super_users)
+        # the peer brokers' own principal is always a super user (see principal.BROKER)
+        self.super_users = parse_super_users(super_users) | {str(BROKER)}
         self.allow_if_no_acl = allow_everyone_if_no_acl_found
         self.refresh_ms = refresh_ms
         self.store = AclStore(root)

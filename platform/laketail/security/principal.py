@@ -44,3 +44,8 @@ class KafkaPrincipal:
 
 
 ANONYMOUS = KafkaPrincipal(USER_TYPE, "ANONYMOUS")
+#: A peer broker speaking for itself, authenticated by the cluster secret on the
+#: inter-broker listener. Its type is not ``User``, so no SCRAM user, token subject or
+#: certificate mapping can produce it; the authorizer counts it among the super users,
+#: as Kafka clusters list their inter-broker principal in ``super.users``.
+BROKER = KafkaPrincipal("Broker", "laketail")
