@@ -21,6 +21,11 @@ without it. For each HTTP request it decides, by the listener's role and protoco
 * On an ``SSL`` listener: a verified client certificate's subject names the principal
   (``ssl.principal.mapping.rules``); no certificate -> ``User:ANONYMOUS``.
 * ``PLAINTEXT``: ``User:ANONYMOUS``.
+* The web console's page and packaged assets (``GET /console``, ``/console/assets/...``)
+  are static and served to anyone as ``User:ANONYMOUS``, so its sign-in form can load;
+  every request the page then makes carries the signed-in user's credentials. A refusal
+  of a request marked ``X-Requested-With`` (the console's) has no ``WWW-Authenticate``
+  challenge, so the browser shows the console's sign-in rather than its own dialog.
 
 Every refusal is a line on ``laketail.audit`` (host, listener, reason; never the
 credentials). The principal goes to ``scope["state"]["principal"]`` (``request.state.principal``,
@@ -51,6 +56,16 @@ BROKER_PRINCIPAL = BROKER
 #: Kafka's authorizer-logger style lines: here, every refused authentication.
 audit = logging.getLogger("laketail.audit")
 _NOT_FOUND = json.dumps({"error_code": 404, "message": "HTTP 404 Not Found"}).encode()
+_STATIC_PAGES = ("/console", "/console/")
+_STATIC_PREFIX = "/console/assets/"
+
+
+def _static_page(scope: Scope) -> bool:
+    """The console's page and assets: static files, open to anyone (no data in them)."""
+    if scope["type"] != "http" or scope["method"] not in ("GET", "HEAD"):
+        return False
+    path = scope["path"]
+    return path in _STATIC_PAGES or path.startswith(_STATIC_PREFIX)
 
 
 class Authenticate:
@@ -72,11 +87,14 @@ class Authenticate:
             await _answer(send, 404, _NOT_FOUND, websocket=scope["type"] == "websocket")
             return
         headers = scope["headers"]
-        shown = {k: v for k, v in headers if k in _PEER_ONLY or k == b"authorization"}
+        shown = {k: v for k, v in headers if k in _PEER_ONLY or k in (b"authorization", b"x-requested-with")}
         if any(k in _PEER_ONLY for k in shown):
             scope["headers"] = [(k, v) for k, v in headers if k not in _PEER_ONLY]
         try:
-            principal = await self._principal(scope, shown, internal)
+            if b"authorization" not in shown and not internal and _static_page(scope):
+                principal = ANONYMOUS
+            else:
+                principal = await self._principal(scope, shown, internal)
         except SaslAuthenticationFailed as exc:
             client = scope.get("client")
             audit.info("principal=- host=%s operation=Authenticate resource=Listener:%s result=denied reason=%s",
@@ -84,7 +102,7 @@ class Authenticate:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008, "reason": exc.message[:120]})
             else:
-                await _refuse(send, exc)
+                await _refuse(send, exc, challenge=b"x-requested-with" not in shown)
             return
         state = scope.get("state")
         if state is None:
@@ -138,9 +156,9 @@ def _forwarded(scope: Scope, shown: dict[bytes, bytes]) -> KafkaPrincipal:
         raise SaslAuthenticationFailed("a forwarded principal must be written <type>:<name>") from None
 
 
-async def _refuse(send: Send, exc: SaslAuthenticationFailed) -> None:
-    await _answer(send, exc.http_status, json.dumps(exc.to_body()).encode(),
-                  [(b"www-authenticate", b'Basic realm="laketail", Bearer realm="laketail"')])
+async def _refuse(send: Send, exc: SaslAuthenticationFailed, *, challenge: bool = True) -> None:
+    extra = [(b"www-authenticate", b'Basic realm="laketail", Bearer realm="laketail"')] if challenge else []
+    await _answer(send, exc.http_status, json.dumps(exc.to_body()).encode(), extra)
 
 
 async def _answer(send: Send, status: int, body: bytes, extra: list | None = None, *,

@@ -315,3 +315,23 @@ def test_the_brokers_own_maintenance_jobs_call_it_as_a_peer(secure, monkeypatch)
         assert gateway.cluster  # GET /v3/clusters through the BROKER listener
     finally:
         gateway.close()
+
+
+# -- the web console on a SASL listener -----------------------------------------------------------
+
+
+def test_the_console_page_loads_unauthenticated_and_its_data_needs_credentials(secure):
+    with secure.broker.client() as http:
+        page = http.get(f"{secure.client_url}/console")
+        assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+        asset = http.get(f"{secure.client_url}/console/assets/api.js")
+        assert asset.status_code == 200 and "X-Requested-With" in asset.text
+        _assert_401(http.get(f"{secure.client_url}/v1/console/topics"))  # the data is not static
+        _assert_401(http.post(f"{secure.client_url}/console"))  # only reading the page is open
+        marked = http.get(f"{secure.client_url}/v1/console/topics", headers={"X-Requested-With": "laketail-console"})
+        assert marked.status_code == 401 and "www-authenticate" not in marked.headers  # no browser dialog
+        signed_in = http.get(f"{secure.client_url}/v1/console/topics", auth=("alice", PASSWORD),
+                             headers={"X-Requested-With": "laketail-console"})
+        assert signed_in.status_code == 200, signed_in.text
+        wrong = http.get(f"{secure.client_url}/console", auth=("alice", "wrong"))
+        _assert_401(wrong)  # credentials shown are checked, even for the page

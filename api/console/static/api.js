@@ -39,7 +39,9 @@ function authorization() {
 }
 
 export async function api(path, { method = "GET", body, headers = {}, raw = false } = {}) {
-  const h = { Accept: "application/json", ...headers };
+  // X-Requested-With: a refused request comes back without a WWW-Authenticate challenge,
+  // so the browser leaves the sign-in to the console's own form
+  const h = { Accept: "application/json", "X-Requested-With": "laketail-console", ...headers };
   const auth = authorization();
   if (auth) h.Authorization = auth;
   let payload;
@@ -58,6 +60,7 @@ export async function api(path, { method = "GET", body, headers = {}, raw = fals
       doc = text;
     }
   }
+  if (resp.status === 401 && location.hash !== "#/signin") location.hash = "#/signin";
   if (!resp.ok) {
     const message = doc && doc.message ? doc.message : `HTTP ${resp.status}`;
     throw new ApiError(resp.status, doc && doc.error_code, message);
