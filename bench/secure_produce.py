@@ -136,7 +136,7 @@ def run(ctx: Context) -> list[Figure]:
             b, r, spread = wrk.interleaved(lambda: drive(plain, {}), lambda: drive(secure, {"Authorization": basic}),
                                            p.repeats)
             figures.append(Figure(
-                BENCH, f"TLS + SCRAM-SHA-512, acks=1, batch {batch}", r.requests_per_s * batch, "records/s",
+                BENCH, f"TLS + SCRAM-SHA-512 + ACLs, acks=1, batch {batch}", r.requests_per_s * batch, "records/s",
                 f"the same broker without TLS or authentication (batch {batch})", b.requests_per_s * batch,
                 AT_LEAST(0.8) if batch == 100 else None,
                 details={"secure": r.as_dict(), "plain": b.as_dict(), "runs": spread, "body_bytes": len(body),
