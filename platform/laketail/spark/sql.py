@@ -335,7 +335,8 @@ class ViewFollower:
                 try:
                     self._pass()
                 except Exception as exc:  # noqa: BLE001 - a follower outlives a bad pass
-                    _log.warning("laketail view follower: %s: %s", type(exc).__name__, exc)
+                    _log.warning("laketail view follower of %s (topics %s): %s: %s", ",".join(self.urls),
+                                 "all" if self._topics is None else sorted(self._topics), type(exc).__name__, exc)
         finally:
             self._views.gateway.close()
 
