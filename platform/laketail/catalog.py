@@ -6,7 +6,7 @@
 
 Changes are rare (create, alter, delete) and each is a read-modify-write that replaces
 the table's file: a concurrent change by another broker makes delta-rs's conflict check
-fail, and the change is retried on the fresh state (ARCHITECTURE.md 3.6). The catalog
+fail, and the change is retried on the fresh state (docs/architecture.md §4.5). The catalog
 keeps the latest state in memory; callers read that.
 
 Topic names are validated (:func:`validate_topic_name`) before any path is built.
