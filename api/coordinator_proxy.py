@@ -73,7 +73,8 @@ class CoordinatorProxy:
             resp = await self.broker.cluster.call_controller_raw(scope["method"], path, headers=headers, content=body)
         except NotController as exc:
             resp = None
-            status, out_headers, content = exc.http_status, [(b"content-type", b"application/json")], json.dumps(exc.to_body()).encode()
+            status, out_headers = exc.http_status, [(b"content-type", b"application/json")]
+            content = json.dumps(exc.to_body()).encode()
         if resp is not None:
             status = resp.status_code
             content = resp.content

@@ -91,7 +91,7 @@ class HotRoutes:
         request = Request(scope, receive)
         try:
             response = await hot.endpoint(request)
-        except Exception as exc:
+        except Exception as exc:  # the app's own exception handlers decide; the rest propagates as is
             handler = self._handler_for(exc)
             if handler is None:
                 raise

@@ -166,7 +166,8 @@ class LagClock:
                 offset, ts_ms = self._seen.get(key, (-1, None))
                 if lag > 0 and (offset != current or ts_ms is None) and budget > 0:
                     budget -= 1
-                    offset, ts_ms = current, await self._timestamp(topic, partition, max(current, state.log_start_offset))
+                    first_unread = max(current, state.log_start_offset)
+                    offset, ts_ms = current, await self._timestamp(topic, partition, first_unread)
                 seen[key] = (offset, ts_ms)
                 time_lag = max(now_ms - ts_ms, 0) if lag > 0 and ts_ms is not None else 0
                 rows.append((group, topic, partition, current, lag, time_lag))

@@ -88,7 +88,7 @@ def create_app(data: Path) -> FastAPI:
 
 
 def _naive_append(path: Path, base: int, values: list, keys: list) -> None:
-    """One Delta commit per produce request: the design ARCHITECTURE.md 3.3 avoids."""
+    """One Delta commit per produce request: the design docs/architecture.md §7 avoids."""
     import pyarrow as pa
     from deltalake import write_deltalake
 

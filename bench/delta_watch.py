@@ -5,7 +5,7 @@ Role: measure record -> visible-in-the-table latency without asking the broker. 
 thread polls for the next ``_delta_log/<version>.json`` every few milliseconds (delta-rs
 publishes a commit file atomically, so its existence means the commit is visible) and
 reads its ``txn`` actions: the tierer writes ``appId = laketail.tier.<partition>`` with
-``version`` = the next offset tiered (ARCHITECTURE.md 3.3).
+``version`` = the next offset tiered (docs/architecture.md §7.1).
 """
 
 from __future__ import annotations

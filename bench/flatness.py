@@ -4,8 +4,8 @@ laketail: probe produce latency (one 100-byte record, acks=1, 100 requests/s) on
 empty topic, then grow the topic in stages towards ``flat_commits`` table commits and
 ``flat_records`` records (the issue: 5,000 and 10M under ``--full``), probing again after
 each stage, each probe followed by one of an empty topic on a second, control broker
-(so a change in the machine's load shows up in both). While growing, ``table.flush.interval.ms`` is lowered to its minimum (10) so
-that commits pile up fast, and one Arrow produce waits for the next commit, so every
+(so a change in the machine's load shows up in both). While growing, ``table.flush.interval.ms``
+is lowered to its minimum (10) so that commits pile up fast, and one Arrow produce waits for the next commit, so every
 commit carries records; before each probe it is back at the default 1000 ms, as in use.
 
 The naive design (``POST /naive/{topic}`` of :mod:`bench.baseline_app`:

@@ -244,13 +244,13 @@ def rebalances(url: str, topic: str, rounds: int, heartbeat_s: float) -> dict:
     leaves: list[float] = []
     try:
         _wait(lambda: first.owned == PARTITIONS, [first])
+        half = PARTITIONS // 2
         for _ in range(rounds):
             second = Member(url, group, topic)
             time.sleep(pauses.uniform(0, heartbeat_s))
             t0 = time.monotonic()
             second.start()
-            half = PARTITIONS // 2
-            t1 = _wait(lambda: first.owned == half and second.owned == PARTITIONS - half, [first, second])
+            t1 = _wait(lambda second=second: first.owned == half and second.owned == PARTITIONS - half, [first, second])
             joins.append(t1 - t0)
             time.sleep(pauses.uniform(0, heartbeat_s))
             t2 = time.monotonic()

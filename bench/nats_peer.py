@@ -68,7 +68,8 @@ def laketail_rates(broker, seconds: float, size: int, batch: int) -> dict[str, f
                 {"Content-Type": bodies.ARROW_STREAM})
 
     def single(i: int):
-        return "POST", "/topics/bench-nats?acks=all", bodies.v2_binary([vals[i % 1024]]), {"Content-Type": bodies.V2_BINARY}
+        headers = {"Content-Type": bodies.V2_BINARY}
+        return "POST", "/topics/bench-nats?acks=all", bodies.v2_binary([vals[i % 1024]]), headers
 
     out = {}
     for label, make, per in (("1 record/request", single, 1), (f"v2 JSON, {batch}/request", v2, batch),

@@ -194,7 +194,7 @@ class LaketailServer(Server):
         return self.data / "logs" / "broker-0" / f"{topic}-{partition}"
 
     def hot_start_offset(self, topic: str, partition: int) -> int:
-        """The base offset of the oldest hot segment left on disk (ARCHITECTURE.md 3.3)."""
+        """The base offset of the oldest hot segment left on disk (docs/architecture.md §4.3)."""
         bases = [int(p.name[:-4]) for p in self.hot_dir(topic, partition).glob("*.log")]
         return min(bases) if bases else 0
 

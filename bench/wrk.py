@@ -150,7 +150,7 @@ def _run_once(url: str, script: Path, seconds: int, connections: int, threads: i
         text = out.read().decode(errors="replace")
     if proc.returncode != 0:
         raise WrkError(f"wrk exited with {proc.returncode}: {text[-500:]}")
-    line = next((l for l in text.splitlines() if l.startswith("BENCH_JSON ")), None)
+    line = next((row for row in text.splitlines() if row.startswith("BENCH_JSON ")), None)
     if line is None:
         raise WrkError(f"wrk printed no summary: {text[-500:]}")
     s = json.loads(line[len("BENCH_JSON "):])

@@ -96,8 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rewriter = choose_rewriter(args.engine, args.local_max_bytes, get_spark)
     status = 0
+    current = None  # the topic being worked on, named in a failure
     try:
         for topic in maintained_topics(args.data, args.servers, args.topics):
+            current = topic.name
             try:
                 result = run_compaction(
                     args.data, topic, plan_time_ms(args),
@@ -109,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             report(result.summary() | {"dry_run": args.dry_run})
     except Exception as exc:  # one line for the operator; Spark's own trace is in its log
-        status = fail(f"{type(exc).__name__}: {exc}")
+        status = fail(f"{'topic ' + current + ': ' if current else ''}{type(exc).__name__}: {exc}")
     finally:
         if owned:
             spark.stop()

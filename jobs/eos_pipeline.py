@@ -93,8 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "stopped": True})
     except KeyboardInterrupt:
         return 0
-    except Exception as exc:
-        return fail(f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # the job's boundary: one line for the operator, Spark's trace is in its log
+        return fail(f"{args.source} -> {args.sink}: {type(exc).__name__}: {exc}")
     finally:
         if owned:
             spark.stop()

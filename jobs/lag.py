@@ -31,12 +31,14 @@ group's lag over time.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import sys
 import time
 from typing import Any, Sequence
 
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import TableNotFoundError
 
 from laketail.coordinator.lag import lag_status
 from laketail.jobs.common import base_parser, fail, plan_time_ms, report, run_query, spark_session
@@ -44,6 +46,7 @@ from laketail.maintenance.lag import lag_rows, lag_table, lag_table_uri
 from laketail.maintenance.topics import Gateway
 
 OFFSETS_TOPIC = "__consumer_offsets"
+log = logging.getLogger("laketail.jobs.lag")
 
 
 def measure(gateway: Gateway, groups: Sequence[str] | None, now: int) -> list[dict]:
@@ -71,7 +74,10 @@ def written_batch(table_uri: str, app_id: str) -> int:
     """The last micro-batch of ``app_id`` in the lag table (-1: none, or no table yet)."""
     try:
         table = DeltaTable(table_uri)
-    except Exception:  # noqa: BLE001 - no table yet: nothing written
+    except TableNotFoundError:
+        return -1  # no table yet: nothing written
+    except Exception as exc:  # noqa: BLE001 - unreadable: counted as nothing written, as before
+        log.warning("lag table %s is unreadable, taken as empty: %s: %s", table_uri, type(exc).__name__, exc)
         return -1
     version = table.transaction_version(app_id)
     return -1 if version is None else int(version)
@@ -227,8 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.streaming and not args.once:
         try:
             return run_streaming(args, table_uri)
-        except Exception as exc:
-            return fail(f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # the job's boundary: one line for the operator, Spark's trace is in its log
+            return fail(f"lag table {table_uri}: {type(exc).__name__}: {exc}")
     gateway = Gateway(args.servers)
     try:
         started = time.monotonic()
@@ -237,8 +243,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         report({"job": "lag", "round": 1, "rows": len(rows), "table": table_uri,
                 "total_lag": sum(r["lag"] for r in rows), "seconds": round(time.monotonic() - started, 3)})
         return 0
-    except Exception as exc:
-        return fail(f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # the job's boundary: one line for the operator
+        return fail(f"lag table {table_uri}: {type(exc).__name__}: {exc}")
     finally:
         gateway.close()
 

@@ -24,6 +24,7 @@ broker's scheduler starting this application as one long-lived child.
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any, Iterator, Sequence
 
@@ -39,10 +40,13 @@ try:  # the data source needs pyspark; --help and --once without Spark do not
 except ImportError:  # pragma: no cover - pyspark is a dependency
     DataSource = DataSourceStreamReader = InputPartition = object  # type: ignore[misc,assignment]
 
+log = logging.getLogger("laketail.jobs.maintenance")
+
 
 def table_versions(root: str, topics: Sequence[str]) -> dict[str, int]:
     """Each topic's Delta table version now (topics without a table yet are left out)."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
     from laketail.storage.table_reader import TableReader
 
@@ -51,7 +55,11 @@ def table_versions(root: str, topics: Sequence[str]) -> dict[str, int]:
     for topic in topics:
         try:
             out[topic] = int(DeltaTable(reader.table_uri(topic)).version())
-        except Exception:  # noqa: BLE001 - no table yet (nothing tiered), or deleted
+        except TableNotFoundError:
+            continue  # no table yet (nothing tiered), or deleted
+        except Exception as exc:  # noqa: BLE001 - one unreadable table must not stop the others
+            log.warning("maintenance: the table of topic %s is unreadable, left out this round: %s: %s",
+                        topic, type(exc).__name__, exc)
             continue
     return out
 
@@ -158,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   .writeStream.foreachBatch(each).option("checkpointLocation", checkpoint))
         error = run_query(writer, "laketail-maintenance", args.interval_s, done, args.max_rounds)
         return fail(f"maintenance query failed: {error}") if error is not None else 0
-    except Exception as exc:
+    except Exception as exc:  # the job's boundary: one line for the operator, Spark's trace is in its log
         return fail(f"{type(exc).__name__}: {exc}")
     finally:
         if owned:

@@ -35,8 +35,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.data:
         return fail("--data (or $LAKETAIL_DATA) is required: the jobs read and commit the tables directly")
+    current = None  # the topic being worked on, named in a failure
     try:
         for topic in maintained_topics(args.data, args.servers, args.topics):
+            current = topic.name
             try:
                 result = run_retention(
                     args.data, topic, plan_time_ms(args), vacuum_after_ms=args.vacuum_after_ms, dry_run=args.dry_run
@@ -45,8 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 report({"job": "retention", "topic": topic.name, "conflict": exc.message})
                 continue
             report(result.summary() | {"dry_run": args.dry_run})
-    except Exception as exc:
-        return fail(f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # the job's boundary: one line for the operator
+        return fail(f"{'topic ' + current + ': ' if current else ''}{type(exc).__name__}: {exc}")
     return 0
 
 

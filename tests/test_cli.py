@@ -170,7 +170,8 @@ def test_values_are_bytes(broker: Any, make_topic: Any) -> None:
     topic = make_topic()
     ok(laketail("produce", topic, "--server", broker.url, stdin=b"caf\xc3\xa9\nbad \xff byte\r\n\nlast-no-newline"))
     records = broker.rest.fetch_range(topic, 0, 0, 4)
-    assert [base64.b64decode(r["value"]) for r in records] == [b"caf\xc3\xa9", b"bad \xff byte", b"", b"last-no-newline"]
+    values = [base64.b64decode(r["value"]) for r in records]
+    assert values == [b"caf\xc3\xa9", b"bad \xff byte", b"", b"last-no-newline"]
     assert [r["key"] for r in records] == [None] * 4
     got = lines(ok(laketail("consume", topic, "--from-beginning", "--max-records", "4", "--print-key",
                             "--server", broker.url)))
@@ -217,7 +218,8 @@ def test_consume_timeout_ms_stops_when_idle(broker: Any, make_topic: Any) -> Non
 def test_produce_and_consume_errors(broker: Any, make_topic: Any, tmp_path: Path) -> None:
     topic = make_topic()
     missing = topic + "-missing"
-    created = topic + "-created"  # auto.create.topics.enable (Kafka's default) makes it, as Kafka's console producer does
+    # auto.create.topics.enable (Kafka's default) makes it, as Kafka's console producer does
+    created = topic + "-created"
     ok(laketail("produce", created, "--server", broker.url, stdin=b"x\n"))
     assert broker.rest.offsets(created, 0) == (0, 1)
     err = failed(laketail("produce", topic, "--partition", "5", "--server", broker.url, stdin=b"x\n"))
@@ -335,4 +337,5 @@ def test_repository_config_file_loads() -> None:
     defaults = BrokerSettings()
     assert settings.port == 8082 and settings.host == "127.0.0.1"
     assert settings.topic_defaults == {}
-    assert (settings.num_partitions, settings.message_max_bytes) == (defaults.num_partitions, defaults.message_max_bytes)
+    assert settings.num_partitions == defaults.num_partitions
+    assert settings.message_max_bytes == defaults.message_max_bytes

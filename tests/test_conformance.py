@@ -199,8 +199,8 @@ def test_seek_by_timestamps_as_confluents_consumer_seek_request(broker, make_top
         assert first_offset_after({"offsets": [{**stamp, "offset": 0}]}) == 0
         consumer.records(timeout_ms=200)  # read to the end
         # one bad entry (a partition not assigned) and nothing moves
-        refused = consumer.post("/positions", {"offsets": [{**stamp, "offset": 1}],
-                                               "timestamps": [{"topic": topic, "partition": 9, "timestamp": _iso(base)}]})
+        elsewhere = {"topic": topic, "partition": 9, "timestamp": _iso(base)}
+        refused = consumer.post("/positions", {"offsets": [{**stamp, "offset": 1}], "timestamps": [elsewhere]})
         assert refused.status_code == 409, refused.text
         assert consumer.records(timeout_ms=200) == []
         status, code, message = error_of(consumer.post("/positions", {"timestamps": [{**stamp, "timestamp": "noon"}]}))

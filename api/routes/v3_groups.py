@@ -214,11 +214,11 @@ async def list_assignments(request: Request, cluster_id: str, group_id: str, con
 async def list_lags(request: Request, cluster_id: str, group_id: str) -> Response:
     known_group(request, cluster_id, group_id)
     lags = await group_lags(broker_of(request), group_id)
-    lags.sort(key=lambda l: (-l.lag, l.topic, l.partition))
+    lags.sort(key=lambda lag: (-lag.lag, lag.topic, lag.partition))
     return json_response({
         "kind": "KafkaConsumerLagList",
         "metadata": list_metadata(f"{group_url(request, cluster_id, group_id)}/lags"),
-        "data": [lag_doc(request, cluster_id, l) for l in lags],
+        "data": [lag_doc(request, cluster_id, lag) for lag in lags],
     })
 
 
@@ -238,7 +238,7 @@ async def get_lag_summary(request: Request, cluster_id: str, group_id: str) -> R
     known_group(request, cluster_id, group_id)
     lags = await group_lags(broker_of(request), group_id)
     url = group_url(request, cluster_id, group_id)
-    worst = min(lags, key=lambda l: (-l.lag, l.topic, l.partition)) if lags else None
+    worst = min(lags, key=lambda lag: (-lag.lag, lag.topic, lag.partition)) if lags else None
     doc = {
         "kind": "KafkaConsumerGroupLagSummary",
         "metadata": {"self": f"{url}/lag-summary", "resource_name": f"{group_crn(cluster_id, group_id)}/lag-summary"},
@@ -250,7 +250,7 @@ async def get_lag_summary(request: Request, cluster_id: str, group_id: str) -> R
         "max_lag_topic_name": worst.topic if worst else "",
         "max_lag_partition_id": worst.partition if worst else -1,
         "max_lag": worst.lag if worst else 0,
-        "total_lag": sum(l.lag for l in lags),
+        "total_lag": sum(lag.lag for lag in lags),
         "max_lag_consumer": (
             {"related": f"{url}/consumers/{_seg(worst.consumer_id)}"} if worst and worst.consumer_id else None
         ),
@@ -258,6 +258,6 @@ async def get_lag_summary(request: Request, cluster_id: str, group_id: str) -> R
             {"related": f"{cluster_url(request, cluster_id)}/topics/{_seg(worst.topic)}/partitions/{worst.partition}"}
             if worst else None
         ),
-        "max_time_lag_ms": max((l.time_lag_ms for l in lags), default=0),
+        "max_time_lag_ms": max((lag.time_lag_ms for lag in lags), default=0),
     }
     return json_response(doc)

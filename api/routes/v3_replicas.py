@@ -100,7 +100,9 @@ def _no_reassignments(self_url: str) -> Response:
     return json_response({"kind": "KafkaReassignmentList", "metadata": list_metadata(self_url), "data": []})
 
 
-@router.get(CLUSTER + "/topics/-/partitions/-/reassignment", summary="List reassignments (none: laketail does not reassign)")
+@router.get(
+    CLUSTER + "/topics/-/partitions/-/reassignment", summary="List reassignments (none: laketail does not reassign)"
+)
 async def list_all_reassignments(request: Request, cluster_id: str) -> Response:
     check_cluster(broker_of(request), cluster_id)
     return _no_reassignments(f"{cluster_url(request, cluster_id)}/topics/-/partitions/-/reassignment")

@@ -123,7 +123,7 @@ class BrokerInfo:
 
 class Broker:
     """One laketail broker: alone (it is its own controller), or one of several sharing
-    a data root (ARCHITECTURE.md 7; :mod:`laketail.cluster`). It hosts the replicas the
+    a data root (docs/architecture.md §8; :mod:`laketail.cluster`). It hosts the replicas the
     controller gave it; produce and fetch for a partition it does not lead are forwarded
     to the leader, so any broker answers any request."""
 

@@ -6,7 +6,7 @@
 
 Changes are rare (create, alter, delete) and each is a read-modify-write that replaces
 the table's file: a concurrent change by another broker makes delta-rs's conflict check
-fail, and the change is retried on the fresh state (ARCHITECTURE.md 3.6). The catalog
+fail, and the change is retried on the fresh state (docs/architecture.md §4.5). The catalog
 keeps the latest state in memory; callers read that.
 
 Topic names are validated (:func:`validate_topic_name`) before any path is built.
@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from laketail.config import validate_topic_overrides
 from laketail.errors import InvalidTopic, TopicAlreadyExists, UnknownTopicOrPartition
@@ -117,7 +117,7 @@ class Catalog:
         except TableNotFoundError:
             try:
                 DeltaTable.create(self.topics_uri, TOPICS_SCHEMA, mode="error", name="laketail_topics")
-            except Exception:  # another broker created it first
+            except DeltaError:  # another broker created it first (the open below fails if not)
                 DeltaTable(self.topics_uri)
         self.reload()
         return self.cluster_id
@@ -136,8 +136,8 @@ class Catalog:
         row = pa.table({"cluster_id": [cid], "created_ms": [int(time.time() * 1000)]}, schema=CLUSTER_SCHEMA)
         try:
             write_deltalake(self.cluster_uri, row, mode="error")
-        except Exception:
-            pass  # another broker of the cluster created it first
+        except DeltaError:
+            pass  # another broker of the cluster created it first (the read below fails if not)
         # Brokers starting together may race here: all agree on the first row written.
         rows = DeltaTable(self.cluster_uri).to_pyarrow_table().to_pylist()
         return min(rows, key=lambda r: (r["created_ms"], r["cluster_id"]))["cluster_id"]

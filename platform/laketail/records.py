@@ -1,4 +1,4 @@
-"""The record schema (ARCHITECTURE.md 3.2): one row per record, in Arrow.
+"""The record schema (docs/architecture.md §4.2): one row per record, in Arrow.
 
 ``RECORD_SCHEMA`` is the topic's Delta table schema, column for column.
 ``FRAME_SCHEMA`` is what a hot-segment frame stores: the same columns less those the

@@ -111,7 +111,7 @@ def test_keyless_records_of_one_batch_stick_to_one_partition(servers, clients, m
 def test_flush_returns_what_is_still_queued(clients):
     dead = f"http://127.0.0.1:{free_port()}"
     producer = clients(Producer({"bootstrap.servers": dead, "delivery.timeout.ms": 600_000, "retry.backoff.ms": 50}))
-    for i in range(7):
+    for _ in range(7):
         producer.produce("nowhere", b"x", partition=0)
     assert producer.flush(0.5) == 7
     assert len(producer) == 7
@@ -122,7 +122,7 @@ def test_undeliverable_records_time_out_with_msg_timed_out(clients):
     dead = f"http://127.0.0.1:{free_port()}"
     producer = clients(Producer({"bootstrap.servers": dead, "delivery.timeout.ms": 300, "retry.backoff.ms": 20}))
     errors = []
-    for i in range(3):
+    for _ in range(3):
         producer.produce("nowhere", b"x", partition=0, on_delivery=lambda err, msg: errors.append(err))
     while len(producer):
         producer.poll(1.0)

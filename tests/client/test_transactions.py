@@ -629,7 +629,7 @@ def test_the_loop_killed_at_random_moments_leaves_each_input_exactly_once(group_
         except subprocess.TimeoutExpired:
             worker.kill()
             worker.wait()
-            raise AssertionError(f"seed {seed}: the last worker did not finish:\n{log(n)}")
+            raise AssertionError(f"seed {seed}: the last worker did not finish:\n{log(n)}") from None
         assert code == 0, f"seed {seed}: worker {n} failed:\n{log(n)}"
         break
 

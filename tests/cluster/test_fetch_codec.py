@@ -16,14 +16,18 @@ answers = st.lists(
             {
                 "topic": st.text(min_size=1, max_size=12),
                 "partition": st.integers(0, 1_000),
-                "error": st.sampled_from([None, "NOT_LEADER_OR_FOLLOWER", "FENCED_LEADER_EPOCH", "OFFSET_OUT_OF_RANGE"]),
+                "error": st.sampled_from(
+                    [None, "NOT_LEADER_OR_FOLLOWER", "FENCED_LEADER_EPOCH", "OFFSET_OUT_OF_RANGE"]
+                ),
             },
             optional={
                 "hw": st.integers(0, 2**53),
                 "leo": st.integers(0, 2**53),
                 "log_start": st.integers(0, 2**53),
                 "hot_start": st.integers(0, 2**53),
-                "diverging": st.fixed_dictionaries({"epoch": st.integers(-1, 2**31 - 1), "end_offset": st.integers(-1, 2**53)}),
+                "diverging": st.fixed_dictionaries(
+                    {"epoch": st.integers(-1, 2**31 - 1), "end_offset": st.integers(-1, 2**53)}
+                ),
             },
         ),
         st.binary(max_size=300),
@@ -41,7 +45,11 @@ def test_fetch_responses_round_trip(parts):
 
 def test_the_layout_is_a_length_then_the_json_head_then_the_chunks():
     body = encode_fetch_response(
-        [{"topic": "t", "partition": 0, "size": 3}, {"topic": "t", "partition": 1, "size": 0}, {"topic": "u", "partition": 0, "size": 2}],
+        [
+            {"topic": "t", "partition": 0, "size": 3},
+            {"topic": "t", "partition": 1, "size": 0},
+            {"topic": "u", "partition": 0, "size": 2},
+        ],
         [b"abc", b"", b"de"],
     )
     (n,) = struct.unpack_from(">I", body)

@@ -49,7 +49,8 @@ def test_leaders_are_spread_evenly_over_the_live_brokers(case):
 @given(assignments())
 def test_the_assignment_does_not_depend_on_the_order_of_the_live_list(case):
     partitions, rf, live, start = case
-    assert assign_replicas(partitions, rf, live, start) == assign_replicas(partitions, rf, sorted(live, reverse=True), start)
+    reversed_live = sorted(live, reverse=True)
+    assert assign_replicas(partitions, rf, live, start) == assign_replicas(partitions, rf, reversed_live, start)
 
 
 def test_successive_topics_start_their_leaders_where_the_last_left_off():

@@ -41,7 +41,7 @@ def written(tmp_path):
 
 def _check(seg: Segment, frames) -> None:
     positions, pos = [], 0
-    for head, payload, header in frames:
+    for _head, _payload, header in frames:
         positions.append(pos)
         pos += header.size
     assert seg.size == pos

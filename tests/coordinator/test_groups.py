@@ -111,7 +111,9 @@ def test_silent_member_is_removed_and_its_partitions_move():
         assert b.member_id not in group.members
         with pytest.raises(RebalanceInProgress):
             broker.groups.heartbeat("g", gen, a.member_id)
-        rejoined = await broker.groups.join("g", a.member_id, topics=["t"], strategies=["range"], session_timeout_ms=1000)
+        rejoined = await broker.groups.join(
+            "g", a.member_id, topics=["t"], strategies=["range"], session_timeout_ms=1000
+        )
         assert rejoined.generation_id == gen + 1
         assert broker.groups.sync("g", rejoined.generation_id, a.member_id) == [("t", p) for p in range(4)]
         with pytest.raises(UnknownMemberId):
@@ -129,9 +131,13 @@ def test_commit_with_a_stale_generation_is_rejected_and_offsets_survive_restart(
         await broker.create_topic("t", 2)
         (a,) = await _join_together(broker, clock, 1, topics=["t"], session_timeout_ms=1000)
         gen = a.generation_id
-        await broker.groups.commit("g", {("t", 0): CommittedOffset(5, "m", 1)}, generation_id=gen, member_id=a.member_id)
+        await broker.groups.commit(
+            "g", {("t", 0): CommittedOffset(5, "m", 1)}, generation_id=gen, member_id=a.member_id
+        )
         with pytest.raises(IllegalGeneration):
-            await broker.groups.commit("g", {("t", 0): CommittedOffset(9)}, generation_id=gen - 1, member_id=a.member_id)
+            await broker.groups.commit(
+                "g", {("t", 0): CommittedOffset(9)}, generation_id=gen - 1, member_id=a.member_id
+            )
         with pytest.raises(UnknownMemberId):
             await broker.groups.commit("g", {("t", 0): CommittedOffset(9)}, generation_id=gen, member_id="nobody")
         assert broker.groups.committed("g", [("t", 0), ("t", 1)]) == {
@@ -159,14 +165,20 @@ def test_cooperative_sticky_moves_partitions_in_two_generations():
             broker.groups.join("g", "", topics=["t"], strategies=["cooperative-sticky"], session_timeout_ms=1000)
         )
         await asyncio.sleep(0)
-        a2 = await broker.groups.join("g", a.member_id, topics=["t"], strategies=["cooperative-sticky"], session_timeout_ms=1000)
+        a2 = await broker.groups.join(
+            "g", a.member_id, topics=["t"], strategies=["cooperative-sticky"], session_timeout_ms=1000
+        )
         b = await join_b
         kept = broker.groups.sync("g", a2.generation_id, a.member_id)
         assert len(kept) == 2 and broker.groups.sync("g", b.generation_id, b.member_id) == []
         # Everyone synced: the follow-up rebalance hands the revoked partitions over.
         a3, b3 = await asyncio.gather(
-            broker.groups.join("g", a.member_id, topics=["t"], strategies=["cooperative-sticky"], session_timeout_ms=1000),
-            broker.groups.join("g", b.member_id, topics=["t"], strategies=["cooperative-sticky"], session_timeout_ms=1000),
+            broker.groups.join(
+                "g", a.member_id, topics=["t"], strategies=["cooperative-sticky"], session_timeout_ms=1000
+            ),
+            broker.groups.join(
+                "g", b.member_id, topics=["t"], strategies=["cooperative-sticky"], session_timeout_ms=1000
+            ),
         )
         assert broker.groups.sync("g", a3.generation_id, a.member_id) == kept
         assert len(broker.groups.sync("g", b3.generation_id, b.member_id)) == 2

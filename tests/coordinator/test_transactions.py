@@ -79,7 +79,8 @@ def test_commit_and_abort_under_both_isolation_levels(tmp_path):
         txns = broker.transactions
         pid, epoch = await txns.init_producer_id("app-1")
         await _send(broker, [b"a1", b"a2"], pid, epoch, 0)
-        await broker.produce("t", pa.RecordBatch.from_pydict({"value": [b"plain"], "partition": pa.array([0], pa.int32())}))
+        plain = pa.RecordBatch.from_pydict({"value": [b"plain"], "partition": pa.array([0], pa.int32())})
+        await broker.produce("t", plain)
         # The open transaction holds read_committed back: nothing at or after it shows.
         assert await _values(broker, "read_committed") == []
         assert await _values(broker, "read_uncommitted") == [b"a1", b"a2", b"plain"]

@@ -166,6 +166,37 @@ def _describe(case: Any, status: int | str, text: str) -> str:
     return f"{case.operation.label} -> {status}: {text[:300]}\n    {curl}"
 
 
+def _fuzz_operation(strategy: Any, fuzz_broker: BrokerProcess, session: requests.Session) -> list[str]:
+    """Run one operation's examples against the broker; the server errors found (3 at most)."""
+    found: list[str] = []
+    waits: list[str] = []
+
+    @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, derandomize=True, database=None,
+              phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(case=strategy)
+    def fuzz(case: Any) -> None:
+        if len(found) >= 3 or len(waits) >= MAX_WAITS:  # the rest would repeat it
+            return
+        for attempt in (1, 2):
+            try:
+                response = case.call(base_url=fuzz_broker.url, session=session, timeout=REQUEST_TIMEOUT_S)
+                break
+            except requests.Timeout:
+                waits.append(case.operation.label)
+                return
+            except requests.ConnectionError as exc:  # a kept-alive connection the broker closed?
+                if attempt == 2 or not fuzz_broker.running:
+                    found.append(_describe(case, "no answer", repr(exc)))
+                    return
+        try:
+            case.validate_response(response, checks=[not_a_server_error])
+        except (AssertionError, BaseExceptionGroup):  # schemathesis' Failure(Group): a 5xx
+            found.append(_describe(case, response.status_code, response.text))
+
+    fuzz()
+    return found
+
+
 def test_no_operation_answers_with_a_server_error(fuzz_broker: BrokerProcess) -> None:
     # No kept-alive connections: the fixture requests come seconds apart, past uvicorn's
     # keep-alive timeout, and a connection it closes just as a request goes out fails.
@@ -190,32 +221,7 @@ def test_no_operation_answers_with_a_server_error(fuzz_broker: BrokerProcess) ->
                 operation.as_strategy(GenerationMode.NEGATIVE, path_parameters=path_ids),
                 operation.as_strategy(GenerationMode.POSITIVE),
             )
-            found: list[str] = []
-            waits: list[str] = []
-
-            @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, derandomize=True, database=None,
-                      phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
-            @given(case=strategy)
-            def fuzz(case: Any) -> None:
-                if len(found) >= 3 or len(waits) >= MAX_WAITS:  # the rest would repeat it
-                    return
-                for attempt in (1, 2):
-                    try:
-                        response = case.call(base_url=fuzz_broker.url, session=session, timeout=REQUEST_TIMEOUT_S)
-                        break
-                    except requests.Timeout:
-                        waits.append(case.operation.label)
-                        return
-                    except requests.ConnectionError as exc:  # a kept-alive connection the broker closed?
-                        if attempt == 2 or not fuzz_broker.running:
-                            found.append(_describe(case, "no answer", repr(exc)))
-                            return
-                try:
-                    case.validate_response(response, checks=[not_a_server_error])
-                except (AssertionError, BaseExceptionGroup):  # schemathesis' Failure(Group): a 5xx
-                    found.append(_describe(case, response.status_code, response.text))
-
-            fuzz()
+            found = _fuzz_operation(strategy, fuzz_broker, session)
             failures.extend(found)
             assert fuzz_broker.running, f"the broker died during {operation.label}:\n" + "\n".join(
                 found) + "\n" + fuzz_broker.output()

@@ -22,6 +22,7 @@ import argparse
 import os
 import sys
 import time
+from functools import partial
 
 import httpx
 
@@ -93,8 +94,8 @@ def main(argv: list[str]) -> int:
             continue
         next_offset = offsets[-1] + 1
         first, second = (
-            (lambda: commit(next_offset), lambda: process(offsets)) if args.mode == "at-most-once"
-            else (lambda: process(offsets), lambda: commit(next_offset))
+            (partial(commit, next_offset), partial(process, offsets)) if args.mode == "at-most-once"
+            else (partial(process, offsets), partial(commit, next_offset))
         )
         first()
         if batch_index == args.crash_batch:

@@ -124,7 +124,7 @@ def test_delete_removes_table_and_hot_logs_and_the_name_starts_fresh(broker, mak
     assert resp.status_code == 200, resp.text
     wait_for_table(broker.table_path(topic), rest.end_offsets(topic))
     hot = [broker.data_dir / "logs" / "broker-0" / f"{topic}-{p}" for p in range(2)]
-    assert all(d.exists() for d in hot), "hot log folders are not where ARCHITECTURE.md 3.1 puts them"
+    assert all(d.exists() for d in hot), "hot log folders are not where docs/architecture.md §4.1 puts them"
 
     resp = rest.http.delete(rest.v3(f"/topics/{topic}"))
     assert resp.status_code == 204, resp.text

@@ -276,7 +276,9 @@ BAD_CONFIGS = [
 ]
 
 
-@pytest.mark.parametrize("configs", BAD_CONFIGS, ids=[next(iter(c)) + "=" + next(iter(c.values())) for c in BAD_CONFIGS])
+@pytest.mark.parametrize(
+    "configs", BAD_CONFIGS, ids=[next(iter(c)) + "=" + next(iter(c.values())) for c in BAD_CONFIGS]
+)
 def test_invalid_config_on_create(broker, seeded, configs):
     with writes_nothing(broker, seeded):
         resp = broker.rest.create_topic(f"cfg-{uuid.uuid4().hex[:10]}", 1, configs=configs)
@@ -299,7 +301,10 @@ def test_invalid_partition_count(broker, seeded, partitions):
 
 @pytest.mark.parametrize(
     "body",
-    ['{"topic_name": "broken', "[]", "{}", json.dumps({"topic_name": 5}), json.dumps({"topic_name": "x", "partitions_count": "many"})],
+    [
+        '{"topic_name": "broken', "[]", "{}", json.dumps({"topic_name": 5}),
+        json.dumps({"topic_name": "x", "partitions_count": "many"}),
+    ],
     ids=["broken json", "not an object", "no topic_name", "topic_name not a string", "partitions not a number"],
 )
 def test_broken_create_topic_body(broker, seeded, body):

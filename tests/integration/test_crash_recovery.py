@@ -105,7 +105,7 @@ def test_kill9_during_acks1_produce_loses_nothing_and_tiering_resumes(broker_fac
         producer = _Producer(broker.url, topic, seq, padding)
         producer.start()
         wait_until(
-            lambda: len(producer.acked) >= threshold or not producer.is_alive(),
+            lambda producer=producer, threshold=threshold: len(producer.acked) >= threshold or not producer.is_alive(),
             f"{threshold} acknowledged records in round {round_}",
             timeout_s=120,
         )

@@ -1,6 +1,6 @@
 """The topic's Delta table, read with ``deltalake``, holds exactly what was produced:
 same partitions, offsets, keys, values, headers and timestamps, in the record schema
-of ARCHITECTURE.md 3.2, with offset and timestamp statistics on every file."""
+of docs/architecture.md §4.2, with offset and timestamp statistics on every file."""
 
 from __future__ import annotations
 

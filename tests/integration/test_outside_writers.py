@@ -45,7 +45,7 @@ def test_fetches_after_an_outside_optimize_are_in_offset_order(broker, make_topi
     DeltaTable(str(broker.table_path(topic))).optimize.compact()  # rows come out newest file first
     rest = broker.rest
     for start in (0, 3, 9, 17):
-        def fetched():
+        def fetched(start=start):
             resp = rest.fetch(topic, 0, start, max_records=5)
             assert resp.status_code == 200, resp.text
             return [r["offset"] for r in resp.json()]

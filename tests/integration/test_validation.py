@@ -92,7 +92,10 @@ def _v3(body):
 
 def _arrow(table, partition=None):
     def send(rest, topic):
-        path = f"/v1/topics/{topic}/records" if partition is None else f"/v1/topics/{topic}/partitions/{partition}/records"
+        path = (
+            f"/v1/topics/{topic}/records" if partition is None
+            else f"/v1/topics/{topic}/partitions/{partition}/records"
+        )
         return rest.http.post(path, content=ipc(table), headers={"Content-Type": ARROW})
     return send
 

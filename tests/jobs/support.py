@@ -37,7 +37,7 @@ def produce_rounds(
             assert resp.status_code == 200, resp.text
         ends = rest.end_offsets(topic)
         wait_until(
-            lambda: all(
+            lambda ends=ends: all(
                 files and files[-1].last_offset == ends[p] - 1
                 for p, files in ((p, table_files(broker, topic, partitions).get(p)) for p in range(partitions))
             ),

@@ -29,7 +29,8 @@ def test_file_compaction_changes_no_record_offset_or_position(broker, make_topic
     topic = make_topic(2, TABLE_ONLY)
     produce_rounds(broker, topic, 2, rounds=5, per_round=20)
     assert all(len(files) == 5 for files in table_files(broker, topic, 2).values())
-    wait_until(lambda: all(_hot_start(broker, topic, p) > 30 for p in (0, 1)), "hot segments to go (reads hit the table)")
+    wait_until(lambda: all(_hot_start(broker, topic, p) > 30 for p in (0, 1)),
+               "hot segments to go (reads hit the table)")
     before = {p: fetch_all(broker, topic, p) for p in (0, 1)}
 
     # A group reads 30 records of each partition and commits.

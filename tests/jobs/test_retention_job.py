@@ -52,10 +52,11 @@ def test_retention_deletes_whole_files_and_moves_the_log_start(broker, make_topi
                              "auto.offset.reset": reset, "enable.auto.commit": False})
         consumer.assign([TopicPartition(topic, 0, 3)])
         if reset == "latest":
-            wait_until(lambda: consumer.poll(0.2) is None and consumer.position([TopicPartition(topic, 0)])[0].offset == 40,
+            wait_until(lambda consumer=consumer: consumer.poll(0.2) is None
+                       and consumer.position([TopicPartition(topic, 0)])[0].offset == 40,
                        "the consumer to reset to the log end")
             rest.produce_binary(topic, [{"value": b"new"}], partition=0)
-        msg = wait_until(lambda: (m := consumer.poll(0.5)) is not None and not m.error() and m,
+        msg = wait_until(lambda consumer=consumer: (m := consumer.poll(0.5)) is not None and not m.error() and m,
                          f"a record after the {reset} reset")
         assert msg.offset() == first
         consumer.close()

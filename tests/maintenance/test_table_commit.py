@@ -55,8 +55,9 @@ class Table:
         dt = DeltaTable(self.uri)
         _, add, _ = write_data_file(self.uri, partition, rows, NOW_MS)
         end = rows.column("offset")[-1].as_py() + 1
+        tiered = CommitProperties(app_transactions=[Transaction(tier_app_id(partition), end)])
         dt.create_write_transaction([add], mode="append", schema=RECORD_SCHEMA, partition_by=["partition"],
-                                    commit_properties=CommitProperties(app_transactions=[Transaction(tier_app_id(partition), end)]))
+                                    commit_properties=tiered)
 
     def rows(self) -> list[tuple]:
         table = DeltaTable(self.uri).to_pyarrow_table()
@@ -96,7 +97,8 @@ def test_file_compaction_rewrites_without_changing_a_row(tmp_path):
     assert dt.transaction_version(tier_app_id(0)) == 20  # the tierer's bookkeeping is untouched
     snapshot = TableSnapshot.load(table.root, "t", 2)
     assert [(f.first_offset, f.last_offset, f.num_records) for f in snapshot.files[0]] == [(0, 19, 20)]
-    assert not (Path(table.uri) / "_laketail_staging").exists() or not any((Path(table.uri) / "_laketail_staging").iterdir())
+    staging = Path(table.uri) / "_laketail_staging"
+    assert not staging.exists() or not any(staging.iterdir())
 
 
 def test_key_compaction_keeps_the_latest_per_key_and_young_tombstones(tmp_path):

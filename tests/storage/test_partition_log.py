@@ -145,7 +145,7 @@ def test_local_retention_drops_only_tiered_expired_segments(tmp_path):
 
     async def run():
         plog = _open(tmp_path, config, clock)
-        for i in range(10):
+        for _ in range(10):
             await plog.append(_batch([b"x" * 200]))
         clock.advance(5_000)
         assert plog.enforce_local_retention(clock.now_ms()) == 0  # nothing tiered yet
@@ -164,7 +164,9 @@ def test_offset_for_timestamp_finds_first_record_at_or_after(tmp_path):
 
     async def run():
         plog = _open(tmp_path, TopicConfig(), clock)
-        await plog.append(build_frame_batch(timestamps_us=[1_000_000, 2_000_000], keys=[None, None], values=[b"a", b"b"]))
+        await plog.append(
+            build_frame_batch(timestamps_us=[1_000_000, 2_000_000], keys=[None, None], values=[b"a", b"b"])
+        )
         await plog.append(build_frame_batch(timestamps_us=[5_000_000], keys=[None], values=[b"c"]))
         assert plog.offset_for_timestamp(1_500) == (1, 2_000)
         assert plog.offset_for_timestamp(0) == (0, 1_000)

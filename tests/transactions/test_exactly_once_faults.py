@@ -67,7 +67,7 @@ def test_a_worker_killed_at_random_moments_leaves_each_input_exactly_once(txn_br
     for n in range(KILLS):
         worker = run(n)
 
-        def committed_beyond(previous: dict[int, int]) -> dict[int, int] | None:
+        def committed_beyond(previous: dict[int, int], worker=worker, n=n) -> dict[int, int] | None:
             failed = worker.poll() not in (None, 0)
             assert not failed, f"seed {seed}: worker {n} failed:\n{logs(n)}"
             now = committed_offsets(rest.http, group, source)
@@ -76,10 +76,10 @@ def test_a_worker_killed_at_random_moments_leaves_each_input_exactly_once(txn_br
         # Two commits of this incarnation (so every kill leaves work behind it) tell how
         # long a transaction takes here; the kill then comes at a random moment within
         # about one more transaction: before, inside or after it, on any machine.
-        first = wait_until(lambda: committed_beyond(last), f"worker {n}'s first commit (seed {seed})",
+        first = wait_until(lambda last=last: committed_beyond(last), f"worker {n}'s first commit (seed {seed})",
                            timeout_s=120, every_s=0.01)
         started = time.monotonic()
-        wait_until(lambda: committed_beyond(first), f"worker {n}'s second commit (seed {seed})",
+        wait_until(lambda first=first: committed_beyond(first), f"worker {n}'s second commit (seed {seed})",
                    timeout_s=120, every_s=0.01)
         if worker.poll() is not None:
             break  # it finished before this kill came

@@ -59,7 +59,7 @@ def test_a_batch_retried_after_a_lost_answer_lands_once_with_its_original_offset
             if i in (1, 3, 4):
                 proxy.drop_next(marker, times=2 if i == 4 else 1)  # batch 4 loses two answers
             resp, lost = send_until_answered(
-                lambda: session.produce_at(topic, 1, values, sequence, arrow=arrow)
+                lambda values=values, sequence=sequence: session.produce_at(topic, 1, values, sequence, arrow=arrow)
             )
             assert resp.status_code == 200, resp.text
             assert lost == (2 if i == 4 else 1 if i in (1, 3) else 0)

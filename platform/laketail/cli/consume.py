@@ -175,7 +175,10 @@ async def _idle(printer: RecordPrinter, timeout_s: float) -> None:
 @click.command()
 @click.argument("topic")
 @click.option("--partition", "-p", type=click.IntRange(min=0), help="Read only this partition [default: all].")
-@click.option("--offset", "-o", "start", type=StartOffset(), help="Start at this offset, 'earliest' or 'latest' [default: latest].")
+@click.option(
+    "--offset", "-o", "start", type=StartOffset(),
+    help="Start at this offset, 'earliest' or 'latest' [default: latest].",
+)
 @click.option("--from-beginning", is_flag=True, help="Start at each partition's log start offset.")
 @click.option("--max-records", "-n", type=click.IntRange(min=1), help="Exit after this many records.")
 @click.option("--print-key", is_flag=True, help="Print KEY<TAB>VALUE.")

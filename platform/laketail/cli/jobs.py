@@ -68,7 +68,8 @@ def run(ctx: click.Context, name: str | None, master: str, confs: tuple[str, ...
     elif name is not None and name not in JOBS:
         raise click.UsageError(f"unknown job '{name}' (jobs: {', '.join(JOBS)})", ctx)
     if name is None or {"-h", "--help"} & set(job_args):
-        click.echo(ctx.get_help().replace("Options:", "Options:\n  -h, --help        Show this message (and the job's options).", 1))
+        help_line = "Options:\n  -h, --help        Show this message (and the job's options)."
+        click.echo(ctx.get_help().replace("Options:", help_line, 1))
         if name is not None:
             click.echo(f"\nOptions of {name}:")
             _print_job_help(name)

@@ -33,7 +33,9 @@ LINGER_S = 0.05
 _READ_CHUNK = 1 << 16
 
 
-def read_line_batches(stream: IO[bytes], max_lines: int = BATCH_RECORDS, max_bytes: int = BATCH_BYTES) -> Iterator[list[bytes]]:
+def read_line_batches(
+    stream: IO[bytes], max_lines: int = BATCH_RECORDS, max_bytes: int = BATCH_BYTES
+) -> Iterator[list[bytes]]:
     """Lines of ``stream`` (end of line removed) in batches bounded by count and
     bytes; a batch also ends when no more input is ready within ``LINGER_S``.
 

@@ -151,7 +151,7 @@ class ConsumerCoordinator:
             try:
                 self._turn()
             except Exception:  # never let one bad turn end the membership
-                log.exception("group %s", self.group)
+                log.exception("group %s member %s: coordinator turn failed", self.group, self.member_id or "(none)")
                 self._sleep(self.config.retry_backoff_ms / 1000.0)
 
     def _turn(self) -> None:

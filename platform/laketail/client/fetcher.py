@@ -295,7 +295,7 @@ class Fetcher:
         except KafkaException as exc:
             self._failed(tp, epoch, exc.args[0])
         except Exception as exc:  # keep the partition alive through a bug or a bad body
-            log.exception("fetch %s", tp)
+            log.exception("fetch %s at offset %s failed", tp, offset)
             self._failed(tp, epoch, local_error("_BAD_MSG", repr(exc)))
         return None
 

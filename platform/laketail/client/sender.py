@@ -145,7 +145,7 @@ class Sender:
                     next_at = retry if next_at is None else min(next_at, retry)
                 self.accumulator.wait(next_at)
             except Exception:  # the sender must outlive any one bad turn
-                log.exception("producer sender loop")
+                log.exception("producer %s: sender loop turn failed", self.config.client_id)
                 time.sleep(self.backoff_s)
 
     def _resolve_topics(self, now: float) -> None:
@@ -186,7 +186,8 @@ class Sender:
             self._failed(batch, exc.args[0])
             return
         except Exception as exc:  # a bug must not lose the batch's reports
-            log.exception("producer request")
+            log.exception("producer %s: produce request to %s-%s failed", self.config.client_id, batch.topic,
+                          batch.partition)
             self._failed(batch, local_error("_FAIL", repr(exc)))
             return
         offsets = (resp.json() or {}).get("offsets") if resp.content else None

@@ -1,4 +1,4 @@
-"""Replication across brokers (ARCHITECTURE.md 3.6 and 7).
+"""Replication across brokers (docs/architecture.md §4.5 and §8).
 
 * :mod:`.metadata` -- what the cluster looks like: brokers, partition registrations
   (replicas, leader, leader epoch, ISR), one versioned image;

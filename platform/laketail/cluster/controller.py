@@ -1,4 +1,4 @@
-"""The controller: the one broker that decides who leads (ARCHITECTURE.md 7).
+"""The controller: the one broker that decides who leads (docs/architecture.md §8.3).
 
 Role: count brokers alive from their heartbeats (``broker.session.timeout.ms``), assign
 replicas to new topics, accept or refuse the leaders' ISR changes, and elect leaders

@@ -1,4 +1,4 @@
-"""The cluster's catalog tables under ``<root>/_system/`` (ARCHITECTURE.md 3.6).
+"""The cluster's catalog tables under ``<root>/_system/`` (docs/architecture.md §4.5).
 
 * ``brokers``    -- one row per broker that ever registered: id, advertised URL, the
   incarnation of its current process, whether the controller counts it alive;

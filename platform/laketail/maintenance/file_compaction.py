@@ -62,21 +62,21 @@ def plan_file_compaction(
         raise ValueError(f"target_file_bytes must be positive, got {target_file_bytes}")
     min_files = max(min_files, 2)
     plans: list[FileCompactionPlan] = []
+
+    def close_run(partition: int, run: list[DataFile]) -> None:
+        if len(run) >= min_files:
+            plans.append(FileCompactionPlan(partition, tuple(run)))
+
     for partition in sorted(files):
         run: list[DataFile] = []
         run_bytes = 0
-
-        def close_run() -> None:
-            if len(run) >= min_files:
-                plans.append(FileCompactionPlan(partition, tuple(run)))
-
         for data_file in sorted(files[partition]):
             small = data_file.size_bytes < target_file_bytes and data_file.path not in exclude
             if small and run_bytes + data_file.size_bytes <= target_file_bytes:
                 run.append(data_file)
                 run_bytes += data_file.size_bytes
                 continue
-            close_run()
+            close_run(partition, run)
             run, run_bytes = ([data_file], data_file.size_bytes) if small else ([], 0)
-        close_run()
+        close_run(partition, run)
     return plans

@@ -4,8 +4,8 @@
 ``value`` binary, ``topic`` string, ``partition`` int, ``offset`` long, ``timestamp``
 timestamp, ``timestampType`` int, and ``headers`` array<struct<key string, value
 binary>> with ``includeHeaders``), so a query written for ``format("kafka")`` runs on
-``format("laketail")`` unchanged. ``TABLE_COLUMNS`` is the record schema (ARCHITECTURE.md
-3.2) in Spark's types, for the SQL views that read the Delta tables' Parquet files.
+``format("laketail")`` unchanged. ``TABLE_COLUMNS`` is the record schema (docs/architecture.md
+§4.2) in Spark's types, for the SQL views that read the Delta tables' Parquet files.
 """
 
 from __future__ import annotations

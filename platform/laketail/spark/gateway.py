@@ -44,7 +44,7 @@ class GatewayUnavailable(LaketailError):
 
 @dataclass(frozen=True)
 class PartitionOffsets:
-    """One partition's offsets as the leader reports them (ARCHITECTURE.md 3.3)."""
+    """One partition's offsets as the leader reports them (docs/architecture.md §2.2)."""
 
     partition: int
     log_start_offset: int

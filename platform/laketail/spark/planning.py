@@ -7,7 +7,7 @@ and reads each table's Delta log itself (:mod:`laketail.spark.snapshot`), so eve
 range carries the files its task opens -- pruned by their offset statistics -- and
 the ``tiered_offset`` above which the task reads through the gateway instead.
 
-Offsets follow ARCHITECTURE.md 2: ``end`` is the last stable offset under
+Offsets follow docs/architecture.md §2.2: ``end`` is the last stable offset under
 read_committed and the high watermark under read_uncommitted; a committed offset is
 the next offset to read. A streaming offset is ``{"topic": {"partition": offset}}``.
 

@@ -5,7 +5,7 @@ Columns, as Spark's Kafka sink: ``value`` (required, binary or string), ``key``,
 option names one; the option wins) and ``partition``; a ``timestamp`` column, when
 present, becomes the records' create time.
 
-Protocol (ARCHITECTURE.md 6 and 8), per batch id of a sink id:
+Protocol (docs/architecture.md §9.5 and §10.2), per batch id of a sink id:
 
 1. Each task attempt that has rows *enlists*: ``POST /v1/sinks/{sink}/batches/{batch}/enlist``
    hands it a fresh transactional session (producer id and epoch).

@@ -4,7 +4,7 @@ Parquet reader.
 ``register_topics(spark, servers)`` creates, for every topic,
 
 * ``<topic>_all`` -- every row of the table, control rows included, in the record
-  schema (ARCHITECTURE.md 3.2): the file list comes from the Delta log, the schema is
+  schema (docs/architecture.md §4.2): the file list comes from the Delta log, the schema is
   explicit and ``partition`` comes from the files' paths, so Spark prunes on it;
 * ``<topic>`` -- committed data only: no control rows, no records of aborted
   transactions, nothing at or after a transaction whose end is not in the table yet
@@ -340,7 +340,8 @@ class ViewFollower:
                 try:
                     self._pass()
                 except Exception as exc:  # noqa: BLE001 - a follower outlives a bad pass
-                    _log.warning("laketail view follower: %s: %s", type(exc).__name__, exc)
+                    _log.warning("laketail view follower of %s (topics %s): %s: %s", ",".join(self.urls),
+                                 "all" if self._topics is None else sorted(self._topics), type(exc).__name__, exc)
         finally:
             self._views.gateway.close()
 
