@@ -78,7 +78,7 @@ def visible(request: Request, resource_type: str, names: list[str]) -> list[str]
 
 
 def _table_uri(request: Request, topic: str) -> str:
-    """The topic's Delta table: ``<data root>/topics/<topic>`` (ARCHITECTURE.md 3.1)."""
+    """The topic's Delta table: ``<data root>/topics/<topic>`` (docs/architecture.md §4.1)."""
     return f"{broker_of(request).settings.data.rstrip('/')}/topics/{topic}"
 
 

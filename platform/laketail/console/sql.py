@@ -14,7 +14,7 @@ grammar, case-insensitive, one table::
                | column IS [NOT] NULL
     literal   := integer | 'text' ('' is a quote) | TRUE | FALSE
 
-Columns are the record schema's (ARCHITECTURE.md 3.2). ``topic`` shows committed data
+Columns are the record schema's (docs/architecture.md §4.2). ``topic`` shows committed data
 only, as the Spark views do: no transaction markers (``control`` not null), no records of
 aborted transactions, nothing from a transaction whose end is not in the table yet
 (:func:`committed_filter`, from :mod:`laketail.spark.isolation`'s ranges over the
