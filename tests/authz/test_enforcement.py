@@ -284,7 +284,7 @@ def test_settings_keys_and_strict_values(tmp_path):
                                   "LAKETAIL_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "true"})
     authorizer = Authorizer.from_settings(settings)
     assert authorizer.enabled and authorizer.allow_if_no_acl
-    assert authorizer.super_users == {"User:admin", "User:broker"}
+    assert authorizer.super_users == {"User:admin", "User:broker", "Broker:laketail"}  # peers are always super
     assert not Authorizer.from_settings(load_settings(env={})).enabled  # off unless named
     with pytest.raises(InvalidConfig, match="authorizer.class.name"):
         Authorizer(tmp_path, "com.example.MyAuthorizer")
