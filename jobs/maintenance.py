@@ -11,15 +11,17 @@ table has a new commit (the tierer's, or an outside writer's) -- checked every
 ``--interval-s`` -- and holds the topics that moved. For each, ``foreachBatch`` runs
 retention (:func:`laketail.maintenance.runs.run_retention`) and then compaction
 (:func:`laketail.maintenance.runs.run_compaction`: key compaction of
-``cleanup.policy=compact`` topics, then runs of small files), every rewrite a Spark
-task on an executor whatever its size (:func:`laketail.jobs.compaction.spark_rewriter`).
+``cleanup.policy=compact`` topics, then runs of small files), every rewrite Spark work on executors whatever its size
+(:func:`laketail.jobs.compaction.spark_rewriter`): key compaction's latest offset per key
+is a Spark aggregation and its survivors are written per chunk of input
+(:mod:`laketail.jobs.key_compaction`), so a partition larger than one executor's memory
+compacts; there is no in-process path below some size here.
 Progress: Spark's UI (jobs per rewrite) and the query's progress events; one report
 line per topic and step on stdout. Maintenance's own commits move the versions too: the
 next batch finds nothing left to do and commits nothing more.
 
-Not yet here (issue 16): key compaction of a partition larger than one executor's
-memory computed by Spark (it runs per rewrite task, in Arrow, as before), and the
-broker's scheduler starting this application as one long-lived child.
+Not yet here (issue 16): the broker's scheduler starting this application as one
+long-lived child.
 """
 
 from __future__ import annotations
@@ -133,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.data:
         return fail("--data (or $LAKETAIL_DATA) is required: the jobs read and commit the tables directly")
     spark, owned = spark_session("laketail-maintenance")
-    rewriter = spark_rewriter(lambda: spark)
+    rewriter = spark_rewriter(lambda: spark, args.target_file_bytes)
     try:
         topics = {t.name: t for t in maintained_topics(args.data, args.servers, args.topics)}
         if args.once:
