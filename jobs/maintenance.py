@@ -20,12 +20,15 @@ Progress: Spark's UI (jobs per rewrite) and the query's progress events; one rep
 line per topic and step on stdout. Maintenance's own commits move the versions too: the
 next batch finds nothing left to do and commits nothing more.
 
-Not yet here (issue 16): the broker's scheduler starting this application as one
-long-lived child.
+Without ``--topic``, every user topic is maintained, topics created while the
+application runs included (the source lists the topic tables at each look). The broker's
+scheduler (:mod:`laketail.maintenance.scheduler`) runs this application as one
+long-lived child: one JVM for the broker's life, restarted if it dies.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Iterator, Sequence
 
@@ -42,13 +45,18 @@ except ImportError:  # pragma: no cover - pyspark is a dependency
     DataSource = DataSourceStreamReader = InputPartition = object  # type: ignore[misc,assignment]
 
 
-def table_versions(root: str, topics: Sequence[str]) -> dict[str, int]:
-    """Each topic's Delta table version now (topics without a table yet are left out)."""
+def table_versions(root: str, topics: Sequence[str] | None) -> dict[str, int]:
+    """Each topic's Delta table version now (topics without a table yet are left out).
+    ``topics`` None: every topic table under the root but the internal ones (``__``),
+    looked up each time, so topics created while the application runs are maintained."""
     from deltalake import DeltaTable
 
     from laketail.storage.table_reader import TableReader
 
     reader = TableReader(root)
+    if topics is None:
+        base = os.path.dirname(reader.table_uri("x"))
+        topics = sorted(n for n in (os.listdir(base) if os.path.isdir(base) else []) if not n.startswith("__"))
     out = {}
     for topic in topics:
         try:
@@ -67,7 +75,7 @@ class _Moved(InputPartition):  # type: ignore[misc]
 class TableCommits(DataSource):  # type: ignore[misc]
     """``format("laketail_table_commits")``: a row ``(topic, version)`` per topic whose
     table has a new version; options ``data`` (the data root) and ``topics``
-    (comma-separated)."""
+    (comma-separated; empty: every user topic's table, new ones included)."""
 
     @classmethod
     def name(cls) -> str:
@@ -84,7 +92,7 @@ class TableCommits(DataSource):  # type: ignore[misc]
 class _CommitsReader(DataSourceStreamReader):  # type: ignore[misc]
     def __init__(self, root: str, topics: list[str]) -> None:
         self.root = root
-        self.topics = topics
+        self.topics = topics or None
 
     def initialOffset(self) -> dict:
         return {}  # every topic's first version seen is new: the first batch maintains all
@@ -147,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         def each(frame: Any, batch_id: int) -> None:
             moved = sorted({r.topic for r in frame.collect()})
-            current = {t.name: t for t in maintained_topics(args.data, args.servers, moved or None)} if moved else {}
+            current = {t.name: t for t in maintained_topics(args.data, args.servers, args.topics)} if moved else {}
             for name in moved:
                 if name in current:
                     maintain(args.data, current[name], args, rewriter)
@@ -156,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         checkpoint = args.checkpoint or f"{args.data.rstrip('/')}/_system/checkpoints/maintenance"
         writer = (spark.readStream.format("laketail_table_commits").option("data", args.data)
-                  .option("topics", ",".join(sorted(topics))).load()
+                  .option("topics", ",".join(sorted(topics)) if args.topics else "").load()
                   .writeStream.foreachBatch(each).option("checkpointLocation", checkpoint))
         error = run_query(writer, "laketail-maintenance", args.interval_s, done, args.max_rounds)
         return fail(f"maintenance query failed: {error}") if error is not None else 0
