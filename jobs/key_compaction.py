@@ -73,7 +73,7 @@ def surviving_offsets(spark: Any, table_uri: str, tasks: Sequence[RewriteTask], 
         F.unix_micros("timestamp").alias("ts"),
         F.coalesce(F.col("transactional"), F.lit(False)).alias("txn"),
         F.col("control").isNotNull().alias("is_control"),
-        F.element_at(F.split(F.input_file_name(), "/"), -1).alias("file"),
+        F.col("_metadata.file_name").alias("file"),
     ).join(F.broadcast(files), "file")
     plain = rows.filter(~F.col("txn"))
     keyed = plain.filter(F.col("key").isNotNull() & ~F.col("is_control"))
