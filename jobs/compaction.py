@@ -17,7 +17,10 @@ functions of :mod:`laketail.maintenance.rewrite`, shared with the broker) and wr
 the output with the library's writer -- rows never cross into the JVM, so the files
 are byte-for-byte what the tierer would write, with the same statistics; ``local``
 runs the same functions in the driver; ``auto`` (the default) goes local when a
-topic's inputs total at most ``--local-max-bytes``.
+topic's inputs total at most ``--local-max-bytes``. Under ``spark``, key compaction is
+computed by Spark itself (latest offset per key as an aggregation, survivors written per
+chunk: :mod:`laketail.jobs.key_compaction`), so a partition larger than one executor's
+memory compacts; the maintenance application always rewrites this way.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import sys
 from typing import Sequence
 
 from laketail.jobs.common import base_parser, fail, plan_time_ms, report, spark_session
+from laketail.jobs.key_compaction import spark_key_rewrite
 from laketail.maintenance.file_compaction import DEFAULT_TARGET_FILE_BYTES
 from laketail.maintenance.rewrite import RewriteOutput, RewriteTask, read_inputs, rewrite_locally, write_output
 from laketail.maintenance.runs import DEFAULT_VACUUM_AFTER_MS, Rewriter, run_compaction
@@ -39,30 +43,39 @@ def run_task(table_uri: str, staging_uri: str, task: RewriteTask, now_ms: int) -
     return write_output(staging_uri, task, read_inputs(table_uri, task), now_ms)
 
 
-def spark_rewriter(get_spark) -> Rewriter:
-    """Rewrites as Spark tasks, one per rewrite task (Spark schedules and retries them;
-    a retried attempt's file stays in the staging folder, never committed)."""
+def spark_rewriter(get_spark, chunk_bytes: int = DEFAULT_TARGET_FILE_BYTES) -> Rewriter:
+    """Rewrites as Spark work whatever their size. File compaction: one Spark task per
+    rewrite task (Spark schedules and retries them; a retried attempt's file stays in the
+    staging folder, never committed). Key compaction: the latest offset per key computed
+    by a Spark aggregation, the survivors written per chunk of at most ``chunk_bytes``
+    of input (:func:`laketail.jobs.key_compaction.spark_key_rewrite`), so a partition
+    larger than one executor's memory compacts."""
 
     def rewrite(table_uri: str, staging_uri: str, tasks: Sequence[RewriteTask], now_ms: int) -> list[RewriteOutput]:
-        if not tasks:
-            return []
-        rdd = get_spark().sparkContext.parallelize(list(tasks), len(tasks))
-        outputs = rdd.map(lambda task: run_task(table_uri, staging_uri, task, now_ms)).collect()
-        return [output for output in outputs if output is not None]
+        keys = [task for task in tasks if task.rule == "keys"]
+        outputs = spark_key_rewrite(get_spark(), table_uri, staging_uri, keys, now_ms, chunk_bytes) if keys else []
+        files = [task for task in tasks if task.rule != "keys"]
+        if files:
+            rdd = get_spark().sparkContext.parallelize(files, len(files))
+            written = rdd.map(lambda task: run_task(table_uri, staging_uri, task, now_ms)).collect()
+            outputs += [output for output in written if output is not None]
+        return outputs
 
     return rewrite
 
 
-def choose_rewriter(engine: str, local_max_bytes: int, get_spark) -> Rewriter:
+def choose_rewriter(
+    engine: str, local_max_bytes: int, get_spark, target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES
+) -> Rewriter:
     """``auto``: local for small inputs, Spark beyond ``local_max_bytes``."""
     if engine == "local":
         return rewrite_locally
     if engine == "spark":
-        return spark_rewriter(get_spark)
+        return spark_rewriter(get_spark, target_file_bytes)
 
     def auto(table_uri: str, staging_uri: str, tasks: Sequence[RewriteTask], now_ms: int) -> list[RewriteOutput]:
         total = sum(os.path.getsize(f"{table_uri}/{p}") for t in tasks for p in t.inputs)
-        chosen = rewrite_locally if total <= local_max_bytes else spark_rewriter(get_spark)
+        chosen = rewrite_locally if total <= local_max_bytes else spark_rewriter(get_spark, target_file_bytes)
         return chosen(table_uri, staging_uri, tasks, now_ms)
 
     return auto
@@ -94,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             spark, owned = spark_session("laketail-compaction")
         return spark
 
-    rewriter = choose_rewriter(args.engine, args.local_max_bytes, get_spark)
+    rewriter = choose_rewriter(args.engine, args.local_max_bytes, get_spark, args.target_file_bytes)
     status = 0
     current = None  # the topic being worked on, named in a failure
     try:

@@ -11,20 +11,25 @@ table has a new commit (the tierer's, or an outside writer's) -- checked every
 ``--interval-s`` -- and holds the topics that moved. For each, ``foreachBatch`` runs
 retention (:func:`laketail.maintenance.runs.run_retention`) and then compaction
 (:func:`laketail.maintenance.runs.run_compaction`: key compaction of
-``cleanup.policy=compact`` topics, then runs of small files), every rewrite a Spark
-task on an executor whatever its size (:func:`laketail.jobs.compaction.spark_rewriter`).
+``cleanup.policy=compact`` topics, then runs of small files), every rewrite Spark work on executors whatever its size
+(:func:`laketail.jobs.compaction.spark_rewriter`): key compaction's latest offset per key
+is a Spark aggregation and its survivors are written per chunk of input
+(:mod:`laketail.jobs.key_compaction`), so a partition larger than one executor's memory
+compacts; there is no in-process path below some size here.
 Progress: Spark's UI (jobs per rewrite) and the query's progress events; one report
 line per topic and step on stdout. Maintenance's own commits move the versions too: the
 next batch finds nothing left to do and commits nothing more.
 
-Not yet here (issue 16): key compaction of a partition larger than one executor's
-memory computed by Spark (it runs per rewrite task, in Arrow, as before), and the
-broker's scheduler starting this application as one long-lived child.
+Without ``--topic``, every user topic is maintained, topics created while the
+application runs included (the source lists the topic tables at each look). The broker's
+scheduler (:mod:`laketail.maintenance.scheduler`) runs this application as one
+long-lived child: one JVM for the broker's life, restarted if it dies.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any, Iterator, Sequence
 
@@ -43,14 +48,19 @@ except ImportError:  # pragma: no cover - pyspark is a dependency
 log = logging.getLogger("laketail.jobs.maintenance")
 
 
-def table_versions(root: str, topics: Sequence[str]) -> dict[str, int]:
-    """Each topic's Delta table version now (topics without a table yet are left out)."""
+def table_versions(root: str, topics: Sequence[str] | None) -> dict[str, int]:
+    """Each topic's Delta table version now (topics without a table yet are left out).
+    ``topics`` None: every topic table under the root but the internal ones (``__``),
+    looked up each time, so topics created while the application runs are maintained."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     from laketail.storage.table_reader import TableReader
 
     reader = TableReader(root)
+    if topics is None:
+        base = os.path.dirname(reader.table_uri("x"))
+        topics = sorted(n for n in (os.listdir(base) if os.path.isdir(base) else []) if not n.startswith("__"))
     out = {}
     for topic in topics:
         try:
@@ -73,7 +83,7 @@ class _Moved(InputPartition):  # type: ignore[misc]
 class TableCommits(DataSource):  # type: ignore[misc]
     """``format("laketail_table_commits")``: a row ``(topic, version)`` per topic whose
     table has a new version; options ``data`` (the data root) and ``topics``
-    (comma-separated)."""
+    (comma-separated; empty: every user topic's table, new ones included)."""
 
     @classmethod
     def name(cls) -> str:
@@ -90,7 +100,7 @@ class TableCommits(DataSource):  # type: ignore[misc]
 class _CommitsReader(DataSourceStreamReader):  # type: ignore[misc]
     def __init__(self, root: str, topics: list[str]) -> None:
         self.root = root
-        self.topics = topics
+        self.topics = topics or None
 
     def initialOffset(self) -> dict:
         return {}  # every topic's first version seen is new: the first batch maintains all
@@ -141,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.data:
         return fail("--data (or $LAKETAIL_DATA) is required: the jobs read and commit the tables directly")
     spark, owned = spark_session("laketail-maintenance")
-    rewriter = spark_rewriter(lambda: spark)
+    rewriter = spark_rewriter(lambda: spark, args.target_file_bytes)
     try:
         topics = {t.name: t for t in maintained_topics(args.data, args.servers, args.topics)}
         if args.once:
@@ -153,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         def each(frame: Any, batch_id: int) -> None:
             moved = sorted({r.topic for r in frame.collect()})
-            current = {t.name: t for t in maintained_topics(args.data, args.servers, moved or None)} if moved else {}
+            current = {t.name: t for t in maintained_topics(args.data, args.servers, args.topics)} if moved else {}
             for name in moved:
                 if name in current:
                     maintain(args.data, current[name], args, rewriter)
@@ -162,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         checkpoint = args.checkpoint or f"{args.data.rstrip('/')}/_system/checkpoints/maintenance"
         writer = (spark.readStream.format("laketail_table_commits").option("data", args.data)
-                  .option("topics", ",".join(sorted(topics))).load()
+                  .option("topics", ",".join(sorted(topics)) if args.topics else "").load()
                   .writeStream.foreachBatch(each).option("checkpointLocation", checkpoint))
         error = run_query(writer, "laketail-maintenance", args.interval_s, done, args.max_rounds)
         return fail(f"maintenance query failed: {error}") if error is not None else 0

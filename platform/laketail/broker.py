@@ -170,6 +170,7 @@ class Broker:
         )
         self.fetch_path = FetchPath(settings, self.logs, self.tables, self.cluster, self.leads, self.check_partition)
         self._background: list[asyncio.Task] = []
+        self.maintenance: MaintenanceScheduler | None = None  # set by start() when maintenance is enabled
         self._admin_lock = asyncio.Lock()
 
     # -- lifecycle ---------------------------------------------------------------
@@ -187,9 +188,9 @@ class Broker:
         self._background.append(asyncio.create_task(self._group_housekeeping(), name="laketail-groups"))
         self._background.append(asyncio.create_task(self._internal_cleaner(), name="laketail-cleaner"))
         self._background.append(asyncio.create_task(self._transaction_timeouts(), name="laketail-txn-timeouts"))
-        if self.settings.maintenance_enabled:  # retention and compaction of user topics (spark-submit)
-            maintenance = MaintenanceScheduler(self.settings, is_due=lambda: self.cluster.is_controller).run()
-            self._background.append(asyncio.create_task(maintenance, name="laketail-maintenance"))
+        if self.settings.maintenance_enabled:  # retention and compaction of user topics: one spark-submit child
+            self.maintenance = MaintenanceScheduler(self.settings, is_due=lambda: self.cluster.is_controller)
+            self._background.append(asyncio.create_task(self.maintenance.run(), name="laketail-maintenance"))
 
     async def load_coordinators(self) -> None:
         """Rebuild the group and transaction coordinators from their internal topics (at

@@ -327,8 +327,9 @@ _BROKER_KEYS = {
     "replica.fetch.max.bytes": "replica_fetch_max_bytes",
     "offsets.topic.replication.factor": "offsets_topic_replication_factor",
     "transaction.state.log.replication.factor": "transaction_state_log_replication_factor",
-    # laketail: the broker runs the retention and compaction jobs of user topics (spark-submit,
-    # local mode) every interval; false leaves them to `laketail jobs run` or another scheduler.
+    # laketail: the broker runs the maintenance application of user topics (retention and compaction,
+    # one long-lived spark-submit child in local mode, looking at the tables every interval); false
+    # leaves them to `laketail jobs run` or another scheduler.
     "laketail.maintenance.enable": "maintenance_enabled",
     "laketail.maintenance.interval.ms": "maintenance_interval_ms",
     "laketail.fetch.cache.bytes": "fetch_cache_bytes",

@@ -1,10 +1,12 @@
 """The broker's maintenance scheduler: wired into Broker.start/close by settings, the
-spark-submit command lines it runs, and a running job stopped with the broker."""
+spark-submit command lines it runs, a running job stopped with the broker, and the
+maintenance application as one long-lived child (kept, restarted, stopped)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 
 from laketail.broker import Broker
@@ -71,3 +73,67 @@ def test_closing_stops_a_running_job(tmp_path):
     except ProcessLookupError:
         return
     raise AssertionError(f"job process {pid} still runs")
+
+
+def test_the_child_is_the_maintenance_application_triggered_every_interval(tmp_path):
+    settings = load_settings(None, env={}, data=str(tmp_path), port=9999, maintenance_interval_ms=30_000)
+    argv = MaintenanceScheduler(settings).child_argv()
+    assert argv[0].endswith("spark-submit") and argv[argv.index("--master") + 1] == "local[2]"
+    assert argv[-7].endswith("jobs/maintenance.py") and "--once" not in argv
+    assert argv[-6:] == ["--data", str(tmp_path), "--servers", "http://127.0.0.1:9999", "--interval-s", "30"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not reaped yet) counts as gone
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(") ", 1)[1][0] != "Z"
+
+
+def test_one_long_lived_child_restarted_after_kill_9_and_gone_with_the_broker(tmp_path, monkeypatch):
+    """The broker's scheduler starts the maintenance application once (its pid stays across
+    intervals), starts it again after a kill -9, and stops it when the broker closes. The
+    JVM is stood in for by a shell that records its pid (the application's own behaviour
+    is tested in tests/jobs/test_maintenance_app.py)."""
+    pids = tmp_path / "pids"
+    pids.touch()
+    monkeypatch.setattr(MaintenanceScheduler, "child_argv",
+                        lambda self: ["sh", "-c", f"echo $$ >> {pids}; exec sleep 600"])
+    settings = load_settings(None, env={}, data=str(tmp_path / "data"), tier_enabled=False, maintenance_enabled=True,
+                             maintenance_interval_ms=100, offsets_topic_num_partitions=1,
+                             transaction_state_log_num_partitions=1)
+
+    async def until(condition, what: str) -> None:
+        deadline = time.monotonic() + 30
+        while not condition():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            await asyncio.sleep(0.05)
+
+    def started() -> list[int]:
+        return [int(line) for line in pids.read_text().split()]
+
+    async def scenario() -> tuple[int, int]:
+        broker = Broker(settings)
+        await broker.start()
+        try:
+            scheduler = broker.maintenance
+            assert scheduler is not None
+            await until(lambda: len(started()) == 1, "the child to start")
+            (first,) = started()
+            polls = scheduler.polls
+            await until(lambda: scheduler.polls >= polls + 10, "ten intervals with the child running")
+            assert started() == [first] and _alive(first) and scheduler.starts == 1
+
+            os.kill(first, signal.SIGKILL)
+            await until(lambda: len(started()) == 2, "the child to be started again")
+            second = started()[1]
+            assert second != first and not _alive(first) and _alive(second)
+        finally:
+            await broker.close()
+        return first, second
+
+    _, second = asyncio.run(scenario())
+    assert not _alive(second)
