@@ -138,7 +138,7 @@ class Broker:
         self.tables.gaps_allowed = self._gaps_allowed
         # The parts get the broker itself wherever they ask for a port (coordinator/ports.py,
         # storage/ports.py, cluster/ports.py): it is their composition root.
-        self.tierer = Tierer(self, self.logs, self.tables, self, clock=self.clock)
+        self.tierer = Tierer(self, self.logs, self.tables, self, clock=self.clock, process=settings.tier_process)
         self._topics: dict[str, TopicRuntime] = {}
         self.cluster_id = ""
         self.cluster = ClusterNode(self)
