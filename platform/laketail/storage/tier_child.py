@@ -24,7 +24,9 @@ the table being ahead (``TableAhead``), which the broker then learns -- the tabl
 transaction versions are the truth, so nothing is lost or tiered twice.
 
 The child dies with the broker: ``PR_SET_PDEATHSIG`` (SIGKILL) on Linux, and EOF on
-stdin (the broker's end of the pipe closes when it exits, however it exits).
+stdin (the broker's end of the pipe closes when it exits, however it exits). It ignores
+SIGINT and SIGTERM sent to the broker's process group: the broker's shutdown runs a
+last pass through it, then closes its stdin.
 
 Thread-safety: :class:`TierChild` (the broker's handle) is used on the event loop
 only; the child itself is single-threaded and serves one request at a time.
@@ -145,6 +147,10 @@ class TierChild:
             if not self._closing:  # it crashed: have the next one ready before the next pass
                 asyncio.get_running_loop().create_task(self._restart_quietly())
 
+    def start(self) -> None:
+        """Start the child now (in the background) rather than at the first pass."""
+        asyncio.get_running_loop().create_task(self._restart_quietly())
+
     async def _restart_quietly(self) -> None:
         try:
             await self._ensure()
@@ -186,7 +192,10 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def main(argv: list[str]) -> None:
     _die_with_parent(int(argv[0]))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C to the broker's group: the broker closes us
+    # A Ctrl-C or SIGTERM to the broker's process group: the broker runs its last pass
+    # through us and then closes our stdin; its death kills us (PR_SET_PDEATHSIG).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)  # stray prints go to stderr, never into the protocol
     logging.basicConfig(level=logging.INFO, format="%(asctime)s tier-child %(levelname)s %(name)s: %(message)s")

@@ -13,8 +13,16 @@ unreferenced files (never read, removed by vacuum), never duplicates.
 
 Files are written by :func:`laketail.storage.data_files.write_data_file`.
 
-Thread-safety: one asyncio task drives it; each topic's tiering runs in a worker
-thread holding that topic's table lock.
+Where the work runs: the :class:`Tierer` (in the broker, on its event loop) plans each
+pass -- which led partitions have records below HW, at which leader epoch, where on
+disk -- and learns what was tiered (``mark_tiered``, the table index); the pass itself
+(:func:`execute_pass`: read the hot segment files, write Parquet, commit) runs in the
+broker's tier child process (:mod:`laketail.storage.tier_child`, the default), or in a
+worker thread with ``laketail.tierer.process=false``. Same code, same rules either way.
+
+Thread-safety: one asyncio task drives it; passes over one topic never overlap (an
+asyncio lock per topic); in-process, a pass holds the topic's table lock while it uses
+the table.
 """
 
 from __future__ import annotations
@@ -93,6 +101,8 @@ class Tierer:
     def start(self) -> None:
         self._wake = asyncio.Event()
         self._task = asyncio.create_task(self._run(), name="laketail-tierer")
+        if self.child is not None:
+            self.child.start()
 
     async def stop(self) -> None:
         """Stop the loop after a last pass, so a clean shutdown leaves the tables current."""
