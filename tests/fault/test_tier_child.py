@@ -11,7 +11,7 @@ import os
 import signal
 from pathlib import Path
 
-from tests.integration.support import table_offsets, wait_for_table, wait_until
+from tests.integration.support import prom_sample, read_table, table_offsets, wait_for_table, wait_until
 
 
 def _children(pid: int) -> list[int]:
@@ -76,6 +76,7 @@ def test_a_killed_tier_child_is_restarted_and_the_table_loses_and_duplicates_not
             assert [r["offset"] for r in fetched] == list(range(ends[p]))
     replacement = _tier_child(broker, killed)
     assert replacement not in killed
+    assert prom_sample(rest.http.get("/metrics").text, "laketail_tier_child_restarts_total") == 4
     table = wait_for_table(broker.data_dir / "topics" / topic, ends)
     assert table_offsets(table) == {p: list(range(end)) for p, end in ends.items()}  # unique and contiguous
 
@@ -89,7 +90,8 @@ def test_a_broker_killed_with_kill_9_takes_its_tier_child_along_and_starts_again
     broker.proc.wait()
     wait_until(lambda: not _alive(child), f"the tier child {child} to die with its broker")
     broker.restart()
-    _tier_child(broker)
+    child = _tier_child(broker)
     _produce(broker.rest, topic, 0, 100, "after")
-    table = wait_for_table(broker.data_dir / "topics" / topic, {0: 300})
-    assert table_offsets(table) == {0: list(range(300))}
+    assert broker.stop() is not None  # SIGTERM: a clean shutdown, its last pass through the child
+    wait_until(lambda: not _alive(child), f"the tier child {child} to exit with its broker")
+    assert table_offsets(read_table(broker.data_dir / "topics" / topic)) == {0: list(range(300))}
