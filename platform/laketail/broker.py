@@ -288,6 +288,7 @@ class Broker:
             return 0
         dt, lock = self.tables.delta_table(topic)
         with lock:
+            dt.update_incremental()  # the tier child commits through its own handle: start from the latest
             for plan in plans:
                 execute_key_compaction(dt, self.tables.table_uri(topic), plan, RECORD_SCHEMA)
             # Files compacted away more than an hour ago are no longer read by anyone.
@@ -519,7 +520,8 @@ class Broker:
         delta, lock = self.tables.delta_table(topic)
 
         def version() -> int:
-            with lock:
+            with lock:  # the tier child commits through its own handle: at least the version it told us
+                delta.update_incremental()
                 return delta.version()
 
         return self.tables.table_uri(topic), await asyncio.to_thread(version)

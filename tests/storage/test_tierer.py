@@ -59,3 +59,24 @@ def test_a_pass_whose_answer_was_lost_commits_nothing_again_and_the_broker_learn
         assert sorted(rows.column("offset").to_pylist()) == list(range(15))
 
     asyncio.run(scenario())
+
+
+def test_the_table_version_the_broker_reports_holds_what_the_tier_child_committed(tmp_path):
+    """``/v1/topics/{t}/table`` pairs the tiered offsets with a table version (Spark reads
+    the table at it below them): the version must hold what the child committed, though
+    the broker's own table handle never made that commit."""
+
+    async def scenario():
+        broker = Broker(load_settings(None, env={}, data=str(tmp_path), tier_enabled=False))
+        await broker.start()
+        await broker.create_topic("t", 1)
+        await broker.produce("t", pa.RecordBatch.from_pydict({"value": [b"a"] * 10}))
+        assert await broker.tierer.tier_now("t") == 10
+        assert broker.tierer.child is not None and broker.tierer.child.pid is not None
+        assert broker.logs.get("t", 0).tiered_offset == 10
+        uri, version = await broker.table_version("t")
+        await broker.close()
+        rows = DeltaTable(uri, version=version).to_pyarrow_table()
+        assert sorted(rows.column("offset").to_pylist()) == list(range(10))
+
+    asyncio.run(scenario())
