@@ -187,7 +187,7 @@ def _die_with_parent(parent_pid: int) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent_pid:  # the broker died before prctl took effect
-        os._exit(0)
+        sys.exit(0)
 
 
 def main(argv: list[str]) -> None:
