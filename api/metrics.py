@@ -240,6 +240,9 @@ class HealthCollector(Collector):
             for state in states:
                 delay.add_metric([topic, str(state.partition)], max(state.log_end_offset - state.tiered_offset, 0))
         yield delay
+        child = self.broker.tierer.child
+        yield CounterMetricFamily("laketail_tier_child_restarts", "Times this broker's tier child process died "
+                                  "and was started again.", value=child.restarts if child is not None else 0)
 
 
 class GatewayMetrics:

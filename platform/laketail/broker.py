@@ -138,7 +138,7 @@ class Broker:
         self.tables.gaps_allowed = self._gaps_allowed
         # The parts get the broker itself wherever they ask for a port (coordinator/ports.py,
         # storage/ports.py, cluster/ports.py): it is their composition root.
-        self.tierer = Tierer(self, self.logs, self.tables, self, clock=self.clock)
+        self.tierer = Tierer(self, self.logs, self.tables, self, clock=self.clock, process=settings.tier_process)
         self._topics: dict[str, TopicRuntime] = {}
         self.cluster_id = ""
         self.cluster = ClusterNode(self)
@@ -289,6 +289,7 @@ class Broker:
             return 0
         dt, lock = self.tables.delta_table(topic)
         with lock:
+            dt.update_incremental()  # the tier child commits through its own handle: start from the latest
             for plan in plans:
                 execute_key_compaction(dt, self.tables.table_uri(topic), plan, RECORD_SCHEMA)
             # Files compacted away more than an hour ago are no longer read by anyone.
@@ -520,7 +521,8 @@ class Broker:
         delta, lock = self.tables.delta_table(topic)
 
         def version() -> int:
-            with lock:
+            with lock:  # the tier child commits through its own handle: at least the version it told us
+                delta.update_incremental()
                 return delta.version()
 
         return self.tables.table_uri(topic), await asyncio.to_thread(version)

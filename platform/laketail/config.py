@@ -202,6 +202,7 @@ class BrokerSettings:
     fetch_max_wait_ms: int = 500
     request_timeout_ms: int = 30_000
     tier_enabled: bool = True
+    tier_process: bool = True  # tier passes run in a child process of the broker (laketail.storage.tier_child)
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 3_000
@@ -307,6 +308,7 @@ _BROKER_KEYS = {
     "fetch.max.wait.ms": "fetch_max_wait_ms",
     "request.timeout.ms": "request_timeout_ms",
     "tier.enable": "tier_enabled",
+    "laketail.tierer.process": "tier_process",
     "group.min.session.timeout.ms": "group_min_session_timeout_ms",
     "group.max.session.timeout.ms": "group_max_session_timeout_ms",
     "group.initial.rebalance.delay.ms": "group_initial_rebalance_delay_ms",

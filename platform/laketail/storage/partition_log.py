@@ -30,7 +30,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -48,11 +48,15 @@ from laketail.storage.segment import SUFFIX, Segment
 log = logging.getLogger(__name__)
 
 
+class _ReadsRaw(Protocol):
+    def read_raw(self, position: int, limit: int) -> bytes: ...
+
+
 #: bytes :meth:`PartitionLog.read_once` reads with one ``pread`` (a larger frame is read whole)
 READ_ONCE_SPAN = 8 * 1024 * 1024
 
 
-def _spans(segment: Segment, position: int, limit: int):
+def _spans(segment: Segment | _ReadsRaw, position: int, limit: int):
     """Yield ``(header, (buffer, at))`` for the frames of ``segment`` from byte
     ``position`` up to ``limit``, reading ``READ_ONCE_SPAN`` bytes at a time."""
     while position < limit:
@@ -749,6 +753,14 @@ class PartitionLog:
             batches.append(frame.decode_batch(span, at, header).slice(lo, rows))
             epochs.append(header.leader_epoch)
         return widen_frames(batches, epochs, start, self.partition)
+
+    def tier_spans(self, start: int, end: int) -> list[list]:
+        """Where ``[start, end)`` lies on disk, for a reader of the segment files (the
+        tier child): ``[path, base offset, position of the frame to start at, bytes
+        published]`` per segment. Read ``end`` (HW) before calling: the sizes taken
+        here then cover it. Raises :class:`OffsetBelowHotTier` like :meth:`read`."""
+        return [[str(s.path), s.base_offset, s.position_for(start) if s.base_offset <= start else 0, s.size]
+                for s in self._segments_for(start, end)]
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """The earliest hot offset (below HW) whose timestamp is >= ``timestamp_ms``."""

@@ -13,28 +13,43 @@ unreferenced files (never read, removed by vacuum), never duplicates.
 
 Files are written by :func:`laketail.storage.data_files.write_data_file`.
 
-Thread-safety: one asyncio task drives it; each topic's tiering runs in a worker
-thread holding that topic's table lock.
+Where the work runs: the :class:`Tierer` (in the broker, on its event loop) plans each
+pass -- which led partitions have records below HW, at which leader epoch, where on
+disk -- and learns what was tiered (``mark_tiered``, the table index); the pass itself
+(:func:`execute_pass`: read the hot segment files, write Parquet, commit) runs in the
+broker's tier child process (:mod:`laketail.storage.tier_child`, the default), or in a
+worker thread with ``laketail.tierer.process=false``. Same code, same rules either way.
+
+Thread-safety: one asyncio task drives it; passes over one topic never overlap (an
+asyncio lock per topic); in-process, a pass holds the topic's table lock while it uses
+the table.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 import os
 import threading
 import time
 from typing import TYPE_CHECKING
 
-from deltalake import CommitProperties, Transaction
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction
 
 from laketail.clock import Clock
 from laketail.errors import UnknownTopicOrPartition
-from laketail.records import RECORD_SCHEMA
+from laketail.records import RECORD_SCHEMA, widen_frames
+from laketail.storage import frame
 from laketail.storage.data_files import write_data_file
+from laketail.storage.frame import CorruptFrame
+from laketail.storage.partition_log import OffsetBelowHotTier, _spans, _window
 from laketail.storage.table_reader import DataFile, TableReader, tier_app_id
+from laketail.storage.tier_child import TierChild
 
 if TYPE_CHECKING:
     from laketail.storage.log_manager import LogManager
@@ -62,6 +77,7 @@ class Tierer:
         tables: TableReader,
         leadership: "LeadershipView",
         clock: Clock,
+        process: bool = False,
     ) -> None:
         self.topics = topics
         self.logs = logs
@@ -73,7 +89,9 @@ class Tierer:
         self._due: dict[str, float] = {}
         self._busy: dict[str, asyncio.Future] = {}
         self._stopping = False
-        self._tier_locks: dict[str, threading.Lock] = {}
+        self._tier_locks: dict[str, asyncio.Lock] = {}
+        #: the tier child (``laketail.tierer.process``, default true), else passes run in a worker thread
+        self.child: TierChild | None = TierChild() if process else None
         # per topic: (table version, partitions, followed partitions) last followed
         self._followed: dict[str, tuple] = {}
         self.commits = 0
@@ -83,6 +101,8 @@ class Tierer:
     def start(self) -> None:
         self._wake = asyncio.Event()
         self._task = asyncio.create_task(self._run(), name="laketail-tierer")
+        if self.child is not None:
+            self.child.start()
 
     async def stop(self) -> None:
         """Stop the loop after a last pass, so a clean shutdown leaves the tables current."""
@@ -94,6 +114,8 @@ class Tierer:
             self._task = None
             for topic in self.topics.list_topics():
                 await self.tier_now(topic)
+        if self.child is not None:
+            await self.child.close()
 
     def schedule(self, topic: str) -> None:
         """Consider ``topic`` at the next pass (this broker just became its leader)."""
@@ -133,6 +155,8 @@ class Tierer:
         busy = self._busy.get(topic)
         if busy is not None:
             await asyncio.gather(busy, return_exceptions=True)
+        if self.child is not None:
+            self.child.forget(topic)
 
     async def _run(self) -> None:
         while not self._stopping:
@@ -201,7 +225,7 @@ class Tierer:
 
     async def tier_now(self, topic: str) -> int:
         """Tier ``topic`` now; returns how many records went into the table."""
-        task = asyncio.ensure_future(asyncio.to_thread(self._tier_topic, topic))
+        task = asyncio.ensure_future(self._tier_topic(topic))
         self._busy[topic] = task
         try:
             return await task
@@ -212,88 +236,212 @@ class Tierer:
             if self._busy.get(topic) is task:
                 del self._busy[topic]
 
-    # -- one pass for one topic (worker thread) ------------------------------------------------------
+    # -- one pass for one topic: plan (event loop), execute (child or thread), apply -----------------
 
-    def _tier_topic(self, topic: str) -> int:
-        """One tier pass; passes over one topic never overlap (the loop, ``tier_now``
-        and shutdown may all ask), so no range is ever tiered twice."""
-        with self._tier_locks.setdefault(topic, threading.Lock()):
-            return self._tier_topic_locked(topic)
-
-    def _tier_topic_locked(self, topic: str) -> int:
+    def _plan(self, topic: str) -> tuple[dict, dict[int, "PartitionLog"]] | None:
+        """What one pass over ``topic`` has to tier, as a message (plain JSON types) that
+        :func:`execute_pass` runs here or in the tier child: per led partition its range
+        ``[tiered offset, HW)``, the leader epoch the commit records, and where on disk
+        the hot segments holding the range are. None when there is nothing to tier."""
         try:
             plogs = self.logs.partitions(topic)
         except RuntimeError:  # the event loop opened or dropped a replica while we listed: next pass
             log.debug("listing the hot logs of %s raced with a change; tiering it at the next pass", topic)
-            return 0
+            return None
         # Only the leader tiers, and only while it leads: each commit also records the
         # leader epoch per partition (``laketail.epoch.<p>``), and a leader that finds a
         # higher epoch there has been deposed and commits nothing.
-        epochs = {}
+        parts = []
+        led: dict[int, PartitionLog] = {}
         for plog in plogs:
             epoch = self.leadership.leader_epoch(plog)
-            if epoch is not None:
-                epochs[plog.partition] = epoch
-        work = [(plog, plog.tiered_offset, plog.high_watermark) for plog in plogs if plog.partition in epochs]
-        work = [(plog, start, end) for plog, start, end in work if end > start]
-        if not work:
-            return 0
-        dt, lock = self.tables.delta_table(topic)
-        uri = self.tables.table_uri(topic)
-        adds: list[AddAction] = []
-        txns: list[Transaction] = []
-        added: dict[int, DataFile] = {}
-        ends: dict[int, tuple[PartitionLog, int, int]] = {}
-        written_paths: list[str] = []
-        now_ms = self.clock.now_ms()
-        for plog, start, end in work:
-            records = plog.read_once(start, end, MAX_RECORDS_PER_FILE, MAX_BYTES_PER_FILE)
-            if records.num_rows == 0:
+            if epoch is None:
                 continue
-            new_end = records.column("offset")[-1].as_py() + 1
-            rel, add, data_file = write_data_file(uri, plog.partition, records, now_ms)
-            written_paths.append(f"{uri}/{rel}")
-            adds.append(add)
-            added[plog.partition] = data_file
-            txns.append(Transaction(tier_app_id(plog.partition), new_end, last_updated=now_ms))
-            txns.append(Transaction(epoch_app_id(plog.partition), epochs[plog.partition], last_updated=now_ms))
-            ends[plog.partition] = (plog, new_end, records.nbytes)
-        if not adds:
-            return 0
-        with lock:
+            start, end = plog.tiered_offset, plog.high_watermark  # HW first: the segment sizes below cover it
+            if end <= start:
+                continue
             try:
-                dt.update_incremental()
-                for plog, start, _ in work:
-                    fenced_by = dt.transaction_version(epoch_app_id(plog.partition)) or 0
-                    if fenced_by > epochs[plog.partition]:
-                        raise LeaderFenced(
-                            f"{topic}-{plog.partition}: the table holds leader epoch {fenced_by}, "
-                            f"this broker leads at {epochs[plog.partition]}"
-                        )
-                    tiered = dt.transaction_version(tier_app_id(plog.partition)) or 0
-                    if tiered != start:  # a previous leader tiered more than we knew
-                        plog.mark_tiered(min(tiered, plog.log_end_offset))
-                        raise LeaderFenced(f"{topic}-{plog.partition}: the table is tiered to {tiered}, not {start}")
-                version = _commit(dt, adds, txns)
-            except Exception:
-                for path in written_paths:
-                    try:
-                        os.unlink(path)
-                    except OSError:
-                        pass
-                raise
-        self.tables.add_files(topic, version, added)
+                segments = plog.tier_spans(start, end)
+            except OffsetBelowHotTier:  # local retention ran ahead of tiering (never by design): skip
+                log.warning("%s-%d: offset %d is no longer in the hot tier; not tiering it",
+                            topic, plog.partition, start)
+                continue
+            parts.append({"partition": plog.partition, "start": start, "end": end, "epoch": epoch,
+                          "segments": segments})
+            led[plog.partition] = plog
+        if not parts:
+            return None
+        request = {"op": "tier", "topic": topic, "uri": self.tables.table_uri(topic),
+                   "now_ms": self.clock.now_ms(), "parts": parts}
+        return request, led
+
+    async def _execute(self, request: dict) -> dict:
+        """Run one pass: in the tier child (``laketail.tierer.process``), else in a worker thread."""
+        if self.child is not None:
+            return await self.child.request(request)
+        dt, lock = self.tables.delta_table(request["topic"])
+        return await asyncio.to_thread(run_pass, dt, lock, request)
+
+    def _apply(self, topic: str, led: dict[int, "PartitionLog"], result: dict) -> int:
+        """Learn what a pass tiered (worker thread: ``add_files`` may re-read the log)."""
+        for partition, tiered in result.get("ahead", {}).items():  # a previous leader (or a lost answer) tiered more
+            plog = led[int(partition)]
+            plog.mark_tiered(min(tiered, plog.log_end_offset))
+        if result.get("error"):
+            raise TierPassFailed(result["error"])
+        if result.get("version") is None:
+            return 0
+        added = {int(p): DataFile(**fields) for p, fields in result["files"].items()}
+        self.tables.add_files(topic, result["version"], added)
         total = 0
-        for plog, new_end, _nbytes in ends.values():
-            total += new_end - plog.tiered_offset
+        for partition, new_end in result["ends"].items():
+            plog = led[int(partition)]
+            total += max(0, new_end - plog.tiered_offset)
             plog.mark_tiered(new_end)
         self.commits += 1
         return total
 
+    async def _tier_topic(self, topic: str) -> int:
+        """One tier pass; passes over one topic never overlap (the loop, ``tier_now``
+        and shutdown may all ask), so no range is ever tiered twice."""
+        async with self._tier_locks.setdefault(topic, asyncio.Lock()):
+            planned = self._plan(topic)
+            if planned is None:
+                return 0
+            request, led = planned
+            result = await self._execute(request)
+            return await asyncio.to_thread(self._apply, topic, led, result)
+
+
+class _SegmentFile:
+    """A hot segment read by path, read-only (the tier child's view of the broker's
+    segments; it never creates, truncates or deletes one)."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def read_raw(self, position: int, limit: int) -> bytes:
+        return os.pread(self.fd, limit - position, position)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def read_part(part: dict) -> pa.Table:
+    """The records ``[start, end)`` of one partition, read from its hot segment files
+    (``part["segments"]``: ``[path, base offset, position of the frame to start at,
+    bytes published]``), at most ``MAX_RECORDS_PER_FILE`` / ``MAX_BYTES_PER_FILE``.
+
+    Raises :class:`~laketail.storage.frame.CorruptFrame` when the frames read do not
+    run densely from ``start`` (a segment replaced under us): nothing is tiered then."""
+    start, end, partition = part["start"], part["end"], part["partition"]
+    files = [(_SegmentFile(path), position, size) for path, _base, position, size in part["segments"]]
+    try:
+        frames = ((header, where) for file, position, size in files for header, where in _spans(file, position, size))
+        batches: list[pa.RecordBatch] = []
+        epochs: list[int] = []
+        expected = start
+        for header, (span, at), lo, rows in _window(frames, start, end, MAX_RECORDS_PER_FILE, MAX_BYTES_PER_FILE):
+            if header.base_offset + lo != expected:
+                raise CorruptFrame(f"partition {partition}: expected offset {expected}, "
+                                   f"found {header.base_offset + lo} in the hot segments")
+            batches.append(frame.decode_batch(span, at, header).slice(lo, rows))
+            epochs.append(header.leader_epoch)
+            expected += rows
+    finally:
+        for file, _, _ in files:
+            file.close()
+    return widen_frames(batches, epochs, start, partition)
+
+
+def run_pass(dt: DeltaTable, lock: threading.Lock | contextlib.nullcontext, request: dict) -> dict:
+    """:func:`execute_pass`, its failures turned into an answer: ``{"error": text}``,
+    plus ``"ahead": {partition: tiered offset}`` when the table is tiered further."""
+    try:
+        return execute_pass(dt, lock, request)
+    except TableAhead as exc:
+        return {"error": str(exc), "ahead": exc.ahead}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def execute_pass(dt: DeltaTable, lock: threading.Lock | contextlib.nullcontext, request: dict) -> dict:
+    """Run one tier pass planned by :meth:`Tierer._plan` against the topic's table
+    ``dt`` (holding ``lock`` around every use of it) and answer, as plain JSON types,
+    ``{"version", "ends": {partition: next offset tiered}, "files": {partition: DataFile
+    fields}}`` (``version`` None when nothing was read). The same code runs in the
+    broker's worker thread and in the tier child.
+
+    Exactly-once: it commits only when the table's ``laketail.tier.<p>`` versions equal
+    the planned starts and no ``laketail.epoch.<p>`` is above the planned epochs;
+    otherwise it commits nothing and raises :class:`LeaderFenced` (``TableAhead`` when
+    the table is tiered further than the broker knew, which the broker then learns)."""
+    topic, uri, now_ms = request["topic"], request["uri"], request["now_ms"]
+    parts = request["parts"]
+    adds: list[AddAction] = []
+    txns: list[Transaction] = []
+    files: dict[int, dict] = {}
+    ends: dict[int, int] = {}
+    written_paths: list[str] = []
+    try:
+        for part in parts:
+            partition = part["partition"]
+            records = read_part(part)
+            if records.num_rows == 0:
+                continue
+            new_end = records.column("offset")[-1].as_py() + 1
+            rel, add, data_file = write_data_file(uri, partition, records, now_ms)
+            written_paths.append(f"{uri}/{rel}")
+            adds.append(add)
+            files[partition] = dataclasses.asdict(data_file)
+            txns.append(Transaction(tier_app_id(partition), new_end, last_updated=now_ms))
+            txns.append(Transaction(epoch_app_id(partition), part["epoch"], last_updated=now_ms))
+            ends[partition] = new_end
+        if not adds:
+            return {"version": None, "ends": {}, "files": {}}
+        with lock:
+            dt.update_incremental()
+            ahead = {}
+            for part in parts:
+                partition = part["partition"]
+                fenced_by = dt.transaction_version(epoch_app_id(partition)) or 0
+                if fenced_by > part["epoch"]:
+                    raise LeaderFenced(
+                        f"{topic}-{partition}: the table holds leader epoch {fenced_by}, "
+                        f"this broker leads at {part['epoch']}"
+                    )
+                tiered = dt.transaction_version(tier_app_id(partition)) or 0
+                if tiered != part["start"]:  # a previous leader tiered more than we knew
+                    ahead[partition] = tiered
+            if ahead:
+                raise TableAhead(ahead, f"{topic}: the table is tiered to {ahead}, not as planned")
+            version = _commit(dt, adds, txns)
+    except Exception:
+        for path in written_paths:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        raise
+    return {"version": version, "ends": ends, "files": files}
 
 class LeaderFenced(Exception):
     """A tier commit from a broker that no longer leads the partition (or whose view of
     the table is stale): nothing was committed."""
+
+
+class TableAhead(LeaderFenced):
+    """The table is tiered further than the broker knew (a previous leader's commit, or
+    one whose answer was lost with a crashed tier child): nothing was committed; the
+    broker marks ``ahead`` (partition -> tiered offset) tiered and plans again."""
+
+    def __init__(self, ahead: dict[int, int], message: str) -> None:
+        super().__init__(message)
+        self.ahead = ahead
+
+
+class TierPassFailed(Exception):
+    """A tier pass failed (in the child or the worker thread); it is retried next pass."""
 
 
 def epoch_app_id(partition: int) -> str:
