@@ -29,7 +29,8 @@ from typing import Any, Callable, Mapping
 
 import httpx
 
-PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+from laketail.security.listeners import PROTOCOLS, SASL_PROTOCOLS, TLS_PROTOCOLS
+
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 #: The keys read here (everything else under ``ssl.`` / ``sasl.`` is accepted and ignored).
 KEYS = frozenset({
@@ -55,11 +56,11 @@ class ClientSecurity:
 
     @property
     def tls(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
+        return self.protocol in TLS_PROTOCOLS
 
     @property
     def sasl(self) -> bool:
-        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+        return self.protocol in SASL_PROTOCOLS
 
     def ssl_context(self) -> ssl.SSLContext | bool:
         """What httpx's ``verify`` takes: a context with the CA and client certificate."""

@@ -34,6 +34,10 @@ if TYPE_CHECKING:
     from laketail.config import BrokerSettings
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+#: Kafka's security protocols that run over TLS, and those that authenticate with SASL
+#: (here HTTP Basic or Bearer); brokers' listeners and clients read them alike.
+TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
+SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 _ENTRY = re.compile(r"([A-Za-z0-9_]+)://(\[[0-9a-fA-F:.]+\]|[^:/\s]*):(\d{1,5})")
 
 
@@ -52,11 +56,11 @@ class Listener:
 
     @property
     def tls(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
+        return self.protocol in TLS_PROTOCOLS
 
     @property
     def sasl(self) -> bool:
-        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+        return self.protocol in SASL_PROTOCOLS
 
     @property
     def authenticates(self) -> bool:
