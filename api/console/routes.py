@@ -77,11 +77,6 @@ def visible(request: Request, resource_type: str, names: list[str]) -> list[str]
     return [name for name in names if authz.may_describe(request, kind, name)]
 
 
-def _table_uri(request: Request, topic: str) -> str:
-    """The topic's Delta table: ``<data root>/topics/<topic>`` (docs/architecture.md §4.1)."""
-    return f"{broker_of(request).settings.data.rstrip('/')}/topics/{topic}"
-
-
 # -- overview -------------------------------------------------------------------------------------
 
 
@@ -168,7 +163,7 @@ async def topics(request: Request, q: str = "", internal: bool = False,
             "cleanup_policy": config.get("cleanup.policy"),
         })
     sizes = await asyncio.gather(*[
-        asyncio.to_thread(delta.table_size, _table_uri(request, r["topic_name"])) for r in rows
+        asyncio.to_thread(delta.table_size, broker.table_uri(r["topic_name"])) for r in rows
     ])
     for row, size in zip(rows, sizes):
         row["size_bytes"] = size
@@ -193,7 +188,7 @@ async def partitions(request: Request, topic: str, limit: int = LIMIT, offset: i
 @router.get("/topics/{topic}/table", summary="The topic's Delta table: version, files, size, last commit")
 async def table(request: Request, topic: str) -> Response:
     broker_of(request).topic(topic)  # UNKNOWN_TOPIC_OR_PARTITION first
-    return json_response(await asyncio.to_thread(delta.table_summary, _table_uri(request, topic)))
+    return json_response(await asyncio.to_thread(delta.table_summary, broker_of(request).table_uri(topic)))
 
 
 # -- consumer groups ------------------------------------------------------------------------------
@@ -367,7 +362,7 @@ async def run_sql(request: Request, body: SqlRequest) -> Response:
     query = sql.parse(body.query)
     authz.check(request, AclOperation.READ, ResourceType.TOPIC, query.table)  # a Fetch of the whole table
     broker_of(request).topic(query.table)  # UNKNOWN_TOPIC_OR_PARTITION for a table that is no topic
-    result = await asyncio.to_thread(sql.run, query, _table_uri(request, query.table), body.max_rows)
+    result = await asyncio.to_thread(sql.run, query, broker_of(request).table_uri(query.table), body.max_rows)
     return json_response({
         "engine": "pyarrow",
         "columns": result.column_names,

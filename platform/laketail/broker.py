@@ -514,6 +514,10 @@ class Broker:
             raise UnknownTopicOrPartition.partition(topic, partition)
         self.cluster.replicas.leader_state(topic, partition)
 
+    def table_uri(self, topic: str) -> str:
+        """Where the topic's Delta table lives (docs/architecture.md §4.1); no I/O."""
+        return self.tables.table_uri(topic)
+
     async def table_version(self, topic: str) -> tuple[str, int]:
         """The topic's Delta table: its URI and current version (read under its lock,
         in a worker thread). UNKNOWN_TOPIC_OR_PARTITION for an unknown topic."""
@@ -525,7 +529,7 @@ class Broker:
                 delta.update_incremental()
                 return delta.version()
 
-        return self.tables.table_uri(topic), await asyncio.to_thread(version)
+        return self.table_uri(topic), await asyncio.to_thread(version)
 
     async def read_to_log_end(self, topic: str, partition: int):
         """Yield every record of ``topic``-``partition`` (read_uncommitted) up to the log
