@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from laketail.api import fetch_body
 from laketail.api.fetch_body import MIN_RUN, binary_rows, encode_binary_body, json_rows
+from laketail.api.routes.arrow import write_ipc
 from laketail.api.routes.fetch import encode_records
 from laketail.errors import NotAcceptable
 from laketail.records import build_frame_batch, to_record_batch
@@ -109,3 +110,18 @@ def test_rows_of_several_topics_make_one_array():
     b = _table([(b"k", b"y", 2, [])] * 3, 7)
     parts = binary_rows("a", a) + binary_rows("b", b)
     assert orjson.loads(fetch_body.body(parts)) == orjson.loads(_general("a", a)) + orjson.loads(_general("b", b))
+
+
+def _writer_bytes(table):
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def test_arrow_fetch_stream_is_the_stream_writers_bytes():
+    """The cached schema message plus one message per chunk is what pyarrow writes."""
+    table = _table([(None, b"v", 1, []), (b"k", None, 2, [("h", b"1")]), (None, b"xyz", 3, None)], 5, frames=2)
+    for t in (table, table.slice(1), table.slice(3), table.select(["offset", "value"])):
+        assert write_ipc(t) == _writer_bytes(t)
+        assert pa.ipc.open_stream(write_ipc(t)).read_all().equals(t)

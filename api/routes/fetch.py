@@ -24,6 +24,7 @@ from starlette.responses import Response
 from laketail.api import fetch_body
 from laketail.api.deps import (
     ISOLATION_PARAM,
+    BytesResponse,
     fetch_by_offset,
     openapi_params,
     path_param,
@@ -145,4 +146,7 @@ async def fetch_records(request: Request) -> Response:
         body = fetch_body.body(parts)
     nbytes = payload_bytes(table.column("key")) + payload_bytes(table.column("value"))
     state.metrics.observe_fetch("v2", topic, table.num_rows, nbytes, perf_counter() - started)
-    return Response(body, media_type=MEDIA_TYPES[embedded])
+    return BytesResponse(body, _MEDIA[embedded])
+
+
+_MEDIA = {fmt: media.encode() for fmt, media in MEDIA_TYPES.items()}

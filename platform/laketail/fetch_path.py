@@ -157,7 +157,7 @@ class FetchPath:
         """Drop control rows (never returned as records) and, for read_committed, the
         records of aborted transactions."""
         transactional = table.column("transactional")
-        if not pc.any(transactional).as_py():
+        if not any(chunk.true_count for chunk in transactional.chunks):  # no compute call: most fetches
             return table
         keep = pc.is_null(table.column("control"))
         if isolation == "read_committed":
