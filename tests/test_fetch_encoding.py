@@ -125,3 +125,18 @@ def test_arrow_fetch_stream_is_the_stream_writers_bytes():
     for t in (table, table.slice(1), table.slice(3), table.select(["offset", "value"])):
         assert write_ipc(t) == _writer_bytes(t)
         assert pa.ipc.open_stream(write_ipc(t)).read_all().equals(t)
+
+
+def test_cached_rows_are_the_same_bytes_and_only_for_the_same_slice():
+    """Slices of one block: the second fetch of a slice takes the rows the first kept;
+    an overlapping slice of the same block is its own entry, with its own rows."""
+    rows = [(None, bytes([i]) * 20, 1_000 + i, []) for i in range(50)]
+    block = _table(rows, 700)
+    first = binary_rows("c", block.slice(10, 20), cached=True)
+    again = binary_rows("c", block.slice(10, 20), cached=True)
+    assert again[0] is first[0]
+    for lo, n in ((10, 20), (15, 20), (0, 50), (49, 1), (10, 19)):
+        part = block.slice(lo, n)
+        assert fetch_body.body(binary_rows("c", part, cached=True)) == _general("c", part)
+    other_topic = binary_rows("d", block.slice(10, 20), cached=True)
+    assert fetch_body.body(other_topic) == _general("d", block.slice(10, 20))

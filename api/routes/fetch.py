@@ -139,7 +139,7 @@ async def fetch_records(request: Request) -> Response:
     state = request.app.state
     result = await fetch_by_offset(request, topic)
     table = data_rows(result.records)
-    parts = rows_for(topic, table, embedded)
+    parts = rows_for(topic, table, embedded, cached=result.from_blocks and table is result.records)
     if parts is None:  # records with headers
         body = orjson.dumps(encode_records(topic, table, embedded)[0])
     else:
