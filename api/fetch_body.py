@@ -188,14 +188,23 @@ def _batch_rows(topic_json: bytes, batch: pa.RecordBatch) -> list:
     offsets = batch.column("offset").to_numpy()
     stamps = _millis(batch.column("timestamp").to_numpy())
     partition = batch.column("partition")[0].as_py()
-    if stamps.min() < 0 or offsets.min() < 0:  # never written by laketail; the template handles sign
+    low, high = int(stamps.min()), int(stamps.max())
+    first, last = int(offsets.min()), int(offsets.max())
+    if low < 0 or first < 0:  # never written by laketail; the template handles sign
         return [_template_rows(topic_json, batch, partition, 0, n, offsets, stamps)]
+    middle = b',"partition":%d,"offset":' % partition
     key_lengths, value_lengths = _lengths(keys), _lengths(values)
+    key_length, value_length = int(key_lengths[0]), int(value_lengths[0])
+    digits = len(str(first))
+    if (len(str(low)) == len(str(high)) and len(str(last)) == digits
+            and (key_lengths == key_length).all() and (value_lengths == value_length).all()):
+        # one shape throughout (the common case): one run, no per-row shape arrays
+        return [_run_matrix(topic_json, middle, keys, values, 0, n, key_length, value_length,
+                            offsets, digits, stamps, len(str(low)))]
     offset_digits, stamp_digits = _digit_counts(offsets), _digit_counts(stamps)
     change = ((key_lengths[1:] != key_lengths[:-1]) | (value_lengths[1:] != value_lengths[:-1])
               | (offset_digits[1:] != offset_digits[:-1]) | (stamp_digits[1:] != stamp_digits[:-1]))
     starts = [0, *(np.flatnonzero(change) + 1).tolist(), n]
-    middle = b',"partition":%d,"offset":' % partition
     parts: list = []
     slow_from = None  # consecutive short runs go to one template pass
     for a, b in zip(starts[:-1], starts[1:]):

@@ -140,3 +140,14 @@ def test_cached_rows_are_the_same_bytes_and_only_for_the_same_slice():
         assert fetch_body.body(binary_rows("c", part, cached=True)) == _general("c", part)
     other_topic = binary_rows("d", block.slice(10, 20), cached=True)
     assert fetch_body.body(other_topic) == _general("d", block.slice(10, 20))
+
+
+def test_golden_bytes_of_one_shape():
+    """Every row of one shape (the one-run path): keys of 2 bytes, values of 4."""
+    table = _table([(b"k%d" % i, b"v%03d" % i, 1_764_000_000_000 + i, []) for i in range(3)], 10)
+    assert encode_binary_body("t", table) == (
+        b'[{"topic":"t","key":"azA=","value":"djAwMA==","partition":0,"offset":10,"timestamp":1764000000000,'
+        b'"headers":[]},{"topic":"t","key":"azE=","value":"djAwMQ==","partition":0,"offset":11,'
+        b'"timestamp":1764000000001,"headers":[]},{"topic":"t","key":"azI=","value":"djAwMg==","partition":0,'
+        b'"offset":12,"timestamp":1764000000002,"headers":[]}]'
+    )
