@@ -6,8 +6,10 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from starlette.requests import Request
 
 from laketail.api import fetch_body
+from laketail.api.deps import query_of
 from laketail.api.fetch_body import MIN_RUN, binary_rows, encode_binary_body, json_rows
 from laketail.api.routes.arrow import write_ipc
 from laketail.api.routes.fetch import encode_records
@@ -151,3 +153,13 @@ def test_golden_bytes_of_one_shape():
         b'"timestamp":1764000000001,"headers":[]},{"topic":"t","key":"azI=","value":"djAwMg==","partition":0,'
         b'"offset":12,"timestamp":1764000000002,"headers":[]}]'
     )
+
+
+@given(st.lists(st.tuples(st.sampled_from(["offset", "max_records", "timeout", "x", ""]),
+                          st.text(alphabet="09az=%+&;. -", max_size=6),
+                          st.booleans()), max_size=6))
+def test_fetch_query_parameters_are_what_starlette_parses(pairs):
+    """The fetch routes' own split of the query says what ``request.query_params`` says."""
+    query = "&".join(f"{k}={v}" if eq else k for k, v, eq in pairs).encode("latin-1")
+    request = Request({"type": "http", "query_string": query, "headers": []})
+    assert dict(query_of(request)) == dict(request.query_params)
