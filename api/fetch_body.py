@@ -75,6 +75,10 @@ def binary_rows(topic: str, table: pa.Table, cached: bool = False) -> list | Non
         return []
     if _has_headers(table):
         return None
+    for name in ("key", "value"):  # RECORD_SCHEMA's binary (32-bit offsets) is what is read below
+        i = table.schema.get_field_index(name)
+        if table.schema.field(i).type != pa.binary():
+            table, cached = table.set_column(i, name, table.column(i).cast(pa.binary())), False
     topic_json = orjson.dumps(topic)
     parts: list = []
     for batch in table.to_batches():

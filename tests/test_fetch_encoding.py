@@ -163,3 +163,10 @@ def test_fetch_query_parameters_are_what_starlette_parses(pairs):
     query = "&".join(f"{k}={v}" if eq else k for k, v, eq in pairs).encode("latin-1")
     request = Request({"type": "http", "query_string": query, "headers": []})
     assert dict(query_of(request)) == dict(request.query_params)
+
+
+def test_large_binary_columns_are_encoded_as_binary_ones():
+    table = _table([(b"k" * 4, b"v" * 5, 9, [])] * 10, 3)
+    large = table.set_column(table.schema.get_field_index("value"), "value",
+                             table.column("value").cast(pa.large_binary()))
+    assert encode_binary_body("t", large) == _general("t", table)
