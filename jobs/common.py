@@ -66,6 +66,12 @@ def spark_session(app_name: str):
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        # Started by spark-submit's JVM: end with it. A driver that only waits (for a
+        # topic, between HTTP calls) would not notice a JVM killed with kill -9.
+        from laketail.parent_death import die_with_parent
+
+        die_with_parent(os.getppid())
     builder = SparkSession.builder.appName(app_name)
     for key, value in SESSION_CONF.items():
         builder = builder.config(key, value)

@@ -38,6 +38,7 @@ from typing import Callable, Sequence
 
 from laketail.config import BrokerSettings
 from laketail.maintenance.spark_submit import DEFAULT_MASTER, job_env, spark_submit_argv
+from laketail.parent_death import die_with_parent_preexec
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +104,9 @@ class MaintenanceScheduler:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            env=job_env(),
-            start_new_session=True,
+            env={**job_env(), **self.peer_env},  # it calls this broker as a peer, as the batch jobs do
+            start_new_session=True,  # its own process group: stopped as a whole
+            preexec_fn=die_with_parent_preexec(),  # killed with the broker, even by kill -9
         )
         self.child = proc
         self.starts += 1
@@ -149,6 +151,7 @@ class MaintenanceScheduler:
             stderr=asyncio.subprocess.STDOUT,
             env={**job_env(), **self.peer_env},
             start_new_session=True,
+            preexec_fn=die_with_parent_preexec(),
         )
         try:
             output, _ = await proc.communicate()
