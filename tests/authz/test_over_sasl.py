@@ -10,17 +10,24 @@ Each test grants through the v3 ACL API as admin and acts as an unprivileged use
   metadata route's ``allow_auto_topic_creation``;
 * a v2 topic carries its configs, so it needs DescribeConfigs as well (REST Proxy's
   ``describeConfigs`` fails the whole call with 403/40301);
-* v3 lags and the lag summary leave out topics the user may not Describe.
+* v3 lags and the lag summary leave out topics the user may not Describe;
+* the lag job takes client credentials (``--command-config``, ``LAKETAIL_SASL_*``,
+  ``laketail --command-config FILE jobs run``); without them it fails with the 401's
+  reason and writes nothing.
 """
 
 from __future__ import annotations
 
 import base64
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
 import pytest
+from deltalake import DeltaTable
 from security.support import PASSWORD, SECRET, Pki, SecureBroker, add_user, ports
 
 pytestmark = pytest.mark.integration
@@ -194,3 +201,77 @@ def test_v3_lags_and_the_lag_summary_leave_out_topics_without_describe(secured):
     assert refused(one) == "TOPIC_AUTHORIZATION_FAILED"
     console = secured.as_("alice", "GET", "/v1/console/groups/lag-g").json()
     assert {d["topic"] for d in console["lags"]["data"]} == {"lag-visible"} and console["total_lag"] == 4
+
+
+# -- 4. the lag job's client credentials ----------------------------------------------------------
+
+
+def _job_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKETAIL_")}
+    return {**env, "PYTHONUNBUFFERED": "1", **extra}
+
+
+def _rows(table: Path) -> list[dict]:
+    return DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+
+
+def test_the_lag_job_takes_client_credentials_and_without_them_writes_nothing(secured, tmp_path):
+    secured.create_topic("job-topic")
+    secured.produce("job-topic", 0, 7)
+    secured.commit("job-g", "job-topic", 0, 2)
+    secured.grant("lagbot", "DESCRIBE", "GROUP", "job-g")
+    secured.grant("lagbot", "DESCRIBE", "TOPIC", "job-topic")
+    table = tmp_path / "consumer_lag"
+    job = [sys.executable, "-m", "laketail.jobs.lag", "--servers", secured.url, "--table", str(table),
+           "--group", "job-g"]
+
+    def run(argv: list[str], **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(argv, env=_job_env(**env), capture_output=True, text=True, timeout=300,
+                              cwd=tmp_path)
+
+    denied = run(job)
+    assert denied.returncode != 0
+    assert "SASL_AUTHENTICATION_FAILED" in denied.stderr and "--command-config" in denied.stderr, denied.stderr
+    assert not table.exists()  # nothing written
+    wrong = tmp_path / "wrong.properties"
+    wrong.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                     "sasl.username=lagbot\nsasl.password=not-it\n")
+    assert "SASL_AUTHENTICATION_FAILED" in run(job + ["--command-config", str(wrong)]).stderr
+    assert not table.exists()
+    bad = tmp_path / "bad.properties"
+    bad.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=GSSAPI\n")
+    refused_conf = run(job + ["--command-config", str(bad)])
+    assert refused_conf.returncode == 1 and "sasl.mechanism" in refused_conf.stderr, refused_conf.stderr
+    assert not table.exists()
+
+    good = tmp_path / "lagbot.properties"
+    good.write_text("# Kafka client properties\nsecurity.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                    f"sasl.username=lagbot\nsasl.password={PASSWORD}\n")
+    done = run(job + ["--command-config", str(good)])
+    assert done.returncode == 0, done.stderr
+    assert [(r["group_id"], r["topic"], r["partition"], r["current_offset"], r["lag"]) for r in _rows(table)] == [
+        ("job-g", "job-topic", 0, 2, 5)]
+    # the same from LAKETAIL_* variables, as the laketail command reads them
+    by_env = run(job, LAKETAIL_SECURITY_PROTOCOL="SASL_PLAINTEXT", LAKETAIL_SASL_MECHANISM="SCRAM-SHA-256",
+                 LAKETAIL_SASL_USERNAME="lagbot", LAKETAIL_SASL_PASSWORD=PASSWORD)
+    assert by_env.returncode == 0, by_env.stderr
+    assert len(_rows(table)) == 2
+
+
+def test_laketail_jobs_run_passes_the_command_config_to_the_job(secured, tmp_path):
+    """``laketail --command-config FILE jobs run lag``: spark-submit runs the job, which
+    reads the same file (without it the job fails: the first test)."""
+    secured.create_topic("run-topic")
+    secured.produce("run-topic", 0, 4)
+    secured.commit("run-g", "run-topic", 0, 1)
+    secured.grant("lagbot", "DESCRIBE", "GROUP", "run-g")
+    secured.grant("lagbot", "DESCRIBE", "TOPIC", "run-topic")
+    good = tmp_path / "lagbot.properties"
+    good.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                    f"sasl.username=lagbot\nsasl.password={PASSWORD}\n")
+    table = tmp_path / "consumer_lag"
+    argv = [sys.executable, "-m", "laketail.cli", "--command-config", str(good), "jobs", "run", "lag",
+            "--master", "local[1]", "--servers", secured.url, "--table", str(table), "--group", "run-g"]
+    done = subprocess.run(argv, env=_job_env(), capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [(r["group_id"], r["topic"], r["lag"]) for r in _rows(table)] == [("run-g", "run-topic", 3)]

@@ -73,6 +73,14 @@ class MaintenanceScheduler:
         self.polls = 0  # supervisor looks while a child ran
         self.child: asyncio.subprocess.Process | None = None
 
+    def job_env(self) -> dict[str, str]:
+        """The jobs' environment: they call this broker as a peer (:attr:`peer_env`), never
+        with client credentials the broker's own environment may hold."""
+        from laketail.client.security import CLIENT_VARIABLES
+
+        env = {k: v for k, v in job_env().items() if k not in CLIENT_VARIABLES}
+        return {**env, **self.peer_env}
+
     def argv(self, job: str) -> list[str]:
         return spark_submit_argv(job, ["--data", self.data, "--servers", self.server], master=self.master)
 
@@ -104,7 +112,7 @@ class MaintenanceScheduler:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            env={**job_env(), **self.peer_env},  # it calls this broker as a peer, as the batch jobs do
+            env=self.job_env(),  # it calls this broker as a peer, as the batch jobs do
             start_new_session=True,  # its own process group: stopped as a whole
             preexec_fn=die_with_parent_preexec(),  # killed with the broker, even by kill -9
         )
@@ -149,7 +157,7 @@ class MaintenanceScheduler:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            env={**job_env(), **self.peer_env},
+            env=self.job_env(),
             start_new_session=True,
             preexec_fn=die_with_parent_preexec(),
         )
