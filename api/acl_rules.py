@@ -215,7 +215,8 @@ RULES: dict[str, Rule] = {
     "GET /v1/console/groups": LISTING,
     "GET /v1/console/groups/{group_id}": needs(
         group(Op.DESCRIBE, "group_id"), note="OffsetFetch: topics without Describe are left out"),
-    "GET /v1/console/groups/{group_id}/lag-history": needs(group(Op.DESCRIBE, "group_id")),
+    "GET /v1/console/groups/{group_id}/lag-history": needs(
+        group(Op.DESCRIBE, "group_id"), note="and Describe on the topic asked; else only describable topics"),
     "POST /v1/console/groups/{group_id}/reset-offsets": needs(
         group(Op.READ, "group_id"), note="OffsetCommit: and Read on the body's topic"),
     "GET /v1/console/transactions": LISTING,

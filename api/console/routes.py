@@ -265,8 +265,14 @@ async def group(request: Request, group_id: str, limit: int = LIMIT, offset: int
 @router.get("/groups/{group_id}/lag-history", summary="The group's lag over time, from _system/consumer_lag")
 async def group_lag_history(request: Request, group_id: str, topic: str | None = None,
                             max_points: int = Query(500, ge=1, le=5000)) -> Response:
-    root = broker_of(request).settings.data
-    points = await asyncio.to_thread(lag_history.lag_history, root, group_id, topic=topic, max_points=max_points)
+    broker = broker_of(request)
+    shown = None  # OffsetFetch's rule: only topics the principal may Describe
+    if topic is not None:
+        authz.check(request, AclOperation.DESCRIBE, ResourceType.TOPIC, topic)
+    elif authz.authorizer_of(request).enabled:
+        shown = authz.describable(request, broker.list_topics(include_internal=True))
+    points = await asyncio.to_thread(lag_history.lag_history, broker.settings.data, group_id, topic=topic,
+                                     topics=shown, max_points=max_points)
     return json_response({
         "group_id": group_id,
         "topic": topic,

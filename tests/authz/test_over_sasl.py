@@ -30,6 +30,8 @@ import pytest
 from deltalake import DeltaTable
 from security.support import PASSWORD, SECRET, Pki, SecureBroker, add_user, ports
 
+from laketail.jobs import lag
+
 pytestmark = pytest.mark.integration
 
 USERS = ("admin", "alice", "lagbot")
@@ -174,7 +176,7 @@ def test_a_v2_topic_with_its_configs_needs_describe_configs(secured):
 # -- 3. v3 lags leave out topics without Describe ------------------------------------------------
 
 
-def test_v3_lags_and_the_lag_summary_leave_out_topics_without_describe(secured):
+def test_v3_lags_and_the_lag_summary_leave_out_topics_without_describe(secured, monkeypatch):
     secured.create_topic("lag-visible", partitions=2)
     secured.create_topic("lag-hidden")
     secured.produce("lag-visible", 0, 5)
@@ -201,6 +203,17 @@ def test_v3_lags_and_the_lag_summary_leave_out_topics_without_describe(secured):
     assert refused(one) == "TOPIC_AUTHORIZATION_FAILED"
     console = secured.as_("alice", "GET", "/v1/console/groups/lag-g").json()
     assert {d["topic"] for d in console["lags"]["data"]} == {"lag-visible"} and console["total_lag"] == 4
+
+    # the console's lag history (rows of the lag job, run here as admin) is filtered the same way
+    for var, value in (("LAKETAIL_SECURITY_PROTOCOL", "SASL_PLAINTEXT"), ("LAKETAIL_SASL_MECHANISM", "SCRAM-SHA-256"),
+                       ("LAKETAIL_SASL_USERNAME", "admin"), ("LAKETAIL_SASL_PASSWORD", PASSWORD)):
+        monkeypatch.setenv(var, value)
+    assert lag.main(["--servers", secured.url, "--data", str(secured.broker.data_dir), "--group", "lag-g"]) == 0
+    history = "/v1/console/groups/lag-g/lag-history"
+    assert [(p["lag"], p["partitions"]) for p in secured.as_("admin", "GET", history).json()["points"]] == [(54, 3)]
+    assert [(p["lag"], p["partitions"]) for p in secured.as_("alice", "GET", history).json()["points"]] == [(4, 2)]
+    assert refused(secured.as_("alice", "GET", history, params={"topic": "lag-hidden"})) == \
+        "TOPIC_AUTHORIZATION_FAILED"
 
 
 # -- 4. the lag job's client credentials ----------------------------------------------------------
