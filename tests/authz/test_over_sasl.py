@@ -11,7 +11,7 @@ Each test grants through the v3 ACL API as admin and acts as an unprivileged use
 * a v2 topic carries its configs, so it needs DescribeConfigs as well (REST Proxy's
   ``describeConfigs`` fails the whole call with 403/40301);
 * v3 lags and the lag summary leave out topics the user may not Describe;
-* the lag job takes client credentials (``--command-config``, ``LAKETAIL_SASL_*``,
+* the jobs take client credentials (``--command-config``, ``LAKETAIL_SASL_*``,
   ``laketail --command-config FILE jobs run``); without them it fails with the 401's
   reason and writes nothing.
 """
@@ -30,7 +30,7 @@ import pytest
 from deltalake import DeltaTable
 from security.support import PASSWORD, SECRET, Pki, SecureBroker, add_user, ports
 
-from laketail.jobs import lag
+from laketail.jobs import lag, retention
 
 pytestmark = pytest.mark.integration
 
@@ -269,6 +269,29 @@ def test_the_lag_job_takes_client_credentials_and_without_them_writes_nothing(se
                  LAKETAIL_SASL_USERNAME="lagbot", LAKETAIL_SASL_PASSWORD=PASSWORD)
     assert by_env.returncode == 0, by_env.stderr
     assert len(_rows(table)) == 2
+
+
+def test_the_maintenance_jobs_servers_take_client_credentials_too(secured, tmp_path, monkeypatch, capsys):
+    """Retention (and compaction, maintenance: the same topic lookup) asks the gateway for
+    the topics' configs; run by hand against a SASL listener it needs credentials."""
+    for var in [v for v in os.environ if v.startswith("LAKETAIL_")]:
+        monkeypatch.delenv(var)
+    secured.create_topic("ret-topic", configs={"retention.ms": "1000"})
+    argv = ["--servers", secured.url, "--data", str(secured.broker.data_dir), "--topic", "ret-topic", "--dry-run"]
+    assert retention.main(argv) == 1
+    assert "SASL_AUTHENTICATION_FAILED" in capsys.readouterr().err
+    props = tmp_path / "lagbot.properties"
+    props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                     f"sasl.username=lagbot\nsasl.password={PASSWORD}\n")
+    # authenticated now: the topic listing hides what lagbot may not Describe ...
+    assert retention.main(argv + ["--command-config", str(props)]) == 1
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in capsys.readouterr().err
+    secured.grant("lagbot", "DESCRIBE", "TOPIC", "ret-topic")
+    assert retention.main(argv + ["--command-config", str(props)]) == 1  # ... and its configs need DescribeConfigs
+    assert "TOPIC_AUTHORIZATION_FAILED" in capsys.readouterr().err
+    secured.grant("lagbot", "DESCRIBE_CONFIGS", "TOPIC", "ret-topic")
+    assert retention.main(argv + ["--command-config", str(props)]) == 0
+    assert '"topic": "ret-topic"' in capsys.readouterr().out
 
 
 def test_laketail_jobs_run_passes_the_command_config_to_the_job(secured, tmp_path):
