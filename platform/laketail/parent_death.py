@@ -59,7 +59,7 @@ def die_with_parent_preexec() -> Callable[[], None]:
     def preexec() -> None:
         if prctl is not None:
             prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent_pid:
-            os._exit(1)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
 
     return preexec

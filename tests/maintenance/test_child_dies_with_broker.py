@@ -64,8 +64,9 @@ def test_a_broker_killed_with_kill_9_takes_its_maintenance_child_and_its_worker_
         worker = wait_until(lambda: _pid(work / "worker.pid"), "the child's worker to start")
         assert _alive(child) and _alive(worker)
         assert os.getpgid(child) == child != os.getpgid(broker.proc.pid)  # a process group of its own
-        cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-        assert cmdline[0].endswith(b"sleep")  # the child exec'd, as spark-submit execs java
+        # the child exec'd (its pid is written just before), as spark-submit execs java
+        wait_until(lambda: Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0].endswith(b"sleep"),
+                   f"the maintenance child {child} to exec sleep")
 
         os.kill(broker.proc.pid, signal.SIGKILL)  # the broker alone: no cleanup runs
         broker.proc.wait()
