@@ -4,30 +4,47 @@ Parquet reader.
 ``register_topics(spark, servers)`` creates, for every topic,
 
 * ``<topic>_all`` -- every row of the table, control rows included, in the record
-  schema (docs/architecture.md §4.2): the file list comes from the Delta log, the schema is
-  explicit and ``partition`` comes from the files' paths, so Spark prunes on it;
+  schema (docs/architecture.md §4.2), ``partition`` from the files' paths so Spark
+  prunes on it;
 * ``<topic>`` -- committed data only: no control rows, no records of aborted
   transactions, nothing at or after a transaction whose end is not in the table yet
   (nor past the partition's last stable offset when an open transaction starts in
-  the table). Files with no control rows, no transactional rows and nothing past
-  such a bound are scanned as they are; only the others are filtered: aborted records
-  go by their ranges ``(partition, producer_id, after < offset < before)``, computed
-  on the driver from the transactional rows only (:mod:`laketail.spark.isolation`),
-  as a filter expression or, when there are many, a broadcast anti-join. A table
-  without transactions costs what a plain Parquet scan of its files costs.
+  the table). Aborted records go by their ranges ``(partition, producer_id, after <
+  offset < before)``, computed on the driver from the transactional rows only
+  (:mod:`laketail.spark.isolation`), as a filter expression or, when there are many, a
+  broadcast anti-join. A table without transactions costs what a plain Parquet scan
+  of its files costs.
 
-Views are live: a view over Spark's Parquet reader names a file list, which Spark
-fixes when the view is made, so ``register_topics`` leaves a :class:`ViewFollower`
-behind -- one daemon thread per session that checks every ``interval_s`` (default
-0.2 s) whether a topic's Delta table moved to a new version (or its last stable offset
-moved) and then replaces the topic's two views with ones over the new snapshot. A
-query therefore sees the latest committed snapshot as of at most ``interval_s`` ago, at
-a plain Parquet scan's speed; register once, query all day. ``follow=False`` keeps
-the old one-shot snapshot; :func:`stop_following` ends a session's follower. Records
-not tiered yet (the last ``table.flush.interval.ms``) are not in these views;
-``format("laketail")`` -- also from SQL alone, ``CREATE TEMPORARY VIEW t USING laketail
-OPTIONS (...)``, planned afresh by Spark at every query -- reads those too. Names with
-characters SQL needs quoted (``-``, ``.``) are used as given: write ``SELECT * FROM
+How fresh, with laketail's jar (:mod:`laketail.spark.jvm`, built by ``make install``
+when a JDK is there; the usual case):
+
+* ``<topic>_all`` is ``format("laketail_table")``, whose file index replays the Delta
+  log while Spark plans each query: **strict**, every query sees the table's latest
+  committed version.
+* ``<topic>`` is the union of (a) that same relation ``WHERE control IS NULL AND NOT
+  transactional`` -- **strict** for records outside transactions -- and (b) the
+  committed transactional records of the snapshot the session's :class:`ViewFollower`
+  last pinned (files holding transactional or control rows, read by Spark's Parquet
+  reader over that file list, aborted ranges cut out). Records of transactions and each
+  partition's bound (the table's last stable offset: with an open transaction, part (a)
+  also stops there) are **bounded by the follower**: a transaction committed in the
+  table shows, and a bound moves, within about ``interval_s`` (0.2 s) of the commit.
+  Aborted or undecided records never show in either part. A topic without
+  transactions therefore has a strictly fresh committed view with no follower at all.
+  Compaction (or OPTIMIZE) merging files of both kinds neither duplicates nor drops a
+  row: (a) keeps only rows outside transactions of the new files, (b) only
+  transactional rows of the files it pinned (still on disk until VACUUM, whose
+  retention must outlast the follower's interval, as for any reader).
+
+Without the jar (no JDK at install, a Spark Connect session): both views are plain
+Parquet scans of file lists, which Spark fixes when a view is made, so the follower
+makes both again whenever the table moves to a new version -- a query sees the latest
+snapshot as of at most ``interval_s`` ago. ``follow=False`` leaves no follower (the
+pinned parts stay where they are); :func:`stop_following` ends a session's follower.
+Records not tiered yet (the last ``table.flush.interval.ms``) are in none of these
+views; ``format("laketail")`` -- also from SQL alone, ``CREATE TEMPORARY VIEW t USING
+laketail OPTIONS (...)``, planned afresh by Spark at every query -- reads those too. Names
+with characters SQL needs quoted (``-``, ``.``) are used as given: write ``SELECT * FROM
 `my-topic```.
 """
 
