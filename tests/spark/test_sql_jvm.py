@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
@@ -153,6 +154,31 @@ def test_a_checkpoint_starts_the_replay(spark: Any, broker: Any, make_topic: Any
     wait_tiered(broker.url, topic)
     assert jvm.topic_table(spark, uri).count() == 3  # checkpoint, then the commit after it
     assert (Path(uri) / "_delta_log" / "_last_checkpoint").exists()
+
+
+def test_a_topic_deleted_and_made_again_is_read_afresh(spark: Any, broker: Any, make_topic: Any) -> None:
+    topic = make_topic()
+    produce(broker.url, topic, 0, [b"old-1", b"old-2"])
+    wait_tiered(broker.url, topic)
+    uri = _uri(broker, topic)
+    jvm.topic_table(spark, uri).createOrReplaceTempView("remade_all")
+    assert _values(spark, "remade_all") == [(0, b"old-1"), (0, b"old-2")]
+    cluster = httpx.get(f"{broker.url}/v3/clusters", timeout=30).json()["data"][0]["cluster_id"]
+    resp = httpx.delete(f"{broker.url}/v3/clusters/{cluster}/topics/{topic}", timeout=60)
+    assert resp.status_code == 204, resp.text
+    wait_until(lambda: not (Path(uri) / "_delta_log").exists(), "the deleted topic's table to go")
+
+    def made_again() -> bool:
+        try:
+            return make_topic(name=topic) == topic
+        except AssertionError:  # the deletion is still finishing
+            return False
+
+    wait_until(made_again, "the topic to be created again", every_s=0.5)
+    produce(broker.url, topic, 0, [b"new"])  # the new table reaches the old one's version
+    wait_tiered(broker.url, topic)
+    assert _uri(broker, topic) == uri
+    assert _values(spark, "remade_all") == [(0, b"new")]
 
 
 def test_bad_locations_are_refused_with_the_reason(spark: Any, tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * each new plan), so a view over a relation with this index shows the table's latest committed
  * version at every query, never the version it had when the view was made. This is how Delta's own
  * {@code TahoeLogFileIndex} stays fresh. The log replay is {@link TopicTableLog}'s: incremental, so
- * an unchanged table costs two small reads per query.
+ * an unchanged table costs a few file operations per query.
  *
  * <p>Partition pruning: the static partition filters Spark hands over (predicates on {@code
  * partition} only) are evaluated per partition of the snapshot, and partitions that fail them are

@@ -32,9 +32,10 @@ import org.apache.hadoop.fs.Path;
  * <p>Role: the data files of the table's latest committed version, per partition, for {@link
  * TopicFileIndex}. {@link #latest()} reads {@code _delta_log/_last_checkpoint}, then opens the
  * commit after the version it already knows ({@code <version + 1>.json}, and on until one is
- * missing): an unchanged table costs two small reads, a moved one only its new commits. The first
- * call, and a call that finds the log cleaned up past what it knows, start from the newest
- * checkpoint ({@link CheckpointReader}) and replay the JSON commits after it. {@code add} actions
+ * missing): an unchanged table costs three small file operations, a moved one only its new commits.
+ * The first call, a call that finds the log cleaned up past what it knows, and one that finds the
+ * commit it applied last gone or another file (the topic was deleted and made again) start from
+ * the newest checkpoint ({@link CheckpointReader}) and replay the JSON commits after it. {@code add} actions
  * add files, {@code remove} actions remove them; {@code protocol} and {@code metaData} are checked;
  * everything else is skipped.
  *
@@ -69,6 +70,7 @@ final class TopicTableLog {
 
   // Guarded by this.
   private long version = -1;
+  private FileStatus known; // the commit file of version, as first seen (null: from a checkpoint)
   private final Map<Path, DataFile> live = new HashMap<>();
   private Snapshot snapshot;
 
@@ -88,8 +90,10 @@ final class TopicTableLog {
   synchronized Snapshot latest() throws IOException {
     try {
       long hint = lastCheckpoint()[0];
-      if (version < 0 || (hint > version && !fs.exists(commitPath(version + 1)))) {
-        load(); // first call, or the commits after what we know were cleaned up
+      boolean cleanedUp = hint > version && !fs.exists(commitPath(version + 1));
+      boolean replaced = version >= 0 && hint <= version && !sameCommit(version, known);
+      if (version < 0 || cleanedUp || replaced) {
+        load(); // first call; the commits after what we know are gone; the table was made anew
       }
       boolean moved = snapshot == null;
       while (applyCommit(version + 1)) {
@@ -105,6 +109,7 @@ final class TopicTableLog {
       return snapshot;
     } catch (IOException | RuntimeException e) {
       version = -1;
+      known = null;
       live.clear();
       snapshot = null;
       throw e;
@@ -128,6 +133,7 @@ final class TopicTableLog {
     if (!parts.isEmpty()) {
       CheckpointReader.read(fs.getConf(), parts, this::apply);
       version = hint[0];
+      known = null;
     }
   }
 
@@ -197,6 +203,16 @@ final class TopicTableLog {
 
   // -- commits ---------------------------------------------------------------------------------
 
+  /** Whether commit {@code v} is still the file it was when applied (not a new table's). */
+  private boolean sameCommit(long v, FileStatus seen) throws IOException {
+    try {
+      FileStatus now = fs.getFileStatus(commitPath(v));
+      return seen == null || (now.getModificationTime() == seen.getModificationTime() && now.getLen() == seen.getLen());
+    } catch (FileNotFoundException e) {
+      return false;
+    }
+  }
+
   private Path commitPath(long v) {
     return new Path(log, String.format("%020d.json", v));
   }
@@ -204,7 +220,13 @@ final class TopicTableLog {
   /** Applies commit {@code v} whole; false when it does not exist (yet). */
   private boolean applyCommit(long v) throws IOException {
     List<JsonNode> actions = new ArrayList<>();
-    try (FSDataInputStream in = fs.open(commitPath(v));
+    FileStatus file;
+    try {
+      file = fs.getFileStatus(commitPath(v));
+    } catch (FileNotFoundException e) {
+      return false;
+    }
+    try (FSDataInputStream in = fs.open(file.getPath());
         BufferedReader reader = new BufferedReader(new InputStreamReader(in, StandardCharsets.UTF_8))) {
       String line;
       while ((line = reader.readLine()) != null) {
@@ -236,6 +258,7 @@ final class TopicTableLog {
       }
     }
     version = v;
+    known = file;
     return true;
   }
 
