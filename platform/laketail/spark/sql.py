@@ -22,7 +22,8 @@ when a JDK is there; the usual case):
   log while Spark plans each query: **strict**, every query sees the table's latest
   committed version.
 * ``<topic>`` is the union of (a) that same relation ``WHERE control IS NULL AND NOT
-  transactional`` -- **strict** for records outside transactions -- and (b) the
+  transactional`` -- **strict** for records outside transactions; files whose Delta
+  statistics prove they hold nothing else are scanned without the filter -- and (b) the
   committed transactional records of the snapshot the session's :class:`ViewFollower`
   last pinned (files holding transactional or control rows, read by Spark's Parquet
   reader over that file list, aborted ranges cut out). Records of transactions and each
@@ -213,8 +214,12 @@ def live_frame(spark: SparkSession, uri: str) -> DataFrame:
 def live_committed_frame(spark: SparkSession, uri: str, pinned: PinnedTransactions) -> DataFrame:
     """Committed data: the non-transactional records of the table's latest version at
     each query (below each partition's bound from ``pinned``), and the committed
-    transactional records of ``pinned``'s snapshot."""
-    plain = live_frame(spark, uri).where(F.col("control").isNull() & ~F.col("transactional"))
+    transactional records of ``pinned``'s snapshot. Files whose statistics prove they
+    hold only records outside transactions (all of a topic without transactions) are
+    scanned with no row filter, so such a view costs a plain Parquet scan."""
+    proven = jvm.topic_table(spark, uri, rows="plain").select(*RECORD_SCHEMA.names)
+    marked = jvm.topic_table(spark, uri, rows="marked").select(*RECORD_SCHEMA.names)
+    plain = proven.unionAll(marked.where(F.col("control").isNull() & ~F.col("transactional")))
     plain = _below_bounds(plain, pinned.bounds)
     if not pinned.files:
         return plain

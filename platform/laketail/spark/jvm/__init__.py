@@ -115,6 +115,8 @@ def _loadable(spark: SparkSession) -> bool:
     return True
 
 
-def topic_table(spark: SparkSession, uri: str) -> DataFrame:
-    """Every row of the topic table at ``uri``, at its latest version at every query."""
-    return spark.read.format(SHORT_NAME).load(uri)
+def topic_table(spark: SparkSession, uri: str, rows: str = "all") -> DataFrame:
+    """The rows of the topic table at ``uri``, at its latest version at every query, in
+    the files ``rows`` selects: ``all``; ``plain``, the files whose statistics prove they
+    hold only records outside transactions; ``marked``, the others."""
+    return spark.read.format(SHORT_NAME).option("rows", rows).load(uri)

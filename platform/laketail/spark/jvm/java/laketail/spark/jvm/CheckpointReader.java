@@ -24,7 +24,7 @@ import org.apache.parquet.schema.Type;
  * <p>A checkpoint is a Parquet file (or several parts) with one action per row: {@code add} rows
  * are the files live at its version ({@code remove} rows there are tombstones for VACUUM and are
  * not read), {@code protocol} and {@code metaData} are checked like a JSON commit's. Only the
- * columns used are read: {@code add.{path, partitionValues, size, modificationTime}}, {@code
+ * columns used are read: {@code add.{path, partitionValues, size, modificationTime, stats}}, {@code
  * protocol.{minReaderVersion, readerFeatures}}, {@code metaData.{partitionColumns,
  * configuration}}. Maps and lists are read in both Parquet layouts (three-level and legacy).
  *
@@ -34,7 +34,7 @@ final class CheckpointReader {
   private CheckpointReader() {}
 
   private static final Map<String, List<String>> COLUMNS = Map.of(
-      "add", List.of("path", "partitionValues", "size", "modificationTime"),
+      "add", List.of("path", "partitionValues", "size", "modificationTime", "stats"),
       "protocol", List.of("minReaderVersion", "readerFeatures"),
       "metaData", List.of("partitionColumns", "configuration"));
 
@@ -48,7 +48,7 @@ final class CheckpointReader {
           if (add != null) {
             sink.accept(new TopicTableLog.Action.Add(string(add, "path"),
                 map(add, "partitionValues").get(TopicTableLog.PARTITION), longValue(add, "size"),
-                longValue(add, "modificationTime")));
+                longValue(add, "modificationTime"), string(add, "stats")));
           }
           Group protocol = group(row, "protocol");
           if (protocol != null) {

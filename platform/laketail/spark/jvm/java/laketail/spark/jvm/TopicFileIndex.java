@@ -37,6 +37,10 @@ import scala.jdk.javaapi.CollectionConverters;
  * not listed; Spark does not filter their rows again, so the evaluation is exact. Data filters are
  * left to Parquet's row-group statistics.
  *
+ * <p>{@code rows} narrows the list by the files' Delta statistics: {@code PLAIN} files hold only
+ * records outside transactions, so a committed view scans them with no row filter; {@code MARKED}
+ * are the rest (see {@link TopicTableLog#plain}).
+ *
  * <p>Thread-safety: safe from any thread (the log serializes its replay).
  */
 final class TopicFileIndex implements FileIndex {
@@ -44,9 +48,11 @@ final class TopicFileIndex implements FileIndex {
       new StructType().add(TopicTableLog.PARTITION, DataTypes.IntegerType, true);
 
   private final TopicTableLog log;
+  private final TopicTableLog.Rows rows;
 
-  TopicFileIndex(TopicTableLog log) {
+  TopicFileIndex(TopicTableLog log, TopicTableLog.Rows rows) {
     this.log = log;
+    this.rows = rows;
   }
 
   TopicTableLog.Snapshot snapshot() {
@@ -66,10 +72,12 @@ final class TopicFileIndex implements FileIndex {
   public Seq<PartitionDirectory> listFiles(Seq<Expression> partitionFilters, Seq<Expression> dataFilters) {
     InterpretedPredicate keep = partitionPredicate(partitionFilters);
     List<PartitionDirectory> out = new ArrayList<>();
-    for (Map.Entry<Integer, FileStatus[]> entry : snapshot().partitions().entrySet()) {
+    TopicTableLog.Snapshot snapshot = snapshot();
+    for (Map.Entry<Integer, TopicTableLog.DataFile[]> entry : snapshot.partitions().entrySet()) {
       InternalRow values = new GenericInternalRow(new Object[] {entry.getKey()});
-      if (keep == null || keep.eval(values)) {
-        out.add(PartitionDirectory.apply(values, entry.getValue()));
+      FileStatus[] files = snapshot.files(entry.getValue(), rows);
+      if (files.length > 0 && (keep == null || keep.eval(values))) {
+        out.add(PartitionDirectory.apply(values, files));
       }
     }
     return CollectionConverters.asScala(out).toList();
@@ -101,8 +109,9 @@ final class TopicFileIndex implements FileIndex {
   @Override
   public String[] inputFiles() {
     List<String> paths = new ArrayList<>();
-    for (FileStatus[] files : snapshot().partitions().values()) {
-      for (FileStatus file : files) {
+    TopicTableLog.Snapshot snapshot = snapshot();
+    for (TopicTableLog.DataFile[] files : snapshot.partitions().values()) {
+      for (FileStatus file : snapshot.files(files, rows)) {
         paths.add(file.getPath().toString());
       }
     }
@@ -115,7 +124,14 @@ final class TopicFileIndex implements FileIndex {
 
   @Override
   public long sizeInBytes() {
-    return snapshot().sizeInBytes();
+    long bytes = 0;
+    TopicTableLog.Snapshot snapshot = snapshot();
+    for (TopicTableLog.DataFile[] files : snapshot.partitions().values()) {
+      for (FileStatus file : snapshot.files(files, rows)) {
+        bytes += file.getLen();
+      }
+    }
+    return bytes;
   }
 
   @Override
@@ -125,6 +141,6 @@ final class TopicFileIndex implements FileIndex {
 
   @Override
   public String toString() {
-    return "TopicFileIndex(" + log.table() + ")";
+    return "TopicFileIndex(" + log.table() + (rows == TopicTableLog.Rows.ALL ? "" : ", rows " + rows) + ")";
   }
 }

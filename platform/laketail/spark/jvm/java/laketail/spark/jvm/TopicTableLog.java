@@ -58,10 +58,28 @@ final class TopicTableLog {
   private static final Set<String> HARMLESS_FEATURES =
       Set.of("timestampNtz", "vacuumProtocolCheck", "columnMapping");
 
-  /** One version's data files, grouped by partition. */
-  record Snapshot(long version, TreeMap<Integer, FileStatus[]> partitions, long sizeInBytes) {}
+  /** Which of a snapshot's files a relation lists. */
+  enum Rows {
+    /** Every file. */
+    ALL,
+    /** Files whose statistics prove they hold only records outside transactions. */
+    PLAIN,
+    /** The others: control rows, transactional records, or statistics that do not say. */
+    MARKED
+  }
 
-  private record DataFile(int partition, FileStatus status) {}
+  /** One version's data files, grouped by partition. */
+  record Snapshot(long version, TreeMap<Integer, DataFile[]> partitions) {
+    /** The files of {@code partition} that {@code rows} selects. */
+    FileStatus[] files(DataFile[] all, Rows rows) {
+      return Arrays.stream(all)
+          .filter(f -> rows == Rows.ALL || f.plain() == (rows == Rows.PLAIN))
+          .map(DataFile::status)
+          .toArray(FileStatus[]::new);
+    }
+  }
+
+  record DataFile(int partition, FileStatus status, boolean plain) {}
 
   private final Path table;
   private final Path log;
@@ -241,7 +259,7 @@ final class TopicTableLog {
       if (action.has("add")) {
         JsonNode add = action.get("add");
         apply(new Action.Add(add.path("path").asText(null), text(add.path("partitionValues"), PARTITION),
-            add.path("size").asLong(), add.path("modificationTime").asLong()));
+            add.path("size").asLong(), add.path("modificationTime").asLong(), text(add, "stats")));
       } else if (action.has("remove")) {
         apply(new Action.Remove(action.get("remove").path("path").asText(null)));
       } else if (action.has("protocol")) {
@@ -275,7 +293,8 @@ final class TopicTableLog {
 
   /** The actions a replay understands, from a JSON commit or a checkpoint. */
   sealed interface Action {
-    record Add(String path, String partition, long size, long modificationTime) implements Action {}
+    record Add(String path, String partition, long size, long modificationTime, String stats)
+        implements Action {}
 
     record Remove(String path) implements Action {}
 
@@ -291,7 +310,7 @@ final class TopicTableLog {
       }
       Path path = resolve(add.path());
       live.put(path, new DataFile(Integer.parseInt(add.partition()),
-          new FileStatus(add.size(), false, 1, blockSize, add.modificationTime(), path)));
+          new FileStatus(add.size(), false, 1, blockSize, add.modificationTime(), path), plain(add.stats())));
     } else if (action instanceof Action.Remove remove) {
       live.remove(resolve(remove.path()));
     } else if (action instanceof Action.Protocol protocol) {
@@ -320,6 +339,28 @@ final class TopicTableLog {
     }
   }
 
+  /**
+   * Whether a file's statistics (the add action's {@code stats} JSON) prove it holds no control
+   * row ({@code control} null count = record count) and no transactional record ({@code
+   * transactional} maximum false). laketail's writer records both (storage/data_files.py); a
+   * file without them counts as marked.
+   */
+  static boolean plain(String stats) {
+    if (stats == null || stats.isBlank()) {
+      return false;
+    }
+    try {
+      JsonNode doc = JSON.readTree(stats);
+      JsonNode records = doc.path("numRecords");
+      JsonNode nulls = doc.path("nullCount").path("control");
+      JsonNode transactional = doc.path("maxValues").path("transactional");
+      return records.isNumber() && nulls.isNumber() && nulls.asLong() == records.asLong()
+          && transactional.isBoolean() && !transactional.asBoolean();
+    } catch (IOException e) {
+      return false; // unreadable statistics prove nothing
+    }
+  }
+
   private Path resolve(String raw) {
     if (raw == null) {
       throw new IllegalStateException(table + ": an add or remove action without a path");
@@ -333,18 +374,16 @@ final class TopicTableLog {
   }
 
   private Snapshot freeze() {
-    Map<Integer, List<FileStatus>> grouped = new TreeMap<>();
-    long bytes = 0;
+    Map<Integer, List<DataFile>> grouped = new TreeMap<>();
     for (DataFile file : live.values()) {
-      grouped.computeIfAbsent(file.partition(), p -> new ArrayList<>()).add(file.status());
-      bytes += file.status().getLen();
+      grouped.computeIfAbsent(file.partition(), p -> new ArrayList<>()).add(file);
     }
-    TreeMap<Integer, FileStatus[]> partitions = new TreeMap<>();
+    TreeMap<Integer, DataFile[]> partitions = new TreeMap<>();
     grouped.forEach((p, files) -> {
-      FileStatus[] sorted = files.toArray(new FileStatus[0]);
-      Arrays.sort(sorted, Comparator.comparing(s -> s.getPath().getName()));
+      DataFile[] sorted = files.toArray(new DataFile[0]);
+      Arrays.sort(sorted, Comparator.comparing(f -> f.status().getPath().getName()));
       partitions.put(p, sorted);
     });
-    return new Snapshot(version, partitions, bytes);
+    return new Snapshot(version, partitions);
   }
 }

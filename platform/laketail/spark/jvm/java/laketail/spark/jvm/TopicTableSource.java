@@ -32,8 +32,10 @@ import scala.collection.immutable.Map;
  * transactions included (the {@code <topic>_all} view). The table is read once when the relation is
  * made, so a wrong path fails then, with the reason.
  *
- * <p>Options: {@code path} (required; a table URI Hadoop can open); the rest go to Hadoop's
- * configuration and Spark's Parquet reader as with {@code spark.read.parquet}.
+ * <p>Options: {@code path} (required; a table URI Hadoop can open); {@code rows}: {@code all}
+ * (default), {@code plain} (only files whose statistics prove they hold records outside
+ * transactions only) or {@code marked} (the other files); the rest go to Hadoop's configuration
+ * and Spark's Parquet reader as with {@code spark.read.parquet}.
  */
 public final class TopicTableSource implements RelationProvider, DataSourceRegister {
   public static final String SHORT_NAME = "laketail_table";
@@ -56,15 +58,25 @@ public final class TopicTableSource implements RelationProvider, DataSourceRegis
     }
     SparkSession spark = sqlContext.sparkSession();
     Configuration conf = spark.sessionState().newHadoopConfWithOptions(parameters);
+    TopicTableLog.Rows rows = rows(parameters.get("rows"));
     TopicFileIndex index;
     try {
-      index = new TopicFileIndex(new TopicTableLog(path.get(), conf));
+      index = new TopicFileIndex(new TopicTableLog(path.get(), conf), rows);
     } catch (IOException e) {
       throw new UncheckedIOException("opening " + path.get() + ": " + e.getMessage(), e);
     }
     index.snapshot(); // fail now on a wrong path, not at the first query
     return new HadoopFsRelation(index, TopicFileIndex.PARTITION_SCHEMA, recordSchema(), Option.empty(),
         new ParquetFileFormat(), parameters, spark);
+  }
+
+  private static TopicTableLog.Rows rows(Option<String> given) {
+    String name = given.isEmpty() ? "all" : given.get();
+    try {
+      return TopicTableLog.Rows.valueOf(name.toUpperCase(java.util.Locale.ROOT));
+    } catch (IllegalArgumentException e) {
+      throw new IllegalArgumentException(SHORT_NAME + ": rows must be all, plain or marked, not '" + name + "'");
+    }
   }
 
   /** The record schema, {@code partition} included (Spark takes its values from the paths). */
