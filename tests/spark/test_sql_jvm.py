@@ -97,6 +97,10 @@ def test_transactions_aborted_never_visible_committed_after_the_follower(
     wait_tiered(broker.url, topic)
     assert [v for _, v in _values(spark, topic)] == [b"kept", b"plain"]
     assert _count(spark, topic, "WHERE control IS NOT NULL") == 0
+    # The files are split by their statistics: only the last one is proven plain.
+    uri = _uri(broker, topic)
+    assert [bytes(r.value) for r in jvm.topic_table(spark, uri, rows="plain").collect()] == [b"plain"]
+    assert jvm.topic_table(spark, uri, rows="marked").count() == 5
 
 
 def test_compaction_neither_duplicates_nor_drops_rows(spark: Any, broker: Any, make_topic: Any) -> None:
@@ -188,6 +192,8 @@ def test_bad_locations_are_refused_with_the_reason(spark: Any, tmp_path: Path) -
     write_deltalake(other, pa.table({"x": pa.array([1], pa.int32()), "y": pa.array([2])}), partition_by=["x"])
     with pytest.raises(Exception, match="is not a laketail topic table"):
         jvm.topic_table(spark, other)
+    with pytest.raises(Exception, match="rows must be all, plain or marked"):
+        jvm.topic_table(spark, other, rows="some")
     with pytest.raises(Exception, match="needs the topic table's location"):
         spark.sql("CREATE OR REPLACE TEMPORARY VIEW no_path USING laketail_table")
 
