@@ -8,6 +8,8 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.laketail-installed
 PYTEST_ARGS ?=
+JAR := platform/laketail/spark/jvm/laketail-spark.jar
+JAVA_SOURCES := $(shell find platform/laketail/spark/jvm/java -type f)
 
 .PHONY: run test bench check-python check-java check-compose check-chromium install
 
@@ -24,11 +26,17 @@ test: check-java check-compose check-chromium install
 bench: check-java install
 	$(VPY) -m bench
 
-install: $(STAMP)
+install: $(STAMP) $(JAR)
 
 $(STAMP): pyproject.toml | check-python
 	$(VPY) -m pip install -e '.[dev]'
 	touch $@
+
+# laketail's Spark classes (format("laketail_table"), SQL views fresh at every query): one
+# javac call against PySpark's jars. Without a JDK it prints why and builds nothing, and
+# register_topics falls back to follower views (README "SQL over topics").
+$(JAR): $(JAVA_SOURCES) platform/laketail/spark/columns.py platform/laketail/spark/jvm/__init__.py | $(STAMP)
+	$(VPY) -m laketail.spark.jvm build
 
 # Creates .venv when it is missing; fails plainly when the Python there (or, before
 # it exists, $(PYTHON)) is older than 3.11.

@@ -108,8 +108,10 @@ RULES: dict[str, Rule] = {
     f"GET {_V3}/brokers/{{broker_id}}": OPEN,
     # -- v2 topics, produce, fetch ---------------------------------------------------------
     "GET /topics": LISTING,
-    "GET /topics/{topic}": needs(topic(Op.DESCRIBE)),
-    "GET /topics/{topic}/partitions": needs(topic(Op.DESCRIBE)),
+    # a v2 topic carries its configs: DescribeConfigs too, as REST Proxy's describeConfigs
+    "GET /topics/{topic}": needs(topic(Op.DESCRIBE), topic(Op.DESCRIBE_CONFIGS)),
+    "GET /topics/{topic}/partitions": needs(
+        topic(Op.DESCRIBE), note="Metadata: with allow_auto_topic_creation, Create to create it"),
     "GET /topics/{topic}/partitions/{partition}": needs(topic(Op.DESCRIBE)),
     "GET /topics/{topic}/partitions/{partition}/offsets": needs(topic(Op.DESCRIBE)),  # ListOffsets
     "POST /topics/{topic}": PRODUCE,
@@ -150,7 +152,8 @@ RULES: dict[str, Rule] = {
     # -- v2 consumer instances (JoinGroup/SyncGroup/Heartbeat/LeaveGroup: Read on the group) -
     "POST /consumers/{group}": needs(group(Op.READ)),
     f"DELETE {_CONSUMER}": needs(group(Op.READ)),
-    f"POST {_CONSUMER}/subscription": needs(group(Op.READ)),
+    f"POST {_CONSUMER}/subscription": needs(
+        group(Op.READ), note="Metadata: Create to auto-create a topic it may Describe (one it may not is not created)"),
     f"GET {_CONSUMER}/subscription": needs(group(Op.READ)),
     f"DELETE {_CONSUMER}/subscription": needs(group(Op.READ)),
     f"POST {_CONSUMER}/assignments": needs(group(Op.READ)),
@@ -190,10 +193,12 @@ RULES: dict[str, Rule] = {
     f"GET {_GROUPS}/{{group_id}}/consumers": needs(group(Op.DESCRIBE, "group_id")),
     f"GET {_GROUPS}/{{group_id}}/consumers/{{consumer_id}}": needs(group(Op.DESCRIBE, "group_id")),
     f"GET {_GROUPS}/{{group_id}}/consumers/{{consumer_id}}/assignments": needs(group(Op.DESCRIBE, "group_id")),
-    f"GET {_GROUPS}/{{group_id}}/lags": needs(group(Op.DESCRIBE, "group_id")),
+    f"GET {_GROUPS}/{{group_id}}/lags": needs(
+        group(Op.DESCRIBE, "group_id"), note="OffsetFetch: topics without Describe are left out"),
     f"GET {_GROUPS}/{{group_id}}/lags/{{topic}}/partitions/{{partition}}": needs(
         group(Op.DESCRIBE, "group_id"), topic(Op.DESCRIBE)),
-    f"GET {_GROUPS}/{{group_id}}/lag-summary": needs(group(Op.DESCRIBE, "group_id")),
+    f"GET {_GROUPS}/{{group_id}}/lag-summary": needs(
+        group(Op.DESCRIBE, "group_id"), note="OffsetFetch: topics without Describe are left out"),
     # -- v3 ACLs (DescribeAcls, CreateAcls, DeleteAcls) ----------------------------------------
     f"GET {_V3}/acls": needs(cluster(Op.DESCRIBE)),
     f"POST {_V3}/acls": needs(cluster(Op.ALTER)),
@@ -208,8 +213,10 @@ RULES: dict[str, Rule] = {
     "GET /v1/console/topics/{topic}/partitions": needs(topic(Op.DESCRIBE)),
     "GET /v1/console/topics/{topic}/table": needs(topic(Op.DESCRIBE)),
     "GET /v1/console/groups": LISTING,
-    "GET /v1/console/groups/{group_id}": needs(group(Op.DESCRIBE, "group_id")),
-    "GET /v1/console/groups/{group_id}/lag-history": needs(group(Op.DESCRIBE, "group_id")),
+    "GET /v1/console/groups/{group_id}": needs(
+        group(Op.DESCRIBE, "group_id"), note="OffsetFetch: topics without Describe are left out"),
+    "GET /v1/console/groups/{group_id}/lag-history": needs(
+        group(Op.DESCRIBE, "group_id"), note="and Describe on the topic asked; else only describable topics"),
     "POST /v1/console/groups/{group_id}/reset-offsets": needs(
         group(Op.READ, "group_id"), note="OffsetCommit: and Read on the body's topic"),
     "GET /v1/console/transactions": LISTING,

@@ -32,7 +32,7 @@ from laketail.api.acl_rules import Need, Rule, rule_for
 from laketail.api.errors import error_response
 from laketail.api.principal import host_of, principal_of
 from laketail.coordinator.transactions import SINK_PREFIX
-from laketail.errors import ClusterAuthorizationFailed, LaketailError, UnknownTopicOrPartition
+from laketail.errors import ClusterAuthorizationFailed, LaketailError
 from laketail.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from laketail.security.authorizer import AUDITED_CHANGES, Authorizer
 from laketail.security.principal import KafkaPrincipal
@@ -100,6 +100,30 @@ def may_describe(request: Request, resource_type: ResourceType, name: str) -> bo
         return True
     principal, host = acting(request)
     return authorizer.authorize(principal, host, AclOperation.DESCRIBE, resource_type, name, audit_denied=False)
+
+
+def check_auto_create(authorizer: Authorizer, principal: KafkaPrincipal, host: str, topic: str) -> None:
+    """Kafka's rule for creating a topic on the fly (a produce, or a metadata request that
+    allows auto-creation): Create on the cluster or on the topic, else
+    TOPIC_AUTHORIZATION_FAILED and the topic is not created."""
+    if not authorizer.authorize(principal, host, AclOperation.CREATE, ResourceType.CLUSTER, audit_denied=False):
+        authorizer.check(principal, host, AclOperation.CREATE, ResourceType.TOPIC, topic)
+
+
+def check_may_auto_create(request: Request, topic: str) -> None:
+    """:func:`check_auto_create` for an in-handler auto-creation (a v2 subscription, a
+    metadata request); no-op with authorization off. Call it only when the topic does not
+    exist and the broker would create it."""
+    authorizer = authorizer_of(request)
+    if authorizer.enabled:
+        principal, host = acting(request)
+        check_auto_create(authorizer, principal, host, topic)
+
+
+def describable(request: Request, topics: Iterable[str]) -> set[str]:
+    """The topics among ``topics`` the principal may Describe, as Kafka filters an
+    OffsetFetch answer (never audited as denials)."""
+    return {t for t in set(topics) if may_describe(request, ResourceType.TOPIC, t)}
 
 
 def resource_name(need: Need, params: dict[str, str]) -> str:
@@ -211,14 +235,9 @@ class Authorization:
         authorizer = self.authorizer
         broker = self.fastapi_app.state.broker
         repeatable = True
-        if broker.settings.auto_create_topics_enable:
-            try:
-                broker.topic(topic)
-            except UnknownTopicOrPartition:
-                repeatable = False
-                if not authorizer.authorize(principal, host, AclOperation.CREATE, ResourceType.CLUSTER,
-                                            audit_denied=False):
-                    authorizer.check(principal, host, AclOperation.CREATE, ResourceType.TOPIC, topic)
+        if broker.would_auto_create(topic):
+            repeatable = False
+            check_auto_create(authorizer, principal, host, topic)
         query = scope["query_string"]
         if b"producer_id=" in query:
             repeatable = False

@@ -1,7 +1,9 @@
 """What every job shares: its command-line options, its SparkSession, its report lines.
 
 Jobs take the data root (``--data``) and/or gateways (``--servers``, Spark's
-``laketail.servers``), topics to work on (``--topic``, repeatable; default every user
+``laketail.servers``; client credentials for them from ``--command-config FILE`` and
+``LAKETAIL_SASL_*`` / ``LAKETAIL_SSL_*`` variables, as the ``laketail`` command takes
+them: :func:`client_conf`), topics to work on (``--topic``, repeatable; default every user
 topic), and ``--now-ms`` to plan as of another time (replays and tests; default the
 wall clock). Each finished step prints one JSON line on stdout starting with
 :data:`REPORT_PREFIX`; ``laketail jobs run`` shows them as they come.
@@ -13,7 +15,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, Sequence
 
 from laketail.clock import SystemClock
 
@@ -36,11 +38,51 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     parser.add_argument("--servers", "--laketail.servers", dest="servers", metavar="URLS",
                         default=os.environ.get("LAKETAIL_SERVERS"),
                         help="gateway URLs, comma-separated [$LAKETAIL_SERVERS]")
+    parser.add_argument("--command-config", metavar="FILE", default=None,
+                        help="client properties for the gateways: security.protocol, sasl.*, ssl.* "
+                             "(confluent-kafka's names) [$LAKETAIL_COMMAND_CONFIG; LAKETAIL_SASL_USERNAME, ... "
+                             "over it]")
     parser.add_argument("--topic", action="append", dest="topics", metavar="TOPIC",
                         help="a topic to work on (repeatable; default: every user topic)")
     parser.add_argument("--now-ms", type=int, default=None,
                         help="plan as of this time, in ms since the epoch [default: now]")
     return parser
+
+
+class ClientConfigError(Exception):
+    """The job's client properties cannot be used (unreadable file, bad value)."""
+
+
+def client_conf(args: argparse.Namespace) -> dict[str, str]:
+    """The job's client properties for its gateways (``--servers``): ``--command-config``
+    (or ``$LAKETAIL_COMMAND_CONFIG``), then ``LAKETAIL_SECURITY_PROTOCOL``,
+    ``LAKETAIL_SASL_USERNAME``, ... over it, as the ``laketail`` command reads them;
+    checked here, so a bad value is one clear line before any work."""
+    from laketail.client.security import client_properties, client_security
+
+    try:
+        props = client_properties(args.command_config, os.environ)
+        client_security(props)
+    except (OSError, ValueError) as exc:
+        raise ClientConfigError(f"client properties: {exc}") from None
+    return props
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The job's arguments, with ``security``: its client properties (:func:`client_conf`).
+    Unusable ones end the job here with one ``error:`` line and exit code 1."""
+    args = parser.parse_args(argv)
+    try:
+        args.security = client_conf(args)
+    except ClientConfigError as exc:
+        parser.exit(1, f"error: {exc}\n")
+    return args
+
+
+def spark_security_options(props: dict[str, str]) -> dict[str, str]:
+    """The client properties as the laketail Spark source and sink take them
+    (``laketail.``-prefixed, as Spark's Kafka source takes ``kafka.``-prefixed ones)."""
+    return {f"laketail.{key}": value for key, value in props.items()}
 
 
 def plan_time_ms(args: argparse.Namespace) -> int:
@@ -66,6 +108,12 @@ def spark_session(app_name: str):
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        # Started by spark-submit's JVM: end with it. A driver that only waits (for a
+        # topic, between HTTP calls) would not notice a JVM killed with kill -9.
+        from laketail.parent_death import die_with_parent
+
+        die_with_parent(os.getppid())
     builder = SparkSession.builder.appName(app_name)
     for key, value in SESSION_CONF.items():
         builder = builder.config(key, value)

@@ -29,7 +29,7 @@ import os
 import sys
 from typing import Sequence
 
-from laketail.jobs.common import base_parser, fail, plan_time_ms, report, spark_session
+from laketail.jobs.common import base_parser, fail, parse_args, plan_time_ms, report, spark_session
 from laketail.jobs.key_compaction import spark_key_rewrite
 from laketail.maintenance.file_compaction import DEFAULT_TARGET_FILE_BYTES
 from laketail.maintenance.rewrite import RewriteOutput, RewriteTask, read_inputs, rewrite_locally, write_output
@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--vacuum-after-ms", type=int, default=DEFAULT_VACUUM_AFTER_MS,
                         help="delete removed files this long after their removal [1 hour]")
     parser.add_argument("--dry-run", action="store_true", help="plan and report, change nothing")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     if not args.data:
         return fail("--data (or $LAKETAIL_DATA) is required: the jobs read and commit the tables directly")
     spark, owned = None, False
@@ -111,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = 0
     current = None  # the topic being worked on, named in a failure
     try:
-        for topic in maintained_topics(args.data, args.servers, args.topics):
+        for topic in maintained_topics(args.data, args.servers, args.topics, security=args.security):
             current = topic.name
             try:
                 result = run_compaction(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-from laketail.jobs.common import base_parser, fail, report, spark_session
+from laketail.jobs.common import base_parser, fail, parse_args, report, spark_security_options, spark_session
 
 
 def transform(records):
@@ -44,6 +44,7 @@ def build_query(spark, args):
     reader = (
         spark.readStream.format("laketail")
         .option("laketail.servers", args.servers)
+        .options(**spark_security_options(args.security))
         .option("subscribe", args.source)
         .option("startingOffsets", args.starting_offsets)
         .option("isolation.level", "read_committed")
@@ -56,6 +57,7 @@ def build_query(spark, args):
         transform(reader.load())
         .writeStream.format("laketail")
         .option("laketail.servers", args.servers)
+        .options(**spark_security_options(args.security))
         .option("topic", args.sink)
         .option("checkpointLocation", args.checkpoint)
         .queryName(args.query_name)
@@ -77,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--trigger-interval-s", type=float, default=1.0)
     parser.add_argument("--available-now", action="store_true", help="process what is there, then stop")
     parser.add_argument("--query-name", default="laketail_eos_pipeline")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     if not args.servers:
         return fail("--servers (or $LAKETAIL_SERVERS) is required")
     spark, owned = spark_session("laketail-eos-pipeline")

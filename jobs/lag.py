@@ -1,6 +1,7 @@
 """Lag job: consumer lag per group, topic and partition, appended to a Delta table.
 
     spark-submit jobs/lag.py --servers URLS --data ROOT --streaming [--checkpoint DIR]
+    laketail jobs run lag --servers URLS --data ROOT --command-config client.properties
     laketail jobs run lag --servers URLS --data ROOT --streaming
     laketail jobs run lag --servers URLS --data ROOT            # one measurement (cron)
 
@@ -41,7 +42,17 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from laketail.coordinator.lag import lag_status
-from laketail.jobs.common import base_parser, fail, plan_time_ms, report, run_query, spark_session
+from laketail.errors import SaslAuthenticationFailed
+from laketail.jobs.common import (
+    base_parser,
+    fail,
+    parse_args,
+    plan_time_ms,
+    report,
+    run_query,
+    spark_security_options,
+    spark_session,
+)
 from laketail.maintenance.lag import lag_rows, lag_table, lag_table_uri
 from laketail.maintenance.topics import Gateway
 
@@ -122,12 +133,14 @@ def lag_of(committed: dict[tuple[str, str, int], int], gateway: Any, now_ms: int
     return rows
 
 
-def committed_offsets(spark: Any, servers: str, ticks_per_second: int) -> Any:
+def committed_offsets(spark: Any, servers: str, ticks_per_second: int, security: dict[str, str] | None = None) -> Any:
     """The streaming DataFrame of every group's latest committed offsets (complete
-    mode), plus one row of nulls standing for the rate source's ticks."""
+    mode), plus one row of nulls standing for the rate source's ticks; ``security``:
+    the client properties the source calls the gateways with."""
     from pyspark.sql import functions as F
 
     records = (spark.readStream.format("laketail").option("laketail.servers", servers)
+               .options(**spark_security_options(security or {}))
                .option("subscribe", OFFSETS_TOPIC).option("startingOffsets", "earliest")
                .option("failOnDataLoss", "false").load())
     key = F.from_json(F.col("key").cast("string"), "`group` STRING, topic STRING, `partition` INT")
@@ -159,7 +172,7 @@ def run_streaming(args: Any, table_uri: str) -> int:
     from laketail.spark import register
 
     register(spark)
-    gateway = SparkGateway(parse_servers(args.servers))
+    gateway = SparkGateway(parse_servers(args.servers), security=tuple(sorted(args.security.items())))
     groups = set(args.groups or [])
     done = {"batches": 0}
 
@@ -198,7 +211,7 @@ def run_streaming(args: Any, table_uri: str) -> int:
             report({"job": "lag", "waiting_for": OFFSETS_TOPIC})
             time.sleep(args.interval_s)
     ticks = max(1, int(round(1.0 / args.interval_s))) if args.interval_s < 1 else 1
-    writer = (committed_offsets(spark, args.servers, ticks).writeStream.outputMode("complete")
+    writer = (committed_offsets(spark, args.servers, ticks, args.security).writeStream.outputMode("complete")
               .foreachBatch(each).option("checkpointLocation", checkpoint))
     try:
         error = run_query(writer, "laketail-lag", args.interval_s, done, args.max_rounds)
@@ -224,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="shuffle (state store) partitions of a new streaming query [4]")
     parser.add_argument("--max-rounds", type=int, default=0,
                         help="with --streaming, stop after this many micro-batches [0: never]")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     if not args.servers:
         return fail("--servers (or $LAKETAIL_SERVERS) is required: lag comes from a gateway")
     table_uri = args.table or (lag_table_uri(args.data) if args.data else None)
@@ -235,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_streaming(args, table_uri)
         except Exception as exc:  # the job's boundary: one line for the operator, Spark's trace is in its log
             return fail(f"lag table {table_uri}: {type(exc).__name__}: {exc}")
-    gateway = Gateway(args.servers)
+    gateway = Gateway(args.servers, security=args.security)
     try:
         started = time.monotonic()
         rows = measure(gateway, args.groups, plan_time_ms(args))
@@ -243,6 +256,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         report({"job": "lag", "round": 1, "rows": len(rows), "table": table_uri,
                 "total_lag": sum(r["lag"] for r in rows), "seconds": round(time.monotonic() - started, 3)})
         return 0
+    except SaslAuthenticationFailed as exc:  # 401: the gateway does not know the job's credentials
+        return fail(f"the gateway refused the job's credentials ({exc}); give them with --command-config FILE "
+                    "or LAKETAIL_SASL_USERNAME / LAKETAIL_SASL_PASSWORD; nothing was written")
     except Exception as exc:  # the job's boundary: one line for the operator
         return fail(f"lag table {table_uri}: {type(exc).__name__}: {exc}")
     finally:

@@ -33,7 +33,7 @@ import os
 import sys
 from typing import Any, Iterator, Sequence
 
-from laketail.jobs.common import base_parser, fail, plan_time_ms, report, run_query, spark_session
+from laketail.jobs.common import base_parser, fail, parse_args, plan_time_ms, report, run_query, spark_session
 from laketail.jobs.compaction import spark_rewriter
 from laketail.maintenance.file_compaction import DEFAULT_TARGET_FILE_BYTES
 from laketail.maintenance.runs import DEFAULT_VACUUM_AFTER_MS, run_compaction, run_retention
@@ -147,13 +147,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--min-files", type=int, default=2, help="merge runs of at least this many files [2]")
     parser.add_argument("--vacuum-after-ms", type=int, default=DEFAULT_VACUUM_AFTER_MS,
                         help="delete removed files this long after their removal [1 hour]")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     if not args.data:
         return fail("--data (or $LAKETAIL_DATA) is required: the jobs read and commit the tables directly")
     spark, owned = spark_session("laketail-maintenance")
     rewriter = spark_rewriter(lambda: spark, args.target_file_bytes)
     try:
-        topics = {t.name: t for t in maintained_topics(args.data, args.servers, args.topics)}
+        topics = {t.name: t for t in maintained_topics(args.data, args.servers, args.topics, security=args.security)}
         if args.once:
             for topic in topics.values():
                 maintain(args.data, topic, args, rewriter)
@@ -163,7 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         def each(frame: Any, batch_id: int) -> None:
             moved = sorted({r.topic for r in frame.collect()})
-            current = {t.name: t for t in maintained_topics(args.data, args.servers, args.topics)} if moved else {}
+            current = {} if not moved else {
+                t.name: t for t in maintained_topics(args.data, args.servers, args.topics, security=args.security)}
             for name in moved:
                 if name in current:
                     maintain(args.data, current[name], args, rewriter)

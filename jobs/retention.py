@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-from laketail.jobs.common import base_parser, fail, plan_time_ms, report
+from laketail.jobs.common import base_parser, fail, parse_args, plan_time_ms, report
 from laketail.maintenance.runs import DEFAULT_VACUUM_AFTER_MS, run_retention
 from laketail.maintenance.table_commit import MaintenanceConflict
 from laketail.maintenance.topics import maintained_topics
@@ -32,12 +32,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--vacuum-after-ms", type=int, default=DEFAULT_VACUUM_AFTER_MS,
                         help="delete removed files from disk this long after their removal [1 hour]")
     parser.add_argument("--dry-run", action="store_true", help="plan and report, change nothing")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     if not args.data:
         return fail("--data (or $LAKETAIL_DATA) is required: the jobs read and commit the tables directly")
     current = None  # the topic being worked on, named in a failure
     try:
-        for topic in maintained_topics(args.data, args.servers, args.topics):
+        for topic in maintained_topics(args.data, args.servers, args.topics, security=args.security):
             current = topic.name
             try:
                 result = run_retention(

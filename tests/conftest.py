@@ -450,6 +450,13 @@ QUICK_GROUPS = {
 }
 
 
+#: The shared broker's settings (see ``broker``).
+SHARED_BROKER_ENV = {
+    "LAKETAIL_OFFSETS_TOPIC_NUM_PARTITIONS": "4",
+    "LAKETAIL_TRANSACTION_STATE_LOG_NUM_PARTITIONS": "4",
+}
+
+
 def running_broker(tmp_path_factory: pytest.TempPathFactory, name: str,
                    env: dict[str, str]) -> Iterator[BrokerProcess]:
     """A broker started with ``env`` for a module-scoped fixture to yield, stopped after."""
@@ -468,8 +475,10 @@ def _unique_topic_name(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """The session's shared broker."""
-    proc = BrokerProcess(tmp_path_factory.mktemp("shared-broker") / "data")
+    """The session's shared broker. Its internal topics have 4 partitions, not Kafka's
+    50: a job that reads ``__consumer_offsets`` from the start (the lag query) then
+    plans 4 Spark tasks instead of 50, and every tier pass walks 8 internal partitions."""
+    proc = BrokerProcess(tmp_path_factory.mktemp("shared-broker") / "data", env=SHARED_BROKER_ENV)
     try:
         proc.start()
         yield proc

@@ -49,11 +49,12 @@ from starlette.responses import Response
 
 from laketail.api import authz
 from laketail.api.deps import Int32, broker_of, json_response, metrics_of
+from laketail.api.routes.v3_groups import visible_lags
 from laketail.bounds import INT64_MAX
 from laketail.console import delta, lag_history, reset, sql
 from laketail.console.pages import DEFAULT_LIMIT, MAX_LIMIT, check_window, page
 from laketail.console.transactions import transaction_rows
-from laketail.coordinator.lag import group_lags, lag_status
+from laketail.coordinator.lag import lag_status
 from laketail.coordinator.offsets import CommittedOffset
 from laketail.errors import GroupIdNotFound, InvalidRequest, LaketailError, NonEmptyGroup
 from laketail.security.acl import AclOperation, ResourceType
@@ -194,10 +195,13 @@ async def table(request: Request, topic: str) -> Response:
 # -- consumer groups ------------------------------------------------------------------------------
 
 
-def _quick_lag(broker: Any, group_id: str) -> tuple[int, int]:
+def _quick_lag(request: Request, broker: Any, group_id: str) -> tuple[int, int]:
     """(partitions with offsets, total lag) from committed offsets and local offsets:
-    no record reads, so a page of groups costs a dictionary walk."""
+    no record reads, so a page of groups costs a dictionary walk. Topics the principal
+    may not Describe are left out, as from the v3 lags."""
     offsets = broker.offsets.group_offsets(group_id)
+    shown = authz.describable(request, (topic for topic, _ in offsets))
+    offsets = {key: committed for key, committed in offsets.items() if key[0] in shown}
     lag = 0
     for (topic, partition), committed in offsets.items():
         try:
@@ -217,7 +221,7 @@ async def groups(request: Request, q: str = "", limit: int = LIMIT, offset: int 
     shown = page([listed[g] for g in visible(request, "GROUP", list(listed))], limit, offset)
     rows = []
     for group in shown.rows:
-        count, lag = _quick_lag(broker, group.group_id)
+        count, lag = _quick_lag(request, broker, group.group_id)
         rows.append({
             "group_id": group.group_id, "state": group.state, "members": len(group.members),
             "protocol": group.protocol or "", "partitions": count, "total_lag": lag, "status": lag_status(lag),
@@ -232,7 +236,7 @@ async def group(request: Request, group_id: str, limit: int = LIMIT, offset: int
     described = broker.groups.describe(group_id)
     if described.state == "Dead":
         raise GroupIdNotFound(f"consumer group '{group_id}' does not exist")
-    lags = await group_lags(broker, group_id)
+    lags = await visible_lags(request, group_id)
     lags.sort(key=lambda lag: (lag.topic, lag.partition))
     shown = page(lags, limit, offset)
     return json_response({
@@ -261,8 +265,14 @@ async def group(request: Request, group_id: str, limit: int = LIMIT, offset: int
 @router.get("/groups/{group_id}/lag-history", summary="The group's lag over time, from _system/consumer_lag")
 async def group_lag_history(request: Request, group_id: str, topic: str | None = None,
                             max_points: int = Query(500, ge=1, le=5000)) -> Response:
-    root = broker_of(request).settings.data
-    points = await asyncio.to_thread(lag_history.lag_history, root, group_id, topic=topic, max_points=max_points)
+    broker = broker_of(request)
+    shown = None  # OffsetFetch's rule: only topics the principal may Describe
+    if topic is not None:
+        authz.check(request, AclOperation.DESCRIBE, ResourceType.TOPIC, topic)
+    elif authz.authorizer_of(request).enabled:
+        shown = authz.describable(request, broker.list_topics(include_internal=True))
+    points = await asyncio.to_thread(lag_history.lag_history, broker.settings.data, group_id, topic=topic,
+                                     topics=shown, max_points=max_points)
     return json_response({
         "group_id": group_id,
         "topic": topic,

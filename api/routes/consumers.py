@@ -151,13 +151,21 @@ async def subscribe(request: Request, group: str, instance: str) -> Response:
     if pattern is not None and type(pattern) is not str:
         raise InvalidRequest("'topic_pattern' must be a string")
     consumer.check_subscription(topics, pattern)
-    for topic in topics or []:
-        # Confluent's instances are Java consumers, whose metadata requests allow
-        # auto-creation (allow.auto.create.topics=true); a pattern creates nothing.
+    broker = broker_of(request)
+    # Confluent's instances are Java consumers, whose metadata requests allow
+    # auto-creation (allow.auto.create.topics=true); a pattern creates nothing. As Kafka's
+    # metadata answer: a topic the principal may not Describe is never created (its poll
+    # is then refused, as for an existing topic it may not read: nothing tells the two
+    # apart); one it may Describe needs Create on the cluster or the topic, else
+    # TOPIC_AUTHORIZATION_FAILED. All is checked before anything is created.
+    creating = [t for t in topics or [] if broker.would_auto_create(t) and authz.may(request, Op.DESCRIBE, R.TOPIC, t)]
+    for topic in creating:
+        authz.check_may_auto_create(request, topic)
+    for topic in creating:
         try:
-            await broker_of(request).topic_for_produce(topic)
+            await broker.topic_for_produce(topic)
         except UnknownTopicOrPartition:
-            pass  # auto-creation off, or an internal name: a subscription may wait for it
+            pass  # created and deleted meanwhile: a subscription may wait for it
     await consumer.subscribe(topics, pattern)
     return _no_content()
 

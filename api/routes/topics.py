@@ -68,6 +68,8 @@ async def list_partitions(
 ) -> Response:
     broker = broker_of(request)
     if allow_auto_topic_creation:
+        if broker.would_auto_create(topic):
+            authz.check_may_auto_create(request, topic)  # Kafka: Create on the cluster or the topic
         await broker.topic_for_produce(topic)
     return _v2([_partition(s) for s in broker.partition_states(topic)])
 

@@ -210,10 +210,18 @@ async def list_assignments(request: Request, cluster_id: str, group_id: str, con
 # -- lag ------------------------------------------------------------------------------------------
 
 
+async def visible_lags(request: Request, group_id: str) -> list[PartitionLag]:
+    """The group's lags, leaving out topics the principal may not Describe: Kafka answers
+    an OffsetFetch only with the partitions of topics the caller may Describe."""
+    lags = await group_lags(broker_of(request), group_id)
+    shown = authz.describable(request, (lag.topic for lag in lags))
+    return [lag for lag in lags if lag.topic in shown]
+
+
 @router.get(PREFIX + "/{group_id}/lags", summary="Lag of every partition the group consumes")
 async def list_lags(request: Request, cluster_id: str, group_id: str) -> Response:
     known_group(request, cluster_id, group_id)
-    lags = await group_lags(broker_of(request), group_id)
+    lags = await visible_lags(request, group_id)
     lags.sort(key=lambda lag: (-lag.lag, lag.topic, lag.partition))
     return json_response({
         "kind": "KafkaConsumerLagList",
@@ -236,7 +244,7 @@ async def get_lag(request: Request, cluster_id: str, group_id: str, topic: str, 
 @router.get(PREFIX + "/{group_id}/lag-summary", summary="The group's largest and total lag")
 async def get_lag_summary(request: Request, cluster_id: str, group_id: str) -> Response:
     known_group(request, cluster_id, group_id)
-    lags = await group_lags(broker_of(request), group_id)
+    lags = await visible_lags(request, group_id)
     url = group_url(request, cluster_id, group_id)
     worst = min(lags, key=lambda lag: (-lag.lag, lag.topic, lag.partition)) if lags else None
     doc = {

@@ -411,6 +411,12 @@ class Broker:
             raise UnknownTopicOrPartition.topic(name)
         return runtime.info
 
+    def would_auto_create(self, name: str) -> bool:
+        """Whether :meth:`topic_for_produce` would create ``name`` now (it does not exist,
+        auto-creation is on and the name is not internal); authorization asks this first."""
+        return (name not in self._topics and self.settings.auto_create_topics_enable
+                and not str(name).startswith("__"))
+
     async def topic_for_produce(self, name: str) -> TopicInfo:
         """The topic a produce (or a subscription by name) names; when it does not exist
         and ``auto.create.topics.enable`` is set, it is created first with
@@ -425,7 +431,7 @@ class Broker:
         runtime = self._topics.get(name)
         if runtime is not None:
             return runtime.info
-        if not self.settings.auto_create_topics_enable or str(name).startswith("__"):
+        if not self.would_auto_create(name):
             raise UnknownTopicOrPartition.topic(name)
         validate_topic_name(name)
         try:

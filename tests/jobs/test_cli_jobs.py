@@ -27,13 +27,29 @@ def test_help_after_the_name_shows_the_jobs_options():
 
 def test_run_passes_unknown_options_to_the_job_in_order(monkeypatch):
     seen = {}
-    monkeypatch.setattr(jobs_cli, "run_with_progress", lambda name, master, argv, console: seen.update(argv=argv) or 0)
+    monkeypatch.setattr(jobs_cli, "run_with_progress",
+                        lambda name, master, argv, console, env: seen.update(argv=argv, env=env) or 0)
     result = CliRunner().invoke(cli, ["jobs", "run", "retention", "--data", "D", "--master", "local[1]",
                                       "--topic", "t", "--conf", "spark.x=1"])
     assert result.exit_code == 0, result.output
     argv = seen["argv"]
     assert argv[argv.index("--master") + 1] == "local[1]" and "spark.x=1" in argv
     assert argv[-5].endswith("jobs/retention.py") and argv[-4:] == ["--data", "D", "--topic", "t"]
+    assert "LAKETAIL_COMMAND_CONFIG" not in seen["env"]
+
+
+def test_run_gives_the_job_the_command_config(monkeypatch, tmp_path):
+    """``laketail --command-config FILE jobs run``: the job reads the same file (its own
+    ``--command-config`` default is ``$LAKETAIL_COMMAND_CONFIG``)."""
+    seen = {}
+    monkeypatch.setattr(jobs_cli, "run_with_progress",
+                        lambda name, master, argv, console, env: seen.update(env=env) or 0)
+    props = tmp_path / "client.properties"
+    props.write_text("security.protocol=SASL_PLAINTEXT\n")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["--command-config", "client.properties", "jobs", "run", "lag", "--servers", "S"])
+    assert result.exit_code == 0, result.output
+    assert seen["env"]["LAKETAIL_COMMAND_CONFIG"] == str(props)
 
 
 def test_unknown_job_is_a_usage_error():

@@ -52,6 +52,17 @@ def test_jobs_run_with_spark_submit_over_the_brokers_data_and_gateway(tmp_path):
     assert argv[-4:] == ["--data", str(tmp_path), "--servers", "http://127.0.0.1:9999"]
 
 
+def test_the_jobs_call_as_a_peer_without_the_brokers_client_credentials(tmp_path, monkeypatch):
+    """A shell that ran ``laketail`` commands may hold client credentials; the broker's
+    jobs must not send them to its inter-broker listener: they show the cluster secret."""
+    monkeypatch.setenv("LAKETAIL_SASL_USERNAME", "someone")
+    monkeypatch.setenv("LAKETAIL_COMMAND_CONFIG", str(tmp_path / "client.properties"))
+    settings = load_settings(None, env={"LAKETAIL_INTER_BROKER_SECRET": "s3cret"}, data=str(tmp_path))
+    env = MaintenanceScheduler(settings).job_env()
+    assert "LAKETAIL_SASL_USERNAME" not in env and "LAKETAIL_COMMAND_CONFIG" not in env
+    assert env["LAKETAIL_INTER_BROKER_SECRET"] == "s3cret" and env["PYSPARK_PYTHON"]
+
+
 def test_closing_stops_a_running_job(tmp_path):
     pid_file = tmp_path / "pid"
     scheduler = MaintenanceScheduler(load_settings(None, env={}, data=str(tmp_path)))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pkgutil
 from typing import Any
 
-from laketail.spark import register_topics, stop_following
+from laketail.spark import jvm, register_topics, stop_following
 from tests.spark.support import produce, wait_tiered, wait_until
 
 
@@ -29,11 +29,13 @@ def test_views_registered_once_see_every_later_commit(spark: Any, broker: Any, m
     wait_until(lambda: _count(spark, f"{topic}_all") == 6, f"view {topic}_all to follow too", timeout_s=30)
     rows = spark.sql(f"SELECT partition, count(*) AS n FROM `{topic}` GROUP BY partition ORDER BY partition")
     assert [(r.partition, r.n) for r in rows.collect()] == [(0, 3), (1, 3)]
-    # A follower that is stopped leaves the views where they are.
+    # With laketail's jar a stopped follower changes nothing for records outside
+    # transactions (each query reads the Delta log); without it the views stay where
+    # the follower left them until registered again.
     stop_following(spark)
     produce(broker.url, topic, 0, [b"g"])
     wait_tiered(broker.url, topic)
-    assert _count(spark, topic) == 6
+    assert _count(spark, topic) == (7 if jvm.jar() is not None else 6)
     register_topics(spark, broker.url, [topic])  # registering again: current at once
     assert _count(spark, topic) == 7
 

@@ -4,7 +4,9 @@
 with ``conf/spark-defaults.conf`` and ``conf/log4j2.properties``
 (:mod:`laketail.maintenance.spark_submit`), on ``--master`` (default ``local[2]``),
 with extra ``--conf key=value`` settings. Every option ``run`` does not know goes to
-the job (``--data``, ``--servers``, ``--topic``, ...)::
+the job (``--data``, ``--servers``, ``--topic``, ``--command-config``, ...); the client
+credentials of ``laketail --command-config FILE`` and ``LAKETAIL_SASL_*`` /
+``LAKETAIL_SSL_*`` reach the job too::
 
     laketail jobs run compaction --data ./laketail-data --topic orders
     laketail jobs run retention --data ./laketail-data --vacuum-after-ms 0
@@ -18,6 +20,7 @@ the job fails. The exit code is the job's. ``list`` names the jobs.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -27,7 +30,7 @@ import time
 import click
 from rich.console import Console
 
-from laketail.cli.options import CommandError, parse_pairs
+from laketail.cli.options import COMMAND_CONFIG_ENV, CommandError, command_config_path, parse_pairs
 from laketail.jobs.common import REPORT_PREFIX
 from laketail.maintenance.spark_submit import DEFAULT_MASTER, JOBS, job_env, job_script, spark_submit_argv
 
@@ -75,7 +78,11 @@ def run(ctx: click.Context, name: str | None, master: str, confs: tuple[str, ...
             _print_job_help(name)
         return
     argv = spark_submit_argv(name, job_args, master=master, conf=parse_pairs(confs, "--conf"))
-    code = run_with_progress(name, master, argv, Console(stderr=True))
+    env = job_env()  # LAKETAIL_SASL_* and the other client variables pass through to the job
+    path = command_config_path()
+    if path:  # laketail --command-config FILE jobs run ...: the job reads the same file
+        env[COMMAND_CONFIG_ENV] = os.path.abspath(path)
+    code = run_with_progress(name, master, argv, Console(stderr=True), env)
     if code != 0:
         raise CommandError(f"job {name} failed (exit code {code})")
 
@@ -90,10 +97,12 @@ def _print_job_help(name: str) -> None:
         pass
 
 
-def run_with_progress(name: str, master: str, argv: list[str], console: Console) -> int:
+def run_with_progress(name: str, master: str, argv: list[str], console: Console,
+                      env: dict[str, str] | None = None) -> int:
     """Run spark-submit, echoing the job's report lines under a spinner; its exit code."""
     with tempfile.TemporaryFile("w+") as log, subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True, env=job_env()
+        argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True,
+        env=env if env is not None else job_env(),
     ) as proc:
         started = time.monotonic()
         reports = 0

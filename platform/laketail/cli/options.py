@@ -70,7 +70,7 @@ def server_option(func: F) -> F:
 
 #: Where ``laketail --command-config FILE <command>`` leaves the file's path.
 _CONFIG_KEY = "laketail.command_config"
-COMMAND_CONFIG_ENV = "LAKETAIL_COMMAND_CONFIG"
+COMMAND_CONFIG_ENV = "LAKETAIL_COMMAND_CONFIG"  # laketail.client.security.COMMAND_CONFIG_ENV
 
 
 def _remember_command_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
@@ -89,18 +89,20 @@ def group_command_config_option(func: F) -> F:
     )(func)
 
 
+def command_config_path() -> str | None:
+    """The file ``laketail --command-config FILE`` named, if any."""
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get(_CONFIG_KEY) if ctx is not None else None
+
+
 def read_properties(text: str) -> dict[str, str]:
-    """A Java properties file's ``key=value`` / ``key: value`` lines (``#`` and ``!`` comments)."""
-    out = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if cut <= 0:
-            raise CommandError(f"command config: cannot read {line!r} (expected key=value)")
-        out[line[:cut].strip()] = line[cut + 1:].strip()
-    return out
+    """A Java properties file's lines (:func:`laketail.client.security.read_properties`)."""
+    from laketail.client import security
+
+    try:
+        return security.read_properties(text)
+    except ValueError as exc:
+        raise CommandError(f"command config: {exc}") from None
 
 
 def client_properties(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -108,23 +110,15 @@ def client_properties(env: dict[str, str] | None = None) -> dict[str, str]:
     then ``LAKETAIL_SECURITY_PROTOCOL``, ``LAKETAIL_SASL_MECHANISM``, ``LAKETAIL_SASL_USERNAME``,
     ``LAKETAIL_SASL_PASSWORD``, ``LAKETAIL_SSL_CA_LOCATION``, ``LAKETAIL_SSL_CERTIFICATE_LOCATION``,
     ``LAKETAIL_SSL_KEY_LOCATION`` (each key upper-cased, dots as underscores) over it."""
-    from laketail.client.security import KEYS
+    from laketail.client import security
 
-    env = dict(os.environ) if env is None else env
-    ctx = click.get_current_context(silent=True)
-    path = (ctx.meta.get(_CONFIG_KEY) if ctx is not None else None) or env.get(COMMAND_CONFIG_ENV)
-    props: dict[str, str] = {}
-    if path:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                props = read_properties(fh.read())
-        except OSError as exc:
-            raise CommandError(f"command config {path}: {exc}") from exc
-    for key in KEYS:
-        var = "LAKETAIL_" + key.upper().replace(".", "_")
-        if var in env:
-            props[key] = env[var]
-    return props
+    path = command_config_path()
+    try:
+        return security.client_properties(path, dict(os.environ) if env is None else env)
+    except OSError as exc:
+        raise CommandError(f"command config {path or os.environ.get(COMMAND_CONFIG_ENV)}: {exc}") from exc
+    except ValueError as exc:
+        raise CommandError(f"command config {exc}") from None
 
 
 def client_http_options(env: dict[str, str] | None = None) -> dict[str, Any]:

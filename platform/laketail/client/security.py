@@ -14,9 +14,9 @@
   client's certificate for mutual TLS; ``enable.ssl.certificate.verification`` (true).
 
 :func:`client_security` parses them (bad values are ``ValueError``); the same keys
-serve the Spark source and sink (``laketail.``-prefixed there) and the CLI
-(``--command-config``). :meth:`ClientSecurity.httpx_options` is what an
-``httpx.Client`` takes. Immutable; thread-safe.
+serve the Spark source and sink (``laketail.``-prefixed there), and the CLI and the
+Spark jobs (``--command-config``, ``LAKETAIL_*``: :func:`client_properties`).
+:meth:`ClientSecurity.httpx_options` is what an ``httpx.Client`` takes. Immutable; thread-safe.
 """
 
 from __future__ import annotations
@@ -140,6 +140,50 @@ def client_security(conf: Mapping[str, Any]) -> ClientSecurity:
     if sec.oauth_cb is not None and not callable(sec.oauth_cb):
         raise ValueError("oauth_cb must be callable")
     return sec
+
+
+#: The variable that names a properties file when no ``--command-config`` does.
+COMMAND_CONFIG_ENV = "LAKETAIL_COMMAND_CONFIG"
+#: ``LAKETAIL_<KEY>`` for each of :data:`KEYS` (``LAKETAIL_SASL_USERNAME``, ...).
+KEY_VARIABLES = {"LAKETAIL_" + key.upper().replace(".", "_"): key for key in KEYS}
+#: Every variable that gives a tool client credentials (the broker's own jobs drop them:
+#: they call the broker as a peer).
+CLIENT_VARIABLES = frozenset(KEY_VARIABLES) | {COMMAND_CONFIG_ENV}
+
+
+def read_properties(text: str) -> dict[str, str]:
+    """A Java properties file's ``key=value`` / ``key: value`` lines (``#`` and ``!``
+    comments); ``ValueError`` names a line that is neither."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut <= 0:
+            raise ValueError(f"cannot read {line!r} (expected key=value)")
+        out[line[:cut].strip()] = line[cut + 1:].strip()
+    return out
+
+
+def client_properties(path: str | None, env: Mapping[str, str]) -> dict[str, str]:
+    """The client properties of a tool (the CLI, the Spark jobs): the file at ``path``
+    (Kafka tools' ``--command-config``; else ``$LAKETAIL_COMMAND_CONFIG``), then each of
+    :data:`KEYS` from ``LAKETAIL_<KEY>`` (upper-cased, dots as underscores:
+    ``LAKETAIL_SASL_USERNAME``) over it. ``OSError`` for an unreadable file,
+    ``ValueError`` for a malformed one."""
+    path = path or env.get(COMMAND_CONFIG_ENV)
+    props: dict[str, str] = {}
+    if path:
+        with open(path, encoding="utf-8") as fh:
+            try:
+                props = read_properties(fh.read())
+            except ValueError as exc:
+                raise ValueError(f"{path}: {exc}") from None
+    for var, key in KEY_VARIABLES.items():
+        if var in env:
+            props[key] = env[var]
+    return props
 
 
 def _opt(conf: Mapping[str, Any], key: str) -> str | None:

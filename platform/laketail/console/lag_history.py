@@ -12,6 +12,7 @@ error. Blocking (delta-rs and pyarrow IO): call it from a worker thread.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Collection
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -51,8 +52,10 @@ def points_of(rows: pa.Table, max_points: int) -> list[LagPoint]:
     ]
 
 
-def lag_history(root: str, group_id: str, *, topic: str | None = None, max_points: int = 500) -> list[LagPoint]:
-    """The group's lag per measurement (optionally of one topic only)."""
+def lag_history(root: str, group_id: str, *, topic: str | None = None, topics: Collection[str] | None = None,
+                max_points: int = 500) -> list[LagPoint]:
+    """The group's lag per measurement (optionally of one topic only; ``topics``: only
+    rows of these, the ones the caller may Describe)."""
     try:
         table = DeltaTable(lag_table_uri(root))
     except TableNotFoundError:
@@ -60,6 +63,8 @@ def lag_history(root: str, group_id: str, *, topic: str | None = None, max_point
     condition = ds.field("group_id") == group_id
     if topic is not None:
         condition = condition & (ds.field("topic") == topic)
+    if topics is not None:
+        condition = condition & ds.field("topic").isin(sorted(topics))
     rows = table.to_pyarrow_dataset().to_table(
         columns=["time", "partition", "lag", "time_lag_ms"], filter=condition
     )

@@ -38,6 +38,7 @@ from typing import Callable, Sequence
 
 from laketail.config import BrokerSettings
 from laketail.maintenance.spark_submit import DEFAULT_MASTER, job_env, spark_submit_argv
+from laketail.parent_death import die_with_parent_preexec
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,14 @@ class MaintenanceScheduler:
         self.polls = 0  # supervisor looks while a child ran
         self.child: asyncio.subprocess.Process | None = None
 
+    def job_env(self) -> dict[str, str]:
+        """The jobs' environment: they call this broker as a peer (:attr:`peer_env`), never
+        with client credentials the broker's own environment may hold."""
+        from laketail.client.security import CLIENT_VARIABLES
+
+        env = {k: v for k, v in job_env().items() if k not in CLIENT_VARIABLES}
+        return {**env, **self.peer_env}
+
     def argv(self, job: str) -> list[str]:
         return spark_submit_argv(job, ["--data", self.data, "--servers", self.server], master=self.master)
 
@@ -103,8 +112,9 @@ class MaintenanceScheduler:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            env=job_env(),
-            start_new_session=True,
+            env=self.job_env(),  # it calls this broker as a peer, as the batch jobs do
+            start_new_session=True,  # its own process group: stopped as a whole
+            preexec_fn=die_with_parent_preexec(),  # killed with the broker, even by kill -9
         )
         self.child = proc
         self.starts += 1
@@ -147,8 +157,9 @@ class MaintenanceScheduler:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            env={**job_env(), **self.peer_env},
+            env=self.job_env(),
             start_new_session=True,
+            preexec_fn=die_with_parent_preexec(),
         )
         try:
             output, _ = await proc.communicate()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 from urllib.parse import quote
 
 import httpx
@@ -85,11 +85,19 @@ def _peer_options() -> dict:
 class Gateway:
     """The few v3 calls maintenance makes, against the first server that answers."""
 
-    def __init__(self, servers: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, servers: str, timeout_s: float = 30.0, security: Mapping[str, str] | None = None) -> None:
+        """``security``: the client properties (``security.protocol``, ``sasl.*``,
+        ``ssl.*``) of a job run by hand; the broker's own scheduler passes none and
+        the job calls as a peer (:func:`_peer_options`)."""
         self.urls = [u.strip().rstrip("/") for u in servers.split(",") if u.strip()]
         if not self.urls:
             raise LaketailError("laketail.servers is empty")
-        self.http = httpx.Client(timeout=timeout_s, **_peer_options())
+        options = _peer_options()
+        if security:
+            from laketail.client.security import client_security
+
+            options.update(client_security(security).httpx_options())
+        self.http = httpx.Client(timeout=timeout_s, **options)
         self._cluster: str | None = None
 
     def close(self) -> None:
@@ -132,12 +140,13 @@ class Gateway:
 
 
 def maintained_topics(
-    root: str, servers: str | None, names: Sequence[str] | None = None, settings_path: str | None = None
+    root: str, servers: str | None, names: Sequence[str] | None = None, settings_path: str | None = None,
+    security: Mapping[str, str] | None = None,
 ) -> list[MaintainedTopic]:
-    """From the gateway when one is given (the broker's effective configs), else from
-    the catalog under ``root``."""
+    """From the gateway when one is given (the broker's effective configs; ``security``:
+    the client properties to call it with), else from the catalog under ``root``."""
     if servers:
-        gateway = Gateway(servers)
+        gateway = Gateway(servers, security=security)
         try:
             return gateway.topics(names)
         finally:

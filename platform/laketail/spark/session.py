@@ -3,7 +3,8 @@
 Role: one place that knows what a laketail Spark session needs: Python workers on
 this interpreter (executors import ``laketail``), UTC session time (timestamps are UTC
 in the tables), few shuffle partitions (topics are read per partition, not shuffled),
-no UI, quiet logs, and the ``laketail`` data source registered.
+no UI, quiet logs, the ``laketail`` data source registered, and laketail's jar in
+``spark.jars`` when it was built (``format("laketail_table")``, :mod:`laketail.spark.jvm`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+
+from laketail.spark import jvm
 
 DEFAULTS = {
     "spark.ui.enabled": "false",
@@ -53,7 +56,11 @@ def local_session(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name).master(master)
     quiet = {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{quiet_logging()}"}
-    for key, value in {**DEFAULTS, **quiet, **(conf or {})}.items():
+    settings = {**DEFAULTS, **quiet, **(conf or {})}
+    built = jvm.jar()
+    if built is not None:
+        settings["spark.jars"] = ",".join(j for j in (settings.get("spark.jars"), str(built)) if j)
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -4,30 +4,48 @@ Parquet reader.
 ``register_topics(spark, servers)`` creates, for every topic,
 
 * ``<topic>_all`` -- every row of the table, control rows included, in the record
-  schema (docs/architecture.md §4.2): the file list comes from the Delta log, the schema is
-  explicit and ``partition`` comes from the files' paths, so Spark prunes on it;
+  schema (docs/architecture.md §4.2), ``partition`` from the files' paths so Spark
+  prunes on it;
 * ``<topic>`` -- committed data only: no control rows, no records of aborted
   transactions, nothing at or after a transaction whose end is not in the table yet
   (nor past the partition's last stable offset when an open transaction starts in
-  the table). Files with no control rows, no transactional rows and nothing past
-  such a bound are scanned as they are; only the others are filtered: aborted records
-  go by their ranges ``(partition, producer_id, after < offset < before)``, computed
-  on the driver from the transactional rows only (:mod:`laketail.spark.isolation`),
-  as a filter expression or, when there are many, a broadcast anti-join. A table
-  without transactions costs what a plain Parquet scan of its files costs.
+  the table). Aborted records go by their ranges ``(partition, producer_id, after <
+  offset < before)``, computed on the driver from the transactional rows only
+  (:mod:`laketail.spark.isolation`), as a filter expression or, when there are many, a
+  broadcast anti-join. A table without transactions costs what a plain Parquet scan
+  of its files costs.
 
-Views are live: a view over Spark's Parquet reader names a file list, which Spark
-fixes when the view is made, so ``register_topics`` leaves a :class:`ViewFollower`
-behind -- one daemon thread per session that checks every ``interval_s`` (default
-0.2 s) whether a topic's Delta table moved to a new version (or its last stable offset
-moved) and then replaces the topic's two views with ones over the new snapshot. A
-query therefore sees the latest committed snapshot as of at most ``interval_s`` ago, at
-a plain Parquet scan's speed; register once, query all day. ``follow=False`` keeps
-the old one-shot snapshot; :func:`stop_following` ends a session's follower. Records
-not tiered yet (the last ``table.flush.interval.ms``) are not in these views;
-``format("laketail")`` -- also from SQL alone, ``CREATE TEMPORARY VIEW t USING laketail
-OPTIONS (...)``, planned afresh by Spark at every query -- reads those too. Names with
-characters SQL needs quoted (``-``, ``.``) are used as given: write ``SELECT * FROM
+How fresh, with laketail's jar (:mod:`laketail.spark.jvm`, built by ``make install``
+when a JDK is there; the usual case):
+
+* ``<topic>_all`` is ``format("laketail_table")``, whose file index replays the Delta
+  log while Spark plans each query: **strict**, every query sees the table's latest
+  committed version.
+* ``<topic>`` is the union of (a) that same relation ``WHERE control IS NULL AND NOT
+  transactional`` -- **strict** for records outside transactions; files whose Delta
+  statistics prove they hold nothing else are scanned without the filter -- and (b) the
+  committed transactional records of the snapshot the session's :class:`ViewFollower`
+  last pinned (files holding transactional or control rows, read by Spark's Parquet
+  reader over that file list, aborted ranges cut out). Records of transactions and each
+  partition's bound (the table's last stable offset: with an open transaction, part (a)
+  also stops there) are **bounded by the follower**: a transaction committed in the
+  table shows, and a bound moves, within about ``interval_s`` (0.2 s) of the commit.
+  Aborted or undecided records never show in either part. A topic without
+  transactions therefore has a strictly fresh committed view with no follower at all.
+  Compaction (or OPTIMIZE) merging files of both kinds neither duplicates nor drops a
+  row: (a) keeps only rows outside transactions of the new files, (b) only
+  transactional rows of the files it pinned (still on disk until VACUUM, whose
+  retention must outlast the follower's interval, as for any reader).
+
+Without the jar (no JDK at install, a Spark Connect session): both views are plain
+Parquet scans of file lists, which Spark fixes when a view is made, so the follower
+makes both again whenever the table moves to a new version -- a query sees the latest
+snapshot as of at most ``interval_s`` ago. ``follow=False`` leaves no follower (the
+pinned parts stay where they are); :func:`stop_following` ends a session's follower.
+Records not tiered yet (the last ``table.flush.interval.ms``) are in none of these
+views; ``format("laketail")`` -- also from SQL alone, ``CREATE TEMPORARY VIEW t USING
+laketail OPTIONS (...)``, planned afresh by Spark at every query -- reads those too. Names
+with characters SQL needs quoted (``-``, ``.``) are used as given: write ``SELECT * FROM
 `my-topic```.
 """
 
@@ -38,6 +56,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,6 +65,7 @@ from pyspark.sql import functions as F
 
 from laketail.errors import UnknownTopicOrPartition
 from laketail.records import RECORD_SCHEMA
+from laketail.spark import jvm
 from laketail.spark.columns import TABLE_COLUMNS
 from laketail.spark.gateway import SparkGateway, TopicTable, parse_servers
 from laketail.spark.isolation import TXN_COLUMNS, TransactionRanges, transaction_ranges
@@ -130,6 +150,17 @@ def table_frame(spark: SparkSession, snapshot: TableSnapshot) -> DataFrame:
     return scan(spark, snapshot.uri, [f.path for p in sorted(snapshot.files) for f in snapshot.files[p]])
 
 
+def _bounds(snapshot: TableSnapshot, ranges: dict[int, TransactionRanges], table: TopicTable | None) -> dict[int, int]:
+    """Per partition with an undecided transaction: the offset at which its committed data
+    stops (the table's stable offset, or the gateway's LSO when that is lower)."""
+    bounds: dict[int, int] = {p: r.stable_offset for p, r in ranges.items() if r.stable_offset is not None}
+    if table is not None:
+        for p, offsets in table.partitions.items():
+            if offsets.last_stable_offset < snapshot.tiered_offset(p):
+                bounds[p] = min(bounds.get(p, offsets.last_stable_offset), offsets.last_stable_offset)
+    return bounds
+
+
 def committed_frame(spark: SparkSession, snapshot: TableSnapshot, table: TopicTable | None = None) -> DataFrame:
     """The table's committed data: what read_committed may see.
 
@@ -137,11 +168,7 @@ def committed_frame(spark: SparkSession, snapshot: TableSnapshot, table: TopicTa
     bound are scanned as they are; only the others are filtered, so a topic without
     transactions costs what a plain Parquet scan costs."""
     ranges = partition_ranges(snapshot)
-    bounds: dict[int, int] = {p: r.stable_offset for p, r in ranges.items() if r.stable_offset is not None}
-    if table is not None:
-        for p, offsets in table.partitions.items():
-            if offsets.last_stable_offset < snapshot.tiered_offset(p):
-                bounds[p] = min(bounds.get(p, offsets.last_stable_offset), offsets.last_stable_offset)
+    bounds = _bounds(snapshot, ranges, table)
     clean: list[str] = []
     mixed: list[str] = []
     for partition in sorted(snapshot.files):
@@ -155,6 +182,58 @@ def committed_frame(spark: SparkSession, snapshot: TableSnapshot, table: TopicTa
     return filtered if not clean else scan(spark, snapshot.uri, clean).unionAll(filtered)
 
 
+@dataclass(frozen=True)
+class PinnedTransactions:
+    """What a live committed view takes from one snapshot: the files holding
+    transactional or control rows, the aborted ranges in them and each partition's
+    bound. ``key`` says whether a later snapshot changes the view."""
+
+    snapshot: TableSnapshot
+    files: tuple[str, ...]
+    ranges: dict[int, TransactionRanges]
+    bounds: dict[int, int]
+
+    @classmethod
+    def of(cls, snapshot: TableSnapshot, table: TopicTable | None = None) -> "PinnedTransactions":
+        files = tuple(
+            f.path for p in sorted(snapshot.files) for f in snapshot.files[p] if _TXN_ROWS.rows(f) is not None
+        )
+        ranges = partition_ranges(snapshot) if files else {}
+        return cls(snapshot, files, ranges, _bounds(snapshot, ranges, table))
+
+    @property
+    def key(self) -> tuple:
+        return (self.snapshot.uri, self.files, tuple(sorted(self.bounds.items())))
+
+
+def live_frame(spark: SparkSession, uri: str) -> DataFrame:
+    """Every row of the table at ``uri`` as of each query (``format("laketail_table")``)."""
+    return jvm.topic_table(spark, uri).select(*RECORD_SCHEMA.names)
+
+
+def live_committed_frame(spark: SparkSession, uri: str, pinned: PinnedTransactions) -> DataFrame:
+    """Committed data: the non-transactional records of the table's latest version at
+    each query (below each partition's bound from ``pinned``), and the committed
+    transactional records of ``pinned``'s snapshot. Files whose statistics prove they
+    hold only records outside transactions (all of a topic without transactions) are
+    scanned with no row filter, so such a view costs a plain Parquet scan."""
+    proven = jvm.topic_table(spark, uri, rows="plain").select(*RECORD_SCHEMA.names)
+    marked = jvm.topic_table(spark, uri, rows="marked").select(*RECORD_SCHEMA.names)
+    plain = proven.unionAll(marked.where(F.col("control").isNull() & ~F.col("transactional")))
+    plain = _below_bounds(plain, pinned.bounds)
+    if not pinned.files:
+        return plain
+    transactional = scan(spark, uri, list(pinned.files)).where(F.col("transactional"))
+    return plain.unionAll(_without_uncommitted(spark, transactional, pinned.ranges, pinned.bounds))
+
+
+def _below_bounds(frame: DataFrame, bounds: dict[int, int]) -> DataFrame:
+    if not bounds:
+        return frame
+    beyond = [(F.col("partition") == p) & (F.col("offset") >= b) for p, b in sorted(bounds.items())]
+    return frame.where(~functools.reduce(Column.__or__, beyond))
+
+
 #: Up to this many aborted ranges become a filter expression; more, a broadcast anti-join.
 _RANGES_AS_FILTER = 64
 
@@ -162,10 +241,7 @@ _RANGES_AS_FILTER = 64
 def _without_uncommitted(
     spark: SparkSession, frame: DataFrame, ranges: dict[int, TransactionRanges], bounds: dict[int, int]
 ) -> DataFrame:
-    frame = frame.where(F.col("control").isNull())
-    if bounds:
-        beyond = [(F.col("partition") == p) & (F.col("offset") >= b) for p, b in sorted(bounds.items())]
-        frame = frame.where(~functools.reduce(Column.__or__, beyond))
+    frame = _below_bounds(frame.where(F.col("control").isNull()), bounds)
     by_id = {p: sorted(r.aborted_producers) for p, r in sorted(ranges.items()) if r.aborted_producers}
     aborted = [
         (p, pid, after, before)
@@ -220,7 +296,7 @@ def register_topics(
     wanted = None if topics is None else list(topics)
     if not follow:
         with SparkGateway(urls, security=sec) as gateway:
-            views = _TopicViews(spark, gateway, SnapshotCache())
+            views = _TopicViews(spark, gateway, SnapshotCache(), jvm.attach(spark))
             return {t: t for t in views.refresh(wanted if wanted is not None else gateway.topics())}
     with _FOLLOWERS_LOCK:
         follower = _FOLLOWERS.get(id(spark))
@@ -251,13 +327,18 @@ _log = logging.getLogger("laketail.spark.sql")
 
 class _TopicViews:
     """Makes a session's views of topics over given snapshots; remembers what each
-    view shows (table version and the offsets that bound it) so that an unchanged
-    topic costs one Delta log check and one offsets request, and no Spark call."""
+    view shows so that an unchanged topic costs one Delta log check and one offsets
+    request, and no Spark call.
 
-    def __init__(self, spark: SparkSession, gateway: SparkGateway, cache: SnapshotCache) -> None:
+    ``live``: the JVM relation is loadable (:func:`laketail.spark.jvm.attach`), so
+    ``<topic>_all`` is made once over it and ``<topic>`` again only when its pinned
+    transactional part changes; otherwise both are made again at every new version."""
+
+    def __init__(self, spark: SparkSession, gateway: SparkGateway, cache: SnapshotCache, live: bool) -> None:
         self.spark = spark
         self.gateway = gateway
         self.cache = cache
+        self.live = live
         self.shown: dict[str, tuple] = {}
 
     def refresh(self, topics: Iterable[str]) -> list[str]:
@@ -266,17 +347,32 @@ class _TopicViews:
         for topic in topics:
             table = self.gateway.table(topic)
             snapshot = self.cache.latest(table.uri, max(table.partitions, default=-1) + 1)
-            bounds = tuple(sorted(
-                (p, o.last_stable_offset) for p, o in table.partitions.items()
-                if o.last_stable_offset < snapshot.tiered_offset(p)
-            ))
-            key = (table.uri, snapshot.version, bounds)
-            if self.shown.get(topic) != key:
-                table_frame(self.spark, snapshot).createOrReplaceTempView(view_name(f"{topic}_all"))
-                committed_frame(self.spark, snapshot, table).createOrReplaceTempView(view_name(topic))
-                self.shown[topic] = key
+            if self.live:
+                self._refresh_live(topic, table, snapshot)
+            else:
+                self._refresh_pinned(topic, table, snapshot)
             out.append(topic)
         return out
+
+    def _refresh_live(self, topic: str, table: TopicTable, snapshot: TableSnapshot) -> None:
+        pinned = PinnedTransactions.of(snapshot, table)
+        shown = self.shown.get(topic)
+        if shown is None or shown[0] != table.uri:
+            live_frame(self.spark, table.uri).createOrReplaceTempView(view_name(f"{topic}_all"))
+        if shown != pinned.key:
+            live_committed_frame(self.spark, table.uri, pinned).createOrReplaceTempView(view_name(topic))
+            self.shown[topic] = pinned.key
+
+    def _refresh_pinned(self, topic: str, table: TopicTable, snapshot: TableSnapshot) -> None:
+        bounds = tuple(sorted(
+            (p, o.last_stable_offset) for p, o in table.partitions.items()
+            if o.last_stable_offset < snapshot.tiered_offset(p)
+        ))
+        key = (table.uri, snapshot.version, bounds)
+        if self.shown.get(topic) != key:
+            table_frame(self.spark, snapshot).createOrReplaceTempView(view_name(f"{topic}_all"))
+            committed_frame(self.spark, snapshot, table).createOrReplaceTempView(view_name(topic))
+            self.shown[topic] = key
 
     def drop(self, topic: str) -> None:
         self.shown.pop(topic, None)
@@ -287,10 +383,12 @@ class _TopicViews:
 class ViewFollower:
     """Keeps one session's topic views on their tables' latest snapshots.
 
-    Role: the views' file lists are fixed by Spark when a view is made; this thread
-    makes the view again whenever the table it shows has a new version. Invariant:
-    after a pass, every followed topic's views show the version its Delta log had
-    when the pass looked. Thread-safety: :meth:`follow` (any thread) and the
+    Role: a view over Spark's Parquet reader has its file list fixed when it is made;
+    this thread makes the view again whenever what it pins moved: with the JVM relation
+    (``live``), only a committed view's transactional part (its files, aborted ranges
+    and bounds; the rest reads the log at every query); without it, both views at every
+    new table version. Invariant: after a pass, every followed topic's views pin what
+    its Delta log had when the pass looked. Thread-safety: :meth:`follow` (any thread) and the
     follower's own thread take turns on one lock; Spark's catalog is safe to call from
     both. Errors of a pass (a gateway down, a topic deleted) are logged and the next
     pass tries again; a deleted topic's views are dropped. The thread ends with
@@ -302,7 +400,8 @@ class ViewFollower:
         self.urls = urls
         self.interval_s = FOLLOW_INTERVAL_S if interval_s is None else interval_s
         self._spark = spark
-        self._views = _TopicViews(spark, SparkGateway(urls, security=security), SnapshotCache())
+        self.live = jvm.attach(spark)
+        self._views = _TopicViews(spark, SparkGateway(urls, security=security), SnapshotCache(), self.live)
         self._topics: set[str] | None = set()  # None: every topic, new ones too
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -315,6 +414,8 @@ class ViewFollower:
 
     def follow(self, topics: list[str] | None) -> list[str]:
         """Follow ``topics`` too (None: every topic); their views are current on return."""
+        if self.live:
+            jvm.attach(self._spark)  # the calling thread's class loader sees the jar
         with self._lock:
             if topics is None:
                 self._topics = None
@@ -334,6 +435,8 @@ class ViewFollower:
 
     def _run(self) -> None:
         try:
+            if self.live:
+                jvm.attach(self._spark)  # this thread's class loader, for views of new topics
             while not self._stop.wait(self.interval_s):
                 if self._spark.sparkContext._jsc is None:
                     return  # the session was stopped

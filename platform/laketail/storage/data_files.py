@@ -3,7 +3,10 @@
 ``partition=<p>/<first:020d>-<last:020d>-<tag>.parquet``: the record schema less the
 partition column (Delta keeps it in the path), row groups of ``ROW_GROUP_ROWS`` rows so
 reads prune by offset, snappy, and Delta statistics (min/max of ``offset``,
-``timestamp`` and ``leader_epoch``, null counts) in the add action. Timestamps in Delta
+``timestamp``, ``leader_epoch`` and ``transactional``, null counts) in the add action:
+a file whose ``control`` null count is its record count and whose ``transactional``
+maximum is false holds only records outside transactions, which ``format("laketail_table")``
+uses to scan such files without a row filter. Timestamps in Delta
 statistics are milliseconds: the minimum is rounded down and the maximum up.
 """
 
@@ -45,10 +48,13 @@ def write_data_file(
     ts = pc.min_max(body.column("timestamp").cast(pa.int64()))
     min_ts, max_ts = ts["min"].as_py(), ts["max"].as_py()
     epoch = pc.min_max(body.column("leader_epoch"))
+    txn = pc.min_max(body.column("transactional"))
     stats = {
         "numRecords": body.num_rows,
-        "minValues": {"offset": first, "timestamp": iso_ms(min_ts, ceil=False), "leader_epoch": epoch["min"].as_py()},
-        "maxValues": {"offset": last, "timestamp": iso_ms(max_ts, ceil=True), "leader_epoch": epoch["max"].as_py()},
+        "minValues": {"offset": first, "timestamp": iso_ms(min_ts, ceil=False), "leader_epoch": epoch["min"].as_py(),
+                      "transactional": txn["min"].as_py()},
+        "maxValues": {"offset": last, "timestamp": iso_ms(max_ts, ceil=True), "leader_epoch": epoch["max"].as_py(),
+                      "transactional": txn["max"].as_py()},
         "nullCount": {
             "offset": 0,
             "timestamp": 0,

@@ -28,6 +28,8 @@ class LogManager:
         self.log_dir = Path(log_dir)
         self.clock = clock
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        #: the same logs by topic, so that a pass over one topic does not walk every partition
+        self._by_topic: dict[str, dict[int, PartitionLog]] = {}
 
     def partition_dir(self, topic: str, partition: int) -> Path:
         return self.log_dir / f"{topic}-{partition}"
@@ -50,6 +52,7 @@ class LogManager:
             log_start_offset=log_start_offset,
         )
         self._logs[(topic, partition)] = plog
+        self._by_topic.setdefault(topic, {})[partition] = plog
         return plog
 
     def get(self, topic: str, partition: int) -> PartitionLog:
@@ -59,13 +62,19 @@ class LogManager:
         return plog
 
     def partitions(self, topic: str) -> list[PartitionLog]:
-        return [plog for (t, _), plog in sorted(self._logs.items()) if t == topic]
+        logs = self._by_topic.get(topic)
+        return [logs[p] for p in sorted(logs)] if logs else []
 
     def all(self) -> list[PartitionLog]:
         return list(self._logs.values())
 
     async def delete_partition(self, topic: str, partition: int) -> None:
         plog = self._logs.pop((topic, partition), None)
+        logs = self._by_topic.get(topic)
+        if logs is not None:
+            logs.pop(partition, None)
+            if not logs:
+                del self._by_topic[topic]
         if plog is not None:
             await plog.delete()
         else:
@@ -103,3 +112,4 @@ class LogManager:
     async def close(self) -> None:
         await asyncio.gather(*(plog.close() for plog in self._logs.values()))
         self._logs.clear()
+        self._by_topic.clear()

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -110,6 +111,18 @@ class _TopicTable:
     index: _Index | None = None
 
 
+def _catch_up(entry: _TopicTable) -> None:
+    """Load the commits other writers made since the handle's version. Every new version
+    has its JSON commit file, so when the next one is absent from a local table there is
+    nothing to load, and a stat replaces delta-rs's listing of the log: a broker checks
+    each topic's table at every tier pass, idle topics included."""
+    if "://" not in entry.uri:
+        following = f"{entry.uri}/_delta_log/{entry.table.version() + 1:020d}.json"
+        if not os.path.exists(following):
+            return
+    entry.table.update_incremental()
+
+
 def _disjoint(files: list[DataFile]) -> bool:
     """Sorted by first offset and no two offset ranges overlap (laketail's own layout)."""
     return all(a.last_offset < b.first_offset for a, b in zip(files, files[1:]))
@@ -165,7 +178,7 @@ class TableReader:
     def tiered_offset(self, topic: str, partition: int) -> int:
         entry = self._get(topic)
         with entry.lock:
-            entry.table.update_incremental()
+            _catch_up(entry)
             return entry.table.transaction_version(tier_app_id(partition)) or 0
 
     def refresh(self, topic: str) -> bool:
@@ -176,7 +189,7 @@ class TableReader:
             # Compare with the index's version, not the DeltaTable's: other calls
             # (tiered_offset, a tier commit) move the DeltaTable on without the index,
             # and a version the index skipped would go unvalidated.
-            entry.table.update_incremental()
+            _catch_up(entry)
             if entry.version != entry.table.version():
                 self._reload_locked(entry)
                 return True

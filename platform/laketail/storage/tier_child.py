@@ -43,13 +43,14 @@ import signal
 import sys
 from typing import Any
 
+from laketail.parent_death import die_with_parent
+
 log = logging.getLogger(__name__)
 
 #: the longest line either side writes (answers are small; requests list segment paths)
 LINE_LIMIT = 64 * 1024 * 1024
 #: pause before starting a child again after one died (no tight crash loop)
 RESTART_BACKOFF_S = 0.2
-PR_SET_PDEATHSIG = 1
 
 
 class TierChildDied(Exception):
@@ -179,19 +180,8 @@ class TierChild:
 # -- the child ------------------------------------------------------------------------------------
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """SIGKILL this process when the broker dies (Linux); exit now if it already has."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:  # the broker died before prctl took effect
-        sys.exit(0)
-
-
 def main(argv: list[str]) -> None:
-    _die_with_parent(int(argv[0]))
+    die_with_parent(int(argv[0]))  # PR_SET_PDEATHSIG (laketail.parent_death)
     # A Ctrl-C or SIGTERM to the broker's process group: the broker runs its last pass
     # through us and then closes our stdin; its death kills us (PR_SET_PDEATHSIG).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
