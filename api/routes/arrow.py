@@ -32,6 +32,7 @@ from laketail.api.deps import (
     ACKS_PARAM,
     ISOLATION_PARAM,
     PRODUCER_PARAMS,
+    BytesResponse,
     acks_of,
     fetch_by_offset,
     json_response,
@@ -132,11 +133,21 @@ def summarise(partitions: list[int], offsets: list[int]) -> list[dict]:
     ]
 
 
+_RECORD_SCHEMA_MESSAGE = RECORD_SCHEMA.serialize().to_pybytes()
+_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # continuation marker, zero-length metadata
+
+
 def write_ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    """``table`` as an Arrow IPC stream: the schema message, one record batch message
+    per chunk, the end-of-stream marker; the bytes pyarrow's stream writer writes (a
+    test pins them). For ``RECORD_SCHEMA`` (every fetch) the schema message is
+    serialised once per process and the stream is one join of the messages."""
+    if table.schema != RECORD_SCHEMA:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        return sink.getvalue().to_pybytes()
+    return b"".join([_RECORD_SCHEMA_MESSAGE, *[batch.serialize() for batch in table.to_batches()], _END_OF_STREAM])
 
 
 _PRODUCE_OPENAPI = {
@@ -219,9 +230,12 @@ async def fetch_arrow(request: Request) -> Response:
     body = write_ipc(table)
     nbytes = payload_bytes(table.column("value")) + payload_bytes(table.column("key"))
     state.metrics.observe_fetch("v1", topic, table.num_rows, nbytes, perf_counter() - started)
-    return Response(body, media_type=ARROW_STREAM, headers={
-        "X-Laketail-Next-Offset": str(result.next_offset),
-        "X-Laketail-High-Watermark": str(result.high_watermark),
-        "X-Laketail-Last-Stable-Offset": str(result.last_stable_offset),
-        "X-Laketail-Log-Start-Offset": str(result.log_start_offset),
-    })
+    return BytesResponse(body, _ARROW_MEDIA, [
+        (b"x-laketail-next-offset", b"%d" % result.next_offset),
+        (b"x-laketail-high-watermark", b"%d" % result.high_watermark),
+        (b"x-laketail-last-stable-offset", b"%d" % result.last_stable_offset),
+        (b"x-laketail-log-start-offset", b"%d" % result.log_start_offset),
+    ])
+
+
+_ARROW_MEDIA = ARROW_STREAM.encode()

@@ -21,8 +21,10 @@ import pyarrow.compute as pc
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from laketail.api import fetch_body
 from laketail.api.deps import (
     ISOLATION_PARAM,
+    BytesResponse,
     fetch_by_offset,
     openapi_params,
     path_param,
@@ -35,6 +37,7 @@ from laketail.api.encoding import (
     encode_json,
     response_format,
 )
+from laketail.api.fetch_body import rows_for
 from laketail.records import payload_bytes
 
 _b2a = binascii.b2a_base64
@@ -105,38 +108,6 @@ def encode_records(topic: str, table: pa.Table, embedded: EmbeddedFormat) -> tup
     ], nbytes
 
 
-_ROW = b'{"topic":%s,"key":%s,"value":%s,"partition":%d,"offset":%d,"timestamp":%d,"headers":[]}'
-
-
-def _b64_texts(values: list | None, n: int) -> list[bytes]:
-    if values is None:
-        return [b"null"] * n
-    return [b"null" if v is None else b'"' + _b2a(v, newline=False) + b'"' for v in values]
-
-
-def encode_binary_body(topic: str, table: pa.Table) -> bytes | None:
-    """The JSON body :func:`encode_records` gives in the binary embedded format, written
-    straight as bytes from one row template (no dict per record, no second pass by
-    the JSON encoder); ``None`` when a record has headers (the general path takes it)."""
-    n = table.num_rows
-    if n == 0:
-        return b"[]"
-    headers = table.column("headers")
-    if headers.null_count < n and pc.max(pc.list_value_length(headers)).as_py():
-        return None
-    offset_column = table.column("offset")
-    first, last = offset_column[0].as_py(), offset_column[-1].as_py()
-    offsets = range(first, last + 1) if last - first == n - 1 else offset_column.to_pylist()
-    partition = table.column("partition")[0].as_py()
-    topic_json = orjson.dumps(topic)
-    rows = [
-        _ROW % (topic_json, k, v, partition, o, ts)
-        for k, v, o, ts in zip(_b64_texts(_column(table, "key"), n), _b64_texts(_column(table, "value"), n),
-                               offsets, timestamps_ms(table))
-    ]
-    return b"[" + b",".join(rows) + b"]"
-
-
 _PARAMS = openapi_params(
     path_param("topic", description="topic name"),
     path_param("partition", "integer", "partition id"),
@@ -168,10 +139,14 @@ async def fetch_records(request: Request) -> Response:
     state = request.app.state
     result = await fetch_by_offset(request, topic)
     table = data_rows(result.records)
-    body = encode_binary_body(topic, table) if embedded == "binary" else None
-    if body is None:
-        rows, _ = encode_records(topic, table, embedded)
-        body = orjson.dumps(rows)
+    parts = rows_for(topic, table, embedded, cached=result.from_blocks and table is result.records)
+    if parts is None:  # records with headers
+        body = orjson.dumps(encode_records(topic, table, embedded)[0])
+    else:
+        body = fetch_body.body(parts)
     nbytes = payload_bytes(table.column("key")) + payload_bytes(table.column("value"))
     state.metrics.observe_fetch("v2", topic, table.num_rows, nbytes, perf_counter() - started)
-    return Response(body, media_type=MEDIA_TYPES[embedded])
+    return BytesResponse(body, _MEDIA[embedded])
+
+
+_MEDIA = {fmt: media.encode() for fmt, media in MEDIA_TYPES.items()}

@@ -48,6 +48,9 @@ class FetchResult:
     high_watermark: int
     log_start_offset: int
     last_stable_offset: int
+    #: ``records`` are slices of decoded blocks as read (nothing filtered out, not
+    #: forwarded): what the v2 body cache (``api/fetch_body.py``) may key on
+    from_blocks: bool = False
 
 
 class FetchPath:
@@ -109,14 +112,16 @@ class FetchPath:
         end = plog.last_stable_offset if isolation == "read_committed" else plog.high_watermark
         position = offset
         while True:
-            table = await self._read(topic, partition, plog, position, end, limit_records, limit_bytes)
-            if table.num_rows == 0:
+            read = await self._read(topic, partition, plog, position, end, limit_records, limit_bytes)
+            if read.num_rows == 0:
+                table = read
                 break
-            position = table.column("offset")[-1].as_py() + 1
-            table = self._visible(plog, table, isolation)
+            position = read.column("offset")[-1].as_py() + 1
+            table = self._visible(plog, read, isolation)
             if table.num_rows or position >= end:
                 break  # else: only markers or aborted records so far; read on
-        return FetchResult(table, position, plog.high_watermark, plog.log_start_offset, plog.last_stable_offset)
+        return FetchResult(table, position, plog.high_watermark, plog.log_start_offset, plog.last_stable_offset,
+                           from_blocks=table is read)
 
     async def _forward_fetch(
         self, topic, partition, offset, max_records, max_bytes, timeout_ms, isolation
@@ -157,7 +162,7 @@ class FetchPath:
         """Drop control rows (never returned as records) and, for read_committed, the
         records of aborted transactions."""
         transactional = table.column("transactional")
-        if not pc.any(transactional).as_py():
+        if not any(chunk.true_count for chunk in transactional.chunks):  # no compute call: most fetches
             return table
         keep = pc.is_null(table.column("control"))
         if isolation == "read_committed":

@@ -128,6 +128,12 @@ def test_table_reads_through_the_cache_equal_reads_from_disk(tmp_path, cache_on)
         # What the event loop may do itself: a warm read, never a cold one.
         warm = broker.tables.read("t", 0, 400, 1500, 50, 1 << 40, cached_only=True)
         assert warm.column("offset").to_pylist() == list(range(400, 450))
+        # ... even while a tier commit (or a follow of the table) holds the topic's lock:
+        # the index published before it is read without the lock.
+        _, lock = broker.tables.delta_table("t")
+        with lock:
+            held = broker.tables.read("t", 0, 400, 1500, 50, 1 << 40, cached_only=True)
+        assert held.column("value").to_pylist() == expected[400:450]
         cache_on.clear()
         with pytest.raises(NotCached):
             broker.tables.read("t", 0, 400, 1500, 50, 1 << 40, cached_only=True)

@@ -705,7 +705,8 @@ class PartitionLog:
         partition = self.partition if partition is None else partition
         frames = ((header, (segment, position))
                   for segment in self._segments_for(start, end)
-                  for header, position in segment.headers(segment.position_for(start), segment.size, after=start))
+                  for header, position in segment.headers(segment.position_for(start), segment.size,
+                                                          after=start, cached=True))
         batches = [self._record_batch(segment, header, position, partition, cached_only).slice(lo, rows)
                    for header, (segment, position), lo, rows in _window(frames, start, end, max_records, max_bytes)]
         return pa.Table.from_batches(batches, RECORD_SCHEMA)

@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from laketail.records import FRAME_SCHEMA
 from laketail.storage import frame
+from laketail.storage.block_cache import BLOCKS
 from laketail.storage.block_cache import new_key as new_cache_key
 from laketail.storage.frame import CorruptFrame, FrameHeader
 
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 INDEX_INTERVAL_BYTES = 4096
 _IOV_MAX = 1024
 SUFFIX = ".log"
+_HEADER_ENTRY_BYTES = 128  # a cached FrameHeader, as counted against the block cache
 
 
 def segment_path(directory: Path, base_offset: int) -> Path:
@@ -257,12 +259,13 @@ class Segment:
             position += header.size
         return None
 
-    def headers(self, position: int, limit: int, after: int = -1):
+    def headers(self, position: int, limit: int, after: int = -1, cached: bool = False):
         """Yield ``(header, position)`` of the frames from ``position`` up to byte
         ``limit`` that hold an offset above ``after`` (the others are skipped by their
-        header alone)."""
+        header alone). ``cached``: through :meth:`cached_header` (fetches)."""
+        read = self.cached_header if cached else self.read_header
         while position < limit:
-            header = self.read_header(position)
+            header = read(position)
             if header.next_offset > after:
                 yield header, position
             position += header.size
@@ -271,6 +274,18 @@ class Segment:
         """The header of the frame at ``position``."""
         with self._using() as fd:
             return frame.decode_header(os.pread(fd, frame.HEADER_SIZE, position))
+
+    def cached_header(self, position: int) -> FrameHeader:
+        """:meth:`read_header`, kept in the block cache under this file's current
+        :attr:`cache_key`: consumers fetching a frame a slice at a time read its header
+        once per fetch, a ``pread`` each (published frames never change; a truncated
+        file takes a new key)."""
+        key = (self.cache_key, position, "header")
+        header = BLOCKS.get(key)
+        if header is None:
+            header = self.read_header(position)
+            BLOCKS.put(key, header, _HEADER_ENTRY_BYTES)
+        return header
 
     def read_batch(self, header: FrameHeader, position: int) -> pa.RecordBatch:
         """The records of the frame at ``position`` (whose header is ``header``)."""

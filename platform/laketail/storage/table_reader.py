@@ -24,6 +24,10 @@ read of a damaged offset range (duplicates, rows laketail did not write) fails w
 CORRUPT_MESSAGE, a read before it stops at its start; missing offsets are only marked.
 
 Thread-safety: one lock per topic guards that topic's ``DeltaTable`` object and index.
+Each index build or addition also publishes a copy of what reads need
+(:class:`_Index`, replaced whole, never changed in place), which a read of decoded
+blocks (``cached_only``) takes without the lock: a fetch then stays on the event loop
+while the tierer commits or follows the table, reading the index as it was before.
 """
 
 from __future__ import annotations
@@ -75,6 +79,21 @@ class DataFile:
     size_bytes: int = 0
 
 
+@dataclass(frozen=True)
+class _Index:
+    """A topic's file index as reads need it, built whole and then only replaced."""
+
+    files: dict[int, list[DataFile]]
+    #: per partition, the files' last offsets (what ``bisect`` searches)
+    lasts: dict[int, list[int]]
+    overlapping: frozenset[int]
+
+    @classmethod
+    def of(cls, files: dict[int, list[DataFile]], overlapping: set[int]) -> "_Index":
+        copies = {p: list(lst) for p, lst in files.items()}
+        return cls(copies, {p: [f.last_offset for f in lst] for p, lst in copies.items()}, frozenset(overlapping))
+
+
 @dataclass
 class _TopicTable:
     uri: str
@@ -88,6 +107,8 @@ class _TopicTable:
     damage: dict[int, list[Damage]] = field(default_factory=dict)
     #: what reading a file's offsets found, per path (files never change under a path)
     facts: dict[str, OffsetFacts] = field(default_factory=dict)
+    #: ``files`` and ``overlapping`` as of the last build or addition, for lock-free reads
+    index: _Index | None = None
 
 
 def _catch_up(entry: _TopicTable) -> None:
@@ -183,19 +204,23 @@ class TableReader:
             return entry.table.transaction_version(log_start_app_id(partition)) or 0
 
     def _files(self, topic: str, partition: int, cached_only: bool = False) -> list[DataFile]:
-        if cached_only:  # never wait for the lock (a tier commit holds it) nor read the log
+        return self._index(topic, cached_only).files.get(partition, [])
+
+    def _index(self, topic: str, cached_only: bool = False) -> _Index:
+        """The topic's index as last published; ``cached_only`` never waits for the lock
+        (a tier commit may hold it) nor reads the log: NotCached when none is built."""
+        if cached_only:
             entry = self._topics.get(topic)
-            if entry is None or entry.version < 0 or not entry.lock.acquire(blocking=False):
+            index = entry.index if entry is not None else None
+            if index is None:
                 raise NotCached(topic)
-            try:
-                return entry.files.get(partition, [])
-            finally:
-                entry.lock.release()
+            return index
         entry = self._get(topic)
         with entry.lock:
-            if entry.version < 0:
+            if entry.version < 0 or entry.index is None:
                 self._reload_locked(entry)
-            return entry.files.get(partition, [])
+            assert entry.index is not None  # published by the build
+            return entry.index
 
     def _reload_locked(self, entry: _TopicTable) -> None:
         entry.table.update_incremental()
@@ -227,6 +252,7 @@ class TableReader:
         entry.files = files
         entry.overlapping = {p for p, lst in files.items() if not _disjoint(lst)}
         entry.version = entry.table.version()
+        entry.index = _Index.of(files, entry.overlapping)
         self._validate_locked(entry)
 
     def _validate_locked(self, entry: _TopicTable) -> None:
@@ -314,6 +340,7 @@ class TableReader:
                 ):
                     entry.overlapping.add(partition)
             entry.version = version
+            entry.index = _Index.of(entry.files, entry.overlapping)
 
     @staticmethod
     def _file_offsets(path: str) -> tuple[int, int] | None:
@@ -364,7 +391,7 @@ class TableReader:
             self.reload(topic)  # compaction or retention may have replaced files
             files = self._overlapping(topic, partition, start, end)
         uri = self.table_uri(topic)
-        if self._topics[topic].overlapping and partition in self._topics[topic].overlapping:
+        if partition in self._index(topic, cached_only).overlapping:
             return self._read_merged(uri, topic, partition, files, start, end, max_records, max_bytes, cached_only)
         pieces: list[pa.Table] = []
         taken = 0
@@ -407,12 +434,11 @@ class TableReader:
 
     def _overlapping(self, topic: str, partition: int, start: int, end: int,
                      cached_only: bool = False) -> list[DataFile]:
-        files = self._files(topic, partition, cached_only)
-        entry = self._topics.get(topic)
-        if entry is not None and partition in entry.overlapping:  # ranges overlap: lasts are not sorted
+        index = self._index(topic, cached_only)
+        files = index.files.get(partition, [])
+        if partition in index.overlapping:  # ranges overlap: lasts are not sorted
             return [f for f in files if f.last_offset >= start and f.first_offset < end]
-        lasts = [f.last_offset for f in files]
-        i = bisect.bisect_left(lasts, start)
+        i = bisect.bisect_left(index.lasts.get(partition, []), start)
         out = []
         for data_file in files[i:]:
             if data_file.first_offset >= end:
