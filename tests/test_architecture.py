@@ -18,10 +18,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "platform" / "laketail"
 PORT_USERS = ("coordinator", "storage", "cluster")
 FORBIDDEN = "laketail.broker"
-#: Underscored names that are other projects' public spelling: PySpark's JavaSparkContext
-#: handle. (Upper-case ones, librdkafka's ``KafkaError._TIMED_OUT`` family that the
+#: Underscored names that are other projects' public spelling: PySpark's handles on its JVM
+#: (the JavaSparkContext, the py4j gateway view and the Java SparkSession, which PySpark's
+#: own docs and every JVM-side extension use). (Upper-case ones, librdkafka's ``KafkaError._TIMED_OUT`` family that the
 #: client mirrors, are constants, not private members: allowed too.)
-PUBLIC_UNDERSCORED = {"_jsc"}
+PUBLIC_UNDERSCORED = {"_jsc", "_jvm", "_jsparkSession"}
 
 
 def _modules(*dirs: Path) -> list[Path]:
