@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _ACKS: dict[str, Acks] = {"0": "0", "1": "1", "all": "all", "-1": "all"}
+#: Query strings that hold only ``acks``, as the raw bytes: looked up, not parsed.
+_ACKS_ONLY: dict[bytes, Acks] = {b"acks=" + raw.encode(): acks for raw, acks in _ACKS.items()}
 
 # -- Kafka's integer types in request bodies (see laketail.bounds) ----------------------------
 
@@ -105,8 +107,12 @@ def openapi_params(*params: dict) -> dict:
 
 
 def acks_of(request: Request) -> Acks:
-    if b"acks" not in request.scope["query_string"]:
+    query = request.scope["query_string"]
+    if b"acks" not in query:
         return "all"  # the common case skips parsing the query string
+    acks = _ACKS_ONLY.get(query)  # the next most common: "?acks=1" and nothing else
+    if acks is not None:
+        return acks
     raw = request.query_params.get("acks")
     return "all" if raw is None else parse_acks(raw)
 

@@ -19,6 +19,7 @@ This is the hot path: raw bytes, orjson, binascii, lists into Arrow, no pydantic
 from __future__ import annotations
 
 import binascii
+import functools
 from time import perf_counter
 from typing import Any
 
@@ -241,12 +242,24 @@ async def _produce_v2(request: Request, topic: str, partition: int | None) -> Re
 
 def _dense_v2_answer(partition: int, base: int, count: int) -> bytes:
     """The v2 answer for ``count`` records at ``base``, ``base + 1``, ... of one
-    partition: the same JSON as the general case, joined from one template (about three
-    times faster than building and dumping a dict per record)."""
-    head = '{"partition":%d,"offset":' % partition
-    tail = ',"error_code":null,"error":null}'
-    offsets = (tail + "," + head).join(map(str, range(base, base + count)))
-    return ('{"key_schema_id":null,"value_schema_id":null,"offsets":[' + head + offsets + tail + "]}").encode()
+    partition: the same JSON as the general case, with the offsets filled into a bytes
+    template by one ``%`` (C-level formatting, no Python object per record but the
+    ints; two to three times faster than joining one string per record)."""
+    template = _dense_template(partition, count) if count <= _TEMPLATE_MAX_COUNT else _template(partition, count)
+    return template % tuple(range(base, base + count))
+
+
+#: Templates are cached for requests up to this many records (a 1000-record template is
+#: about 60 KB; larger requests build theirs each time).
+_TEMPLATE_MAX_COUNT = 4096
+
+
+def _template(partition: int, count: int) -> bytes:
+    row = b'{"partition":%d,"offset":%%d,"error_code":null,"error":null}' % partition
+    return b'{"key_schema_id":null,"value_schema_id":null,"offsets":[' + b",".join([row] * count) + b"]}"
+
+
+_dense_template = functools.lru_cache(maxsize=64)(_template)
 
 
 _TOPIC = path_param("topic", description="topic name")

@@ -60,16 +60,51 @@ PRODUCE_SCHEMA = pa.schema(
 )
 
 
-@dataclass(frozen=True)
 class ProduceResult:
-    """Where each record of a produce request went, in request order."""
+    """Where each record of a produce request went, in request order.
 
-    partitions: list[int]
-    offsets: list[int]
-    timestamps_ms: list[int]
-    #: ``(partition, base offset)`` when every record went to one partition, in order
-    #: (the common case, which responses can encode without a look at each record).
-    dense: tuple[int, int] | None = None
+    ``partitions``, ``offsets`` and ``timestamps_ms`` are lists with one entry per
+    record. In the common case -- every record to one partition, one timestamp for all
+    -- they are built only when asked for: the v2 answer encodes that case from
+    ``dense`` without a Python object per record.
+    """
+
+    __slots__ = ("count", "dense", "_partitions", "_offsets", "_timestamps_ms")
+
+    def __init__(
+        self,
+        partitions: list[int] | int,
+        offsets: list[int] | int,
+        timestamps_ms: list[int] | int,
+        count: int,
+    ) -> None:
+        #: records in the request
+        self.count = count
+        #: ``(partition, base offset)`` when every record went to one partition, in order
+        self.dense: tuple[int, int] | None = (
+            (partitions, offsets) if isinstance(partitions, int) and isinstance(offsets, int) else None
+        )
+        self._partitions = partitions
+        self._offsets = offsets
+        self._timestamps_ms = timestamps_ms
+
+    @property
+    def partitions(self) -> list[int]:
+        if isinstance(self._partitions, int):
+            self._partitions = [self._partitions] * self.count
+        return self._partitions
+
+    @property
+    def offsets(self) -> list[int]:
+        if isinstance(self._offsets, int):
+            self._offsets = list(range(self._offsets, self._offsets + self.count))
+        return self._offsets
+
+    @property
+    def timestamps_ms(self) -> list[int]:
+        if isinstance(self._timestamps_ms, int):
+            self._timestamps_ms = [self._timestamps_ms] * self.count
+        return self._timestamps_ms
 
 
 @dataclass(frozen=True)
@@ -78,8 +113,8 @@ class _ProducePlan:
 
     topic: str
     count: int
-    partitions: list[int]
-    timestamps_ms: list[int]
+    partitions: list[int] | int  # an int: every record to that partition
+    timestamps_ms: list[int] | int  # an int: one timestamp for every record
     appends: list[tuple]  # (partition, frame batch, request rows or None, max timestamp us)
     producer: ProducerBatch | None = None
 
@@ -193,7 +228,7 @@ class ProducePath:
         if config.message_timestamp_type == "LogAppendTime" or "timestamp" not in names:
             ts_type = LOG_APPEND_TIME if config.message_timestamp_type == "LogAppendTime" else CREATE_TIME
             ts_us = pa.repeat(pa.scalar(now_ms * 1000, TIMESTAMP_TYPE), n)
-            timestamps_ms = [now_ms] * n
+            timestamps_ms: list[int] | int = now_ms
             max_ts_us = now_ms * 1000
         else:
             ts_type = CREATE_TIME
@@ -215,7 +250,7 @@ class ProducePath:
                     base_sequence=producer.base_sequence, transactional=producer.transactional,
                 )
             appends: list[tuple] = [(partitions, frame, None, max_ts_us)]
-            return _ProducePlan(topic, n, [partitions] * n, timestamps_ms, appends, producer)
+            return _ProducePlan(topic, n, partitions, timestamps_ms, appends, producer)
         if producer is not None:
             raise InvalidRequest(
                 "an idempotent or transactional batch goes to one partition: name it, or use one key"
@@ -242,9 +277,7 @@ class ProducePath:
         if len(plan.appends) == 1:
             partition, frame, _, max_ts = plan.appends[0]
             base = await self.append(plan.topic, partition, frame, acks, max_ts, plan.producer)
-            return ProduceResult(
-                plan.partitions, list(range(base, base + plan.count)), plan.timestamps_ms, (partition, base)
-            )
+            return ProduceResult(partition, base, plan.timestamps_ms, plan.count)
         else:
             bases = await asyncio.gather(*(
                 self.append(plan.topic, partition, frame, acks, max_ts)
@@ -254,7 +287,7 @@ class ProducePath:
             for (_, _, rows, _), base in zip(plan.appends, bases):
                 for j, row in enumerate(rows):
                     offsets[row] = base + j
-        return ProduceResult(plan.partitions, offsets, plan.timestamps_ms)
+        return ProduceResult(plan.partitions, offsets, plan.timestamps_ms, plan.count)
 
     async def append(
         self,

@@ -14,7 +14,9 @@ Invariants:
   replica HW moves to LEO after each group commit (replication will move it by ISR).
 
 Thread-safety: appends are grouped on the event loop (:meth:`append` queues, one drain
-task writes) and the write itself runs in a worker thread under ``_lock``. The segment
+task writes) and the write itself runs under ``_lock``: in a worker thread when it
+fsyncs or rolls a segment, on the event loop (no thread hop) when it only copies into
+the page cache. The segment
 list is copy-on-write, so :meth:`read` (worker threads) needs no lock. Offsets are
 plain ints, published after the bytes are written.
 """
@@ -342,7 +344,9 @@ class PartitionLog:
         while self._pending:
             group, self._pending = self._pending, []
             try:
-                bases = await asyncio.to_thread(self._write_group, group)
+                bases = self._write_on_loop(group)
+                if bases is None:
+                    bases = await asyncio.to_thread(self._write_group, group)
             except Exception as exc:  # disk full, I/O error: fail this group, keep going
                 log.exception("append to %s-%d failed", self.topic, self.partition)
                 for item in group:
@@ -369,84 +373,109 @@ class PartitionLog:
             self.on_append(self)
         self._notify()
 
+    def _write_on_loop(self, group: list[_PendingAppend]) -> list[int | Exception] | None:
+        """Write ``group`` right here on the event loop when that costs no more than a
+        copy into the page cache: the flush policy asks no fsync of it, no segment is
+        due to roll and no other thread holds the lock. ``None`` otherwise: the caller
+        writes in a worker thread (an fsync, a new segment file or a wait for the lock
+        would stall every request on the loop)."""
+        now = self.clock.now_ms()
+        count = sum(item.count for item in group)
+        if self._unflushed + count >= self.config.flush_messages or now - self._last_flush_ms >= self.config.flush_ms:
+            return None
+        active = self._segments[-1]
+        incoming = sum(frame.HEADER_SIZE + len(item.payload) for item in group)
+        if active.size and (active.size + incoming > self.config.segment_bytes
+                            or now - active.created_ms >= self.config.segment_ms):
+            return None
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return self._write_group_locked(group)
+        finally:
+            self._lock.release()
+
     def _write_group(self, group: list[_PendingAppend]) -> list[int | Exception]:
         """Validate producer batches, assign offsets, write, fsync per policy. A batch a
         producer check refuses gets its error; a retried one its original offset."""
         with self._lock:
-            now = self.clock.now_ms()
-            state = self.producer_state
-            # Undo record for a failed write: the entries of this group's producers as they
-            # were, and the markers this group adds.
-            pids = {item.producer.producer_id for item in group if item.producer is not None}
-            saved = {pid: copy.deepcopy(state.producers.get(pid)) for pid in pids}
-            added_markers: list[tuple[int, int]] = []
-            results: list[int | Exception] = []
-            frames = []
-            offset = self.log_end_offset
-            for item in group:
-                meta = item.producer
-                if meta is not None and meta.producer_id >= 0:
-                    try:
-                        dup = state.check(meta.producer_id, meta.producer_epoch, meta.base_sequence,
-                                          item.count, meta.control is not None)
-                    except LaketailError as exc:  # OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH
-                        results.append(exc)
-                        continue
-                    if isinstance(dup, Duplicate):
-                        results.append(dup.base_offset)
-                        continue
-                    state.apply(meta.producer_id, meta.producer_epoch, meta.base_sequence, item.count,
-                                offset, item.max_timestamp // 1000, meta.transactional, meta.control)
-                    if meta.control is not None:
-                        added_markers.append((meta.producer_id, offset))
-                head = frame.encode_header(
-                    item.payload,
-                    base_offset=offset,
-                    record_count=item.count,
-                    max_timestamp=item.max_timestamp,
-                    leader_epoch=item.leader_epoch,
-                    attributes=item.attributes,
-                )
-                header = FrameHeader(0, len(item.payload), offset, item.count, item.max_timestamp,
-                                     item.leader_epoch, item.attributes)
-                frames.append((head, item.payload, header))
-                self._note_epoch(item.leader_epoch, offset)
-                results.append(offset)
-                offset += item.count
-            if not frames:
-                return results
-            incoming = sum(f[2].size for f in frames)
-            self._maybe_roll(now, incoming)
-            segment = self._segments[-1]
-            size_before = segment.size
-            try:
-                segment.append(frames, now)
-            except OSError:
-                for pid, entry in saved.items():
-                    if entry is None:
-                        state.producers.pop(pid, None)
-                    else:
-                        state.producers[pid] = entry
-                for pid, marker_offset in added_markers:
-                    state.forget_marker(pid, marker_offset)
+            return self._write_group_locked(group)
+
+    def _write_group_locked(self, group: list[_PendingAppend]) -> list[int | Exception]:
+        now = self.clock.now_ms()
+        state = self.producer_state
+        # Undo record for a failed write: the entries of this group's producers as they
+        # were, and the markers this group adds.
+        pids = {item.producer.producer_id for item in group if item.producer is not None}
+        saved = {pid: copy.deepcopy(state.producers.get(pid)) for pid in pids}
+        added_markers: list[tuple[int, int]] = []
+        results: list[int | Exception] = []
+        frames = []
+        offset = self.log_end_offset
+        for item in group:
+            meta = item.producer
+            if meta is not None and meta.producer_id >= 0:
                 try:
-                    segment.truncate_to(size_before)
-                except OSError:
-                    log.exception("could not cut %s back after a failed write", segment.path)
-                raise
-            self._unflushed += offset - self.log_end_offset
-            if (
-                self._unflushed >= self.config.flush_messages
-                or now - self._last_flush_ms >= self.config.flush_ms
-            ):
-                segment.flush()
-                self._unflushed = 0
-                self._last_flush_ms = now
-            self.untiered_bytes += sum(len(f[1]) for f in frames)
-            self.log_end_offset = offset
-            if self.hw_follows_leo:
-                self.high_watermark = offset
+                    dup = state.check(meta.producer_id, meta.producer_epoch, meta.base_sequence,
+                                      item.count, meta.control is not None)
+                except LaketailError as exc:  # OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH
+                    results.append(exc)
+                    continue
+                if isinstance(dup, Duplicate):
+                    results.append(dup.base_offset)
+                    continue
+                state.apply(meta.producer_id, meta.producer_epoch, meta.base_sequence, item.count,
+                            offset, item.max_timestamp // 1000, meta.transactional, meta.control)
+                if meta.control is not None:
+                    added_markers.append((meta.producer_id, offset))
+            head = frame.encode_header(
+                item.payload,
+                base_offset=offset,
+                record_count=item.count,
+                max_timestamp=item.max_timestamp,
+                leader_epoch=item.leader_epoch,
+                attributes=item.attributes,
+            )
+            header = FrameHeader(0, len(item.payload), offset, item.count, item.max_timestamp,
+                                 item.leader_epoch, item.attributes)
+            frames.append((head, item.payload, header))
+            self._note_epoch(item.leader_epoch, offset)
+            results.append(offset)
+            offset += item.count
+        if not frames:
             return results
+        incoming = sum(f[2].size for f in frames)
+        self._maybe_roll(now, incoming)
+        segment = self._segments[-1]
+        size_before = segment.size
+        try:
+            segment.append(frames, now)
+        except OSError:
+            for pid, entry in saved.items():
+                if entry is None:
+                    state.producers.pop(pid, None)
+                else:
+                    state.producers[pid] = entry
+            for pid, marker_offset in added_markers:
+                state.forget_marker(pid, marker_offset)
+            try:
+                segment.truncate_to(size_before)
+            except OSError:
+                log.exception("could not cut %s back after a failed write", segment.path)
+            raise
+        self._unflushed += offset - self.log_end_offset
+        if (
+            self._unflushed >= self.config.flush_messages
+            or now - self._last_flush_ms >= self.config.flush_ms
+        ):
+            segment.flush()
+            self._unflushed = 0
+            self._last_flush_ms = now
+        self.untiered_bytes += sum(len(f[1]) for f in frames)
+        self.log_end_offset = offset
+        if self.hw_follows_leo:
+            self.high_watermark = offset
+        return results
 
     @property
     def last_stable_offset(self) -> int:
