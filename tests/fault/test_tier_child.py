@@ -11,7 +11,14 @@ import os
 import signal
 from pathlib import Path
 
-from tests.integration.support import prom_sample, read_table, table_offsets, wait_for_table, wait_until
+from tests.integration.support import (
+    process_alive,
+    prom_sample,
+    read_table,
+    table_offsets,
+    wait_for_table,
+    wait_until,
+)
 
 
 def _children(pid: int) -> list[int]:
@@ -30,14 +37,6 @@ def _children(pid: int) -> list[int]:
         if ppid == pid and state != "Z" and b"laketail.storage.tier_child" in cmdline:
             out.append(int(entry))
     return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _tier_child(broker, not_in: set[int] = frozenset()) -> int:
@@ -88,10 +87,10 @@ def test_a_broker_killed_with_kill_9_takes_its_tier_child_along_and_starts_again
     child = _tier_child(broker)
     os.kill(broker.proc.pid, signal.SIGKILL)  # the broker alone, not its process group
     broker.proc.wait()
-    wait_until(lambda: not _alive(child), f"the tier child {child} to die with its broker")
+    wait_until(lambda: not process_alive(child), f"the tier child {child} to die with its broker")
     broker.restart()
     child = _tier_child(broker)
     _produce(broker.rest, topic, 0, 100, "after")
     assert broker.stop() is not None  # SIGTERM: a clean shutdown, its last pass through the child
-    wait_until(lambda: not _alive(child), f"the tier child {child} to exit with its broker")
+    wait_until(lambda: not process_alive(child), f"the tier child {child} to exit with its broker")
     assert table_offsets(read_table(broker.data_dir / "topics" / topic)) == {0: list(range(300))}

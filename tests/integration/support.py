@@ -41,6 +41,15 @@ def wait_until(check: Callable[[], T], what: str, timeout_s: float = 60.0, every
         time.sleep(every_s)
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (read from ``/proc``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def unb64(text: str | None) -> bytes | None:
     return None if text is None else base64.b64decode(text, validate=True)
 

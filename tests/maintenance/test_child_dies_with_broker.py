@@ -16,19 +16,11 @@ from pathlib import Path
 
 import pytest
 from conftest import BrokerProcess
-from integration.support import wait_until
+from integration.support import process_alive, wait_until
 
 pytestmark = pytest.mark.fault
 
 LAUNCHER = Path(__file__).with_name("serve_with_child.py")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _pid(path: Path) -> int | None:
@@ -62,7 +54,7 @@ def test_a_broker_killed_with_kill_9_takes_its_maintenance_child_and_its_worker_
     try:
         child = wait_until(lambda: _pid(work / "child.pid"), "the maintenance child to start")
         worker = wait_until(lambda: _pid(work / "worker.pid"), "the child's worker to start")
-        assert _alive(child) and _alive(worker)
+        assert process_alive(child) and process_alive(worker)
         assert os.getpgid(child) == child != os.getpgid(broker.proc.pid)  # a process group of its own
         # the child exec'd (its pid is written just before), as spark-submit execs java
         wait_until(lambda: Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0].endswith(b"sleep"),
@@ -70,11 +62,11 @@ def test_a_broker_killed_with_kill_9_takes_its_maintenance_child_and_its_worker_
 
         os.kill(broker.proc.pid, signal.SIGKILL)  # the broker alone: no cleanup runs
         broker.proc.wait()
-        wait_until(lambda: not _alive(child), f"the maintenance child {child} to die with its broker")
-        wait_until(lambda: not _alive(worker), f"the child's worker {worker} to end on EOF")
+        wait_until(lambda: not process_alive(child), f"the maintenance child {child} to die with its broker")
+        wait_until(lambda: not process_alive(worker), f"the child's worker {worker} to end on EOF")
     finally:
         for pid in (_pid(work / "child.pid"), _pid(work / "worker.pid")):
-            if pid is not None and _alive(pid):  # the fix is missing: leave nothing behind
+            if pid is not None and process_alive(pid):  # the fix is missing: leave nothing behind
                 os.kill(pid, signal.SIGKILL)
         broker.stop()
 
