@@ -24,7 +24,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from laketail.storage.table_reader import log_start_app_id, tier_app_id
+from laketail.storage.table_reader import catch_up, log_start_app_id, tier_app_id
 
 
 @dataclass(frozen=True, order=True)
@@ -117,7 +117,7 @@ class SnapshotCache:
         if table is None:
             table = self._tables[uri] = DeltaTable(uri)
         else:
-            table.update_incremental()
+            catch_up(table, uri)
         known = self._snapshots.get(uri)
         if known is not None and known.version == table.version() and len(known.tiered) >= partitions:
             return known

@@ -111,16 +111,17 @@ class _TopicTable:
     index: _Index | None = None
 
 
-def _catch_up(entry: _TopicTable) -> None:
-    """Load the commits other writers made since the handle's version. Every new version
-    has its JSON commit file, so when the next one is absent from a local table there is
-    nothing to load, and a stat replaces delta-rs's listing of the log: a broker checks
-    each topic's table at every tier pass, idle topics included."""
-    if "://" not in entry.uri:
-        following = f"{entry.uri}/_delta_log/{entry.table.version() + 1:020d}.json"
+def catch_up(table: DeltaTable, uri: str) -> None:
+    """Load the commits other writers made to the table at ``uri`` since ``table``'s
+    version. Every new version has its JSON commit file, so when the next one is absent
+    from a local table there is nothing to load, and a stat replaces delta-rs's listing
+    of the log: a broker checks each topic's table at every tier pass, and a session's
+    view follower every 0.2 s, idle topics included."""
+    if "://" not in uri:
+        following = f"{uri}/_delta_log/{table.version() + 1:020d}.json"
         if not os.path.exists(following):
             return
-    entry.table.update_incremental()
+    table.update_incremental()
 
 
 def _disjoint(files: list[DataFile]) -> bool:
@@ -178,7 +179,7 @@ class TableReader:
     def tiered_offset(self, topic: str, partition: int) -> int:
         entry = self._get(topic)
         with entry.lock:
-            _catch_up(entry)
+            catch_up(entry.table, entry.uri)
             return entry.table.transaction_version(tier_app_id(partition)) or 0
 
     def refresh(self, topic: str) -> bool:
@@ -189,7 +190,7 @@ class TableReader:
             # Compare with the index's version, not the DeltaTable's: other calls
             # (tiered_offset, a tier commit) move the DeltaTable on without the index,
             # and a version the index skipped would go unvalidated.
-            _catch_up(entry)
+            catch_up(entry.table, entry.uri)
             if entry.version != entry.table.version():
                 self._reload_locked(entry)
                 return True
