@@ -21,6 +21,16 @@ COPY conf conf
 RUN pip install --no-cache-dir . \
  && python -c "import laketail.api.app, laketail.broker, laketail.jobs.compaction"
 
+# The SQL views' JVM relation (docs/architecture.md §10.3): compiled here with a JDK that
+# is removed again, into the installed package, where register_topics and the Spark
+# services find it. Without it the views fall back to the follower's pinned snapshots.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jdk-headless \
+ && python -m laketail.spark.jvm build \
+ && python -c "from laketail.spark.jvm import JAR; assert JAR.is_file(), JAR" \
+ && apt-get purge -y openjdk-17-jdk-headless && apt-get autoremove -y \
+ && rm -rf /var/lib/apt/lists/*
+
 # conf/laketail.toml is read from the working directory; the jobs' spark-defaults.conf
 # and log4j2.properties from here (an installed, not editable, laketail has no conf/).
 ENV LAKETAIL_CONF_DIR=/opt/laketail/conf \
