@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 
 from laketail.spark import jvm, register_topics
@@ -78,3 +79,21 @@ def test_an_idle_topic_costs_the_follower_no_request(
     idle = gateway.requests
     _after_passes(follower, 20)
     assert gateway.requests == idle, "the follower kept asking after the transaction ended"
+
+
+def test_a_deleted_topic_is_noticed_though_its_table_stands_still(
+    spark: Any, broker: Any, make_topic: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A followed topic that pins no bound is asked about only every ``RECHECK_S``: its
+    deletion is noticed then, and its views dropped."""
+    monkeypatch.setattr(sql_module, "RECHECK_S", 0.5)
+    topic = make_topic()
+    produce(broker.url, topic, 0, [b"a"])
+    wait_tiered(broker.url, topic)
+    register_topics(spark, broker.url, [topic], interval_s=0.05)
+    assert spark.catalog.tableExists(f"`{topic}`") and spark.catalog.tableExists(f"`{topic}_all`")
+    cluster = httpx.get(f"{broker.url}/v3/clusters", timeout=30).json()["data"][0]["cluster_id"]
+    resp = httpx.delete(f"{broker.url}/v3/clusters/{cluster}/topics/{topic}", timeout=60)
+    assert resp.status_code == 204, resp.text
+    wait_until(lambda: not spark.catalog.tableExists(f"`{topic}`"), "the deleted topic's view to be dropped")
+    assert not spark.catalog.tableExists(f"`{topic}_all`")

@@ -413,7 +413,9 @@ class _TopicViews:
 
     def drop(self, topic: str) -> None:
         self.shown.pop(topic, None)
-        self.asked.pop(topic, None)
+        asked = self.asked.pop(topic, None)
+        if asked is not None:
+            self.cache.forget(asked.uri)
         self.spark.catalog.dropTempView(f"{topic}_all")
         self.spark.catalog.dropTempView(topic)
 
