@@ -31,7 +31,8 @@ when a JDK is there; the usual case):
   also stops there) are **bounded by the follower**: a transaction committed in the
   table shows, and a bound moves, within about ``interval_s`` (0.2 s) of the commit.
   Aborted or undecided records never show in either part. A topic without
-  transactions therefore has a strictly fresh committed view with no follower at all.
+  transactions therefore has a strictly fresh committed view with no follower at all,
+  and the follower asks the gateway about it only when its table moved.
   Compaction (or OPTIMIZE) merging files of both kinds neither duplicates nor drops a
   row: (a) keeps only rows outside transactions of the new files, (b) only
   transactional rows of the files it pinned (still on disk until VACUUM, whose
