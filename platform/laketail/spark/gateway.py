@@ -102,6 +102,8 @@ class SparkGateway:
             raise LaketailError("laketail.servers names no gateway")
         self.servers = servers
         self._preferred = 0
+        #: requests sent (retries included): what a caller costs the cluster
+        self.requests = 0
         options = {}
         if security:
             from laketail.client.security import client_security
@@ -126,6 +128,7 @@ class SparkGateway:
         n = len(self.servers)
         for attempt in range(ATTEMPTS * n):
             index = (self._preferred + attempt) % n
+            self.requests += 1
             try:
                 response = self._http.request(method, self.servers[index] + path, **kwargs)
             except httpx.TransportError as exc:

@@ -112,6 +112,12 @@ class SnapshotCache:
         self._tables: dict[str, DeltaTable] = {}
         self._snapshots: dict[str, TableSnapshot] = {}
 
+    def forget(self, uri: str) -> None:
+        """Drop what is known of ``uri`` (its topic was deleted: a topic made again under
+        the same name starts a new log there, which must not be read on top of the old)."""
+        self._tables.pop(uri, None)
+        self._snapshots.pop(uri, None)
+
     def latest(self, uri: str, partitions: int) -> TableSnapshot:
         table = self._tables.get(uri)
         if table is None:

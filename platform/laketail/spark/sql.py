@@ -31,7 +31,8 @@ when a JDK is there; the usual case):
   also stops there) are **bounded by the follower**: a transaction committed in the
   table shows, and a bound moves, within about ``interval_s`` (0.2 s) of the commit.
   Aborted or undecided records never show in either part. A topic without
-  transactions therefore has a strictly fresh committed view with no follower at all.
+  transactions therefore has a strictly fresh committed view with no follower at all,
+  and the follower asks the gateway about it only when its table moved.
   Compaction (or OPTIMIZE) merging files of both kinds neither duplicates nor drops a
   row: (a) keeps only rows outside transactions of the new files, (b) only
   transactional rows of the files it pinned (still on disk until VACUUM, whose
@@ -54,6 +55,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -319,16 +321,39 @@ def stop_following(spark: SparkSession) -> None:
 
 #: How often a follower looks at its tables' Delta logs and the gateway's offsets.
 FOLLOW_INTERVAL_S = 0.2
+#: How long a follower goes without asking the gateway about a topic whose table did not
+#: move and whose views pin no bound (it asks anyway then: a topic deleted, or deleted and
+#: made again, is noticed within this).
+RECHECK_S = 5.0
 
 _FOLLOWERS: dict[int, "ViewFollower"] = {}
 _FOLLOWERS_LOCK = threading.Lock()
 _log = logging.getLogger("laketail.spark.sql")
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """What the gateway last said of a topic, for the follower's quick passes.
+
+    ``bounded``: the views pin a bound (the gateway's last stable offset below the
+    table's tiered offset, or a transaction the table does not end). Without one, only a
+    new table version can change the views: the LSO never goes back and the tiered
+    offsets are the version's, so the LSO stays at or past them; committed transactions
+    already in the table are its files, which change only with the version. So an
+    unbounded topic is asked again only when its table moved (or ``RECHECK_S`` passed)."""
+
+    uri: str
+    partitions: int
+    version: int
+    bounded: bool
+    at: float  # time.monotonic() of the answer
+
+
 class _TopicViews:
     """Makes a session's views of topics over given snapshots; remembers what each
-    view shows so that an unchanged topic costs one Delta log check and one offsets
-    request, and no Spark call.
+    view shows, and what the gateway last said of each topic, so that in a follower's
+    pass an unchanged topic costs one Delta log check (a stat), no Spark call and, unless
+    its views pin a bound (an undecided transaction), no request.
 
     ``live``: the JVM relation is loadable (:func:`laketail.spark.jvm.attach`), so
     ``<topic>_all`` is made once over it and ``<topic>`` again only when its pinned
@@ -340,21 +365,32 @@ class _TopicViews:
         self.cache = cache
         self.live = live
         self.shown: dict[str, tuple] = {}
+        self.asked: dict[str, _Asked] = {}
 
-    def refresh(self, topics: Iterable[str]) -> list[str]:
-        """Bring the views of ``topics`` up to date; the topics that have views."""
+    def refresh(self, topics: Iterable[str], *, quick: bool = False) -> list[str]:
+        """Bring the views of ``topics`` up to date; the topics that have views.
+        ``quick`` (the follower's passes): a topic whose views pin no bound and whose
+        table did not move since the gateway was last asked costs one stat of its Delta
+        log and no request (see :class:`_Asked`)."""
         out = []
         for topic in topics:
-            table = self.gateway.table(topic)
-            snapshot = self.cache.latest(table.uri, max(table.partitions, default=-1) + 1)
-            if self.live:
-                self._refresh_live(topic, table, snapshot)
-            else:
-                self._refresh_pinned(topic, table, snapshot)
+            if not (quick and self._unmoved(topic)):
+                table = self.gateway.table(topic)
+                snapshot = self.cache.latest(table.uri, max(table.partitions, default=-1) + 1)
+                bounded = (self._refresh_live if self.live else self._refresh_pinned)(topic, table, snapshot)
+                self.asked[topic] = _Asked(table.uri, len(table.partitions), snapshot.version, bounded,
+                                           time.monotonic())
             out.append(topic)
         return out
 
-    def _refresh_live(self, topic: str, table: TopicTable, snapshot: TableSnapshot) -> None:
+    def _unmoved(self, topic: str) -> bool:
+        asked = self.asked.get(topic)
+        if asked is None or asked.bounded or time.monotonic() - asked.at > RECHECK_S:
+            return False
+        return self.cache.latest(asked.uri, asked.partitions).version == asked.version
+
+    def _refresh_live(self, topic: str, table: TopicTable, snapshot: TableSnapshot) -> bool:
+        """Whether the committed view has a bound (an undecided transaction)."""
         pinned = PinnedTransactions.of(snapshot, table)
         shown = self.shown.get(topic)
         if shown is None or shown[0] != table.uri:
@@ -362,8 +398,9 @@ class _TopicViews:
         if shown != pinned.key:
             live_committed_frame(self.spark, table.uri, pinned).createOrReplaceTempView(view_name(topic))
             self.shown[topic] = pinned.key
+        return bool(pinned.bounds)
 
-    def _refresh_pinned(self, topic: str, table: TopicTable, snapshot: TableSnapshot) -> None:
+    def _refresh_pinned(self, topic: str, table: TopicTable, snapshot: TableSnapshot) -> bool:
         bounds = tuple(sorted(
             (p, o.last_stable_offset) for p, o in table.partitions.items()
             if o.last_stable_offset < snapshot.tiered_offset(p)
@@ -373,9 +410,13 @@ class _TopicViews:
             table_frame(self.spark, snapshot).createOrReplaceTempView(view_name(f"{topic}_all"))
             committed_frame(self.spark, snapshot, table).createOrReplaceTempView(view_name(topic))
             self.shown[topic] = key
+        return bool(bounds)
 
     def drop(self, topic: str) -> None:
         self.shown.pop(topic, None)
+        asked = self.asked.pop(topic, None)
+        if asked is not None:
+            self.cache.forget(asked.uri)
         self.spark.catalog.dropTempView(f"{topic}_all")
         self.spark.catalog.dropTempView(topic)
 
@@ -391,7 +432,10 @@ class ViewFollower:
     its Delta log had when the pass looked. Thread-safety: :meth:`follow` (any thread) and the
     follower's own thread take turns on one lock; Spark's catalog is safe to call from
     both. Errors of a pass (a gateway down, a topic deleted) are logged and the next
-    pass tries again; a deleted topic's views are dropped. The thread ends with
+    pass tries again; a deleted topic's views are dropped (noticed when the gateway is
+    next asked: at once when following every topic, else within ``RECHECK_S`` for a
+    topic that pins no bound). A pass asks the gateway about a topic only when its table
+    moved or its views pin a bound (:class:`_Asked`). The thread ends with
     :meth:`stop` or when the session's SparkContext stops.
     """
 
@@ -403,6 +447,7 @@ class ViewFollower:
         self.live = jvm.attach(spark)
         self._views = _TopicViews(spark, SparkGateway(urls, security=security), SnapshotCache(), self.live)
         self._topics: set[str] | None = set()  # None: every topic, new ones too
+        self.passes = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="laketail-view-follower", daemon=True)
@@ -453,9 +498,10 @@ class ViewFollower:
             topics = self._views.gateway.topics() if self._topics is None else sorted(self._topics)
             for gone in set(self._views.shown) - set(topics):
                 self._views.drop(gone)
+            self.passes += 1
             for topic in topics:
                 try:
-                    self._views.refresh([topic])
+                    self._views.refresh([topic], quick=True)
                 except UnknownTopicOrPartition:
                     if topic in self._views.shown:
                         self._views.drop(topic)
