@@ -22,7 +22,7 @@ import httpx
 import orjson
 import pyarrow as pa
 
-from laketail.errors import LaketailError, from_body
+from laketail.errors import LaketailError, LeaderNotAvailable, NotLeaderOrFollower, from_body
 from laketail.records import IsolationLevel
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
@@ -143,7 +143,16 @@ class SparkGateway:
                 body = response.json()
             except ValueError:
                 body = {"message": response.text[:300]}
-            raise from_body(response.status_code, body if isinstance(body, dict) else {})
+            error = from_body(response.status_code, body if isinstance(body, dict) else {})
+            # A partition whose leadership is being set up (a topic auto-created by this
+            # very request's metadata call, a leader moving): Kafka's producer retries
+            # these after a backoff, and a produce is safe to repeat (its sequence
+            # number makes a second copy a duplicate the broker drops).
+            if isinstance(error, (NotLeaderOrFollower, LeaderNotAvailable)) and attempt < ATTEMPTS * n - 1:
+                last = error
+                time.sleep(0.2 * (attempt // n + 1))
+                continue
+            raise error
         raise GatewayUnavailable(f"no gateway of {', '.join(self.servers)} answers {method} {path}: {last!r}")
 
     def get_json(self, path: str, **params: Any) -> Any:
