@@ -95,16 +95,6 @@ def command_config_path() -> str | None:
     return ctx.meta.get(_CONFIG_KEY) if ctx is not None else None
 
 
-def read_properties(text: str) -> dict[str, str]:
-    """A Java properties file's lines (:func:`laketail.client.security.read_properties`)."""
-    from laketail.client import security
-
-    try:
-        return security.read_properties(text)
-    except ValueError as exc:
-        raise CommandError(f"command config: {exc}") from None
-
-
 def client_properties(env: dict[str, str] | None = None) -> dict[str, str]:
     """The CLI's client properties: ``--command-config`` (or ``$LAKETAIL_COMMAND_CONFIG``),
     then ``LAKETAIL_SECURITY_PROTOCOL``, ``LAKETAIL_SASL_MECHANISM``, ``LAKETAIL_SASL_USERNAME``,
