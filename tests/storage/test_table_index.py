@@ -1,13 +1,15 @@
 """The table tier's file index (``table_reader._Index``): a file the tierer adds gives the
 index a fresh build of the same files would give, and the index a reader already holds
-(without the topic's lock) does not change under it."""
+(without the topic's lock) does not change under it; the files a read (or Spark's
+planning) takes for a range are those holding its offsets, in any layout."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from laketail.storage.table_reader import DataFile, _Index
+from laketail.spark.snapshot import TableFile, TableSnapshot
+from laketail.storage.table_reader import DataFile, _Index, disjoint
 
 _FILE = st.builds(lambda first, length: DataFile(first, first + length, f"f-{first}-{length}.parquet"),
                   st.integers(0, 200), st.integers(0, 30))
@@ -32,3 +34,16 @@ def test_an_overlapping_addition_sends_its_partition_to_the_merging_read():
     assert index.overlapping == {0}
     assert [f.path for f in index.between(0, 12, 16)] == ["b", "c"]
     assert [f.path for f in index.between(1, 0, 100)] == ["c"]
+
+
+@given(st.lists(_FILE, max_size=8), st.integers(0, 240), st.integers(0, 60))
+def test_the_files_of_a_range_are_those_holding_its_offsets(files, start, length):
+    files = sorted(files)
+    end = start + length
+    holding = [f for f in files if f.first_offset < end and f.last_offset >= start]
+    assert _Index.of({0: files}).between(0, start, end) == holding
+    spark_files = tuple(TableFile(f.first_offset, f.last_offset, f.path) for f in files)
+    snapshot = TableSnapshot("u", 0, {0: spark_files}, {}, {})
+    assert [(f.first_offset, f.last_offset) for f in snapshot.overlapping(0, start, end)] == [
+        (f.first_offset, f.last_offset) for f in holding]
+    assert (0 in _Index.of({0: files}).overlapping) == (not disjoint(files))

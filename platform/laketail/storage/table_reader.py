@@ -39,7 +39,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -66,6 +66,37 @@ def tier_app_id(partition: int) -> str:
 
 def log_start_app_id(partition: int) -> str:
     return f"laketail.logstart.{partition}"
+
+
+class _Ranged(Protocol):
+    @property
+    def first_offset(self) -> int: ...
+
+    @property
+    def last_offset(self) -> int: ...
+
+
+_File = TypeVar("_File", bound=_Ranged)
+
+
+def disjoint(files: Sequence[_Ranged]) -> bool:
+    """Sorted by first offset and no two offset ranges overlap (laketail's own layout)."""
+    return all(a.last_offset < b.first_offset for a, b in zip(files, files[1:]))
+
+
+def files_between(files: Sequence[_File], start: int, end: int, lasts: Sequence[int] | None) -> list[_File]:
+    """Those of ``files`` (sorted by first offset) holding offsets of ``[start, end)``, in
+    order. ``lasts``: the files' last offsets when they are :func:`disjoint` (sorted too,
+    so searched); None when ranges overlap (an outside writer's layout: every file is
+    looked at). The broker's table reads and Spark's planning both find files so."""
+    if lasts is None:
+        return [f for f in files if f.last_offset >= start and f.first_offset < end]
+    out = []
+    for data_file in files[bisect.bisect_left(lasts, start):]:
+        if data_file.first_offset >= end:
+            break
+        out.append(data_file)
+    return out
 
 
 @dataclass(frozen=True, order=True)
@@ -95,7 +126,7 @@ class _Index:
     def of(cls, files: dict[int, list[DataFile]]) -> "_Index":
         """The index of ``files`` (each list sorted), which it then owns."""
         return cls(files, {p: [f.last_offset for f in lst] for p, lst in files.items()},
-                   frozenset(p for p, lst in files.items() if not _disjoint(lst)))
+                   frozenset(p for p, lst in files.items() if not disjoint(lst)))
 
     def adding(self, added: dict[int, DataFile]) -> "_Index":
         """This index with one more file in some partitions (the others' lists shared)."""
@@ -115,16 +146,8 @@ class _Index:
 
     def between(self, partition: int, start: int, end: int) -> list[DataFile]:
         """The partition's files that hold offsets of ``[start, end)``, in order."""
-        files = self.files.get(partition, [])
-        if partition in self.overlapping:  # ranges overlap: lasts are not sorted
-            return [f for f in files if f.last_offset >= start and f.first_offset < end]
-        i = bisect.bisect_left(self.lasts.get(partition, []), start)
-        out = []
-        for data_file in files[i:]:
-            if data_file.first_offset >= end:
-                break
-            out.append(data_file)
-        return out
+        lasts = None if partition in self.overlapping else self.lasts.get(partition, [])
+        return files_between(self.files.get(partition, []), start, end, lasts)
 
 
 _EMPTY_INDEX = _Index({}, {}, frozenset())
@@ -156,11 +179,6 @@ def catch_up(table: DeltaTable, uri: str) -> None:
         if not os.path.exists(following):
             return
     table.update_incremental()
-
-
-def _disjoint(files: list[DataFile]) -> bool:
-    """Sorted by first offset and no two offset ranges overlap (laketail's own layout)."""
-    return all(a.last_offset < b.first_offset for a, b in zip(files, files[1:]))
 
 
 class TableReader:
