@@ -192,6 +192,13 @@ def test_command_config_is_read_as_a_java_properties_file():
                                      "sasl.password": "p=w:d"}
 
 
+def test_the_cli_and_the_jobs_read_one_command_config_variable():
+    from laketail.cli import options
+    from laketail.client import security
+
+    assert options.COMMAND_CONFIG_ENV == security.COMMAND_CONFIG_ENV
+
+
 def test_a_malformed_command_config_is_one_error_line_naming_the_file(tmp_path):
     from click.testing import CliRunner
 
