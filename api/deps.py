@@ -193,8 +193,9 @@ def refuse_producer(request: Request) -> None:
         )
 
 
-def isolation_of(request: Request, params: Mapping[str, str] | None = None) -> IsolationLevel:
-    raw = (request.query_params if params is None else params).get("isolation_level", "read_committed")
+def isolation_of(params: Mapping[str, str]) -> IsolationLevel:
+    """The ``isolation_level`` of parsed query parameters (:func:`query_of`)."""
+    raw = params.get("isolation_level", "read_committed")
     if raw not in ("read_committed", "read_uncommitted"):
         raise InvalidRequest(f"isolation_level must be read_committed or read_uncommitted, got {raw!r}")
     return raw  # type: ignore[return-value]
@@ -211,7 +212,7 @@ async def fetch_by_offset(request: Request, topic: str) -> "FetchResult":
         max_records=int_param(params, "max_records", minimum=1),
         max_bytes=int_param(params, "max_bytes", minimum=1),
         timeout_ms=int_param(params, "timeout", 0, minimum=0),  # type: ignore[arg-type]
-        isolation=isolation_of(request, params),
+        isolation=isolation_of(params),
     )
 
 

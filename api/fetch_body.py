@@ -110,12 +110,6 @@ def _cached_rows(topic_json: bytes, batch: pa.RecordBatch) -> list:
     return [rows]
 
 
-def encode_binary_body(topic: str, table: pa.Table) -> bytes | None:
-    """The whole v2 body in the binary format (``None`` when a record has headers)."""
-    parts = binary_rows(topic, table)
-    return None if parts is None else body(parts)
-
-
 def json_rows(topic: str, table: pa.Table) -> list | None:
     """The rows in the json embedded format (each stored key and value parsed and
     written back by orjson: NOT_ACCEPTABLE when one is not JSON), a row at a time;

@@ -158,6 +158,17 @@ def test_fetch_needs_an_offset(client, topic):
                  400, 40002, "INVALID_REQUEST")
 
 
+def test_fetch_isolation_level_is_one_of_two(client, topic):
+    """Read from the query as the fetch routes split it (with and without escapes)."""
+    for query in ("offset=0&isolation_level=read_uncommited", "offset=0&isolation_level=read%5Fcommitted%20"):
+        resp = client.get(f"/topics/{topic}/partitions/0/records?{query}", headers={"Accept": BINARY_V2})
+        assert_error(resp, 400, 40002, "INVALID_REQUEST")
+    for level in ("read_committed", "read_uncommitted"):
+        resp = client.get(f"/topics/{topic}/partitions/0/records", params={"offset": 0, "isolation_level": level},
+                          headers={"Accept": BINARY_V2})
+        assert resp.status_code == 200, resp.text
+
+
 def test_fetch_timestamps_are_milliseconds(client, topic):
     resp = client.post(f"/v3/clusters/{client.get('/v3/clusters').json()['data'][0]['cluster_id']}"
                        f"/topics/{topic}/partitions/0/records",

@@ -10,7 +10,7 @@ from starlette.requests import Request
 
 from laketail.api import fetch_body
 from laketail.api.deps import query_of
-from laketail.api.fetch_body import MIN_RUN, binary_rows, encode_binary_body, json_rows
+from laketail.api.fetch_body import MIN_RUN, binary_rows, json_rows
 from laketail.api.routes.arrow import write_ipc
 from laketail.api.routes.fetch import encode_records
 from laketail.errors import NotAcceptable
@@ -37,6 +37,12 @@ def _table(rows, base_offset=0, partition=0, frames=1, skip=0):
 
 def _general(topic, table, embedded="binary"):
     return orjson.dumps(encode_records(topic, table, embedded)[0])
+
+
+def encode_binary_body(topic, table):
+    """The whole v2 body in the binary format (``None`` when a record has headers)."""
+    parts = binary_rows(topic, table)
+    return None if parts is None else fetch_body.body(parts)
 
 
 def test_golden_bytes():

@@ -228,12 +228,25 @@ def _rows(table: Path) -> list[dict]:
     return DeltaTable(str(table)).to_pyarrow_table().to_pylist()
 
 
+def _lagging_group(secured, group: str, topic: str, produced: int, committed: int) -> None:
+    """``group`` committed ``committed`` of ``produced`` records of a new ``topic``, and
+    lagbot may Describe both (what the lag job asks)."""
+    secured.create_topic(topic)
+    secured.produce(topic, 0, produced)
+    secured.commit(group, topic, 0, committed)
+    secured.grant("lagbot", "DESCRIBE", "GROUP", group)
+    secured.grant("lagbot", "DESCRIBE", "TOPIC", topic)
+
+
+def _lagbot_properties(path: Path, comment: str = "") -> Path:
+    """A client properties file with lagbot's SCRAM credentials."""
+    path.write_text(f"{comment}security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                    f"sasl.username=lagbot\nsasl.password={PASSWORD}\n")
+    return path
+
+
 def test_the_lag_job_takes_client_credentials_and_without_them_writes_nothing(secured, tmp_path):
-    secured.create_topic("job-topic")
-    secured.produce("job-topic", 0, 7)
-    secured.commit("job-g", "job-topic", 0, 2)
-    secured.grant("lagbot", "DESCRIBE", "GROUP", "job-g")
-    secured.grant("lagbot", "DESCRIBE", "TOPIC", "job-topic")
+    _lagging_group(secured, "job-g", "job-topic", 7, 2)
     table = tmp_path / "consumer_lag"
     job = [sys.executable, "-m", "laketail.jobs.lag", "--servers", secured.url, "--table", str(table),
            "--group", "job-g"]
@@ -257,9 +270,7 @@ def test_the_lag_job_takes_client_credentials_and_without_them_writes_nothing(se
     assert refused_conf.returncode == 1 and "sasl.mechanism" in refused_conf.stderr, refused_conf.stderr
     assert not table.exists()
 
-    good = tmp_path / "lagbot.properties"
-    good.write_text("# Kafka client properties\nsecurity.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
-                    f"sasl.username=lagbot\nsasl.password={PASSWORD}\n")
+    good = _lagbot_properties(tmp_path / "lagbot.properties", "# Kafka client properties\n")
     done = run(job + ["--command-config", str(good)])
     assert done.returncode == 0, done.stderr
     assert [(r["group_id"], r["topic"], r["partition"], r["current_offset"], r["lag"]) for r in _rows(table)] == [
@@ -280,9 +291,7 @@ def test_the_maintenance_jobs_servers_take_client_credentials_too(secured, tmp_p
     argv = ["--servers", secured.url, "--data", str(secured.broker.data_dir), "--topic", "ret-topic", "--dry-run"]
     assert retention.main(argv) == 1
     assert "SASL_AUTHENTICATION_FAILED" in capsys.readouterr().err
-    props = tmp_path / "lagbot.properties"
-    props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
-                     f"sasl.username=lagbot\nsasl.password={PASSWORD}\n")
+    props = _lagbot_properties(tmp_path / "lagbot.properties")
     # authenticated now: the topic listing hides what lagbot may not Describe ...
     assert retention.main(argv + ["--command-config", str(props)]) == 1
     assert "UNKNOWN_TOPIC_OR_PARTITION" in capsys.readouterr().err
@@ -297,14 +306,8 @@ def test_the_maintenance_jobs_servers_take_client_credentials_too(secured, tmp_p
 def test_laketail_jobs_run_passes_the_command_config_to_the_job(secured, tmp_path):
     """``laketail --command-config FILE jobs run lag``: spark-submit runs the job, which
     reads the same file (without it the job fails: the first test)."""
-    secured.create_topic("run-topic")
-    secured.produce("run-topic", 0, 4)
-    secured.commit("run-g", "run-topic", 0, 1)
-    secured.grant("lagbot", "DESCRIBE", "GROUP", "run-g")
-    secured.grant("lagbot", "DESCRIBE", "TOPIC", "run-topic")
-    good = tmp_path / "lagbot.properties"
-    good.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
-                    f"sasl.username=lagbot\nsasl.password={PASSWORD}\n")
+    _lagging_group(secured, "run-g", "run-topic", 4, 1)
+    good = _lagbot_properties(tmp_path / "lagbot.properties")
     table = tmp_path / "consumer_lag"
     argv = [sys.executable, "-m", "laketail.cli", "--command-config", str(good), "jobs", "run", "lag",
             "--master", "local[1]", "--servers", secured.url, "--table", str(table), "--group", "run-g"]

@@ -9,10 +9,9 @@ import hmac
 
 import pytest
 
-from laketail.cli.options import read_properties
 from laketail.client.config import producer_config
 from laketail.client.errors import KafkaException
-from laketail.client.security import client_security
+from laketail.client.security import client_security, read_properties
 from laketail.config import BrokerSettings, load_settings
 from laketail.errors import InvalidConfig
 from laketail.security.listeners import exposure_problems, listener_plan
@@ -191,6 +190,25 @@ def test_command_config_is_read_as_a_java_properties_file():
            "sasl.password = p=w:d\n"
     assert read_properties(text) == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
                                      "sasl.password": "p=w:d"}
+
+
+def test_the_cli_and_the_jobs_read_one_command_config_variable():
+    from laketail.cli import options
+    from laketail.client import security
+
+    assert options.COMMAND_CONFIG_ENV == security.COMMAND_CONFIG_ENV
+
+
+def test_a_malformed_command_config_is_one_error_line_naming_the_file(tmp_path):
+    from click.testing import CliRunner
+
+    from laketail.cli import cli
+
+    bad = tmp_path / "client.properties"
+    bad.write_text("security.protocol=SASL_PLAINTEXT\nnot a property line\n")
+    result = CliRunner().invoke(cli, ["--command-config", str(bad), "topics", "list", "--server", "http://127.0.0.1:1"])
+    assert result.exit_code == 1
+    assert f"command config {bad}: cannot read 'not a property line' (expected key=value)" in result.output
 
 
 def test_devcerts_makes_a_ca_and_a_server_certificate_once(tmp_path):

@@ -88,6 +88,17 @@ class Txn:
         assert resp.status_code == 200, resp.text
 
 
+def aborted_then_committed(url: str, topic: str) -> None:
+    """Two transactions on partition 0 of ``topic``: one aborted (``gone-1``, ``gone-2``),
+    then one committed (``kept``); each ends with its marker."""
+    aborted = Txn(url, f"{topic}-a")
+    aborted.produce(topic, 0, [b"gone-1", b"gone-2"])
+    aborted.end(commit=False)
+    committed = Txn(url, f"{topic}-c")
+    committed.produce(topic, 0, [b"kept"])
+    committed.end(commit=True)
+
+
 def table_info(url: str, topic: str) -> dict:
     resp = httpx.get(f"{url}/v1/topics/{topic}/table", timeout=60)
     assert resp.status_code == 200, resp.text

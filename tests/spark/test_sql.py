@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from laketail.cli import cli
 from laketail.spark import register_topics
 from laketail.spark import sql as sql_module
-from tests.spark.support import Txn, produce, read, wait_tiered
+from tests.spark.support import Txn, aborted_then_committed, produce, read, wait_tiered
 
 
 @pytest.fixture
@@ -21,12 +21,7 @@ def mixed_topic(broker: Any, make_topic: Any) -> str:
     plain records and, last, a transaction still open. All tiered."""
     topic = make_topic(partitions=2)
     produce(broker.url, topic, 0, [b"p0-a", b"p0-b"])
-    aborted = Txn(broker.url, f"{topic}-a")
-    aborted.produce(topic, 0, [b"gone-1", b"gone-2"])
-    aborted.end(commit=False)
-    committed = Txn(broker.url, f"{topic}-c")
-    committed.produce(topic, 0, [b"kept"])
-    committed.end(commit=True)
+    aborted_then_committed(broker.url, topic)
     retried = Txn(broker.url, f"{topic}-r")
     retried.produce(topic, 0, [b"gone-3"])
     retried.end(commit=False)

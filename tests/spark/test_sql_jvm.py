@@ -22,7 +22,7 @@ from laketail.jobs import compaction
 from laketail.spark import jvm, register_topics, stop_following
 from laketail.spark import sql as sql_module
 from tests.jobs.support import run_job
-from tests.spark.support import Txn, produce, table_info, wait_tiered, wait_until
+from tests.spark.support import aborted_then_committed, produce, table_info, wait_tiered, wait_until
 
 pytestmark = pytest.mark.skipif(jvm.jar() is None, reason="the laketail jar is not built (no javac)")
 
@@ -74,12 +74,7 @@ def test_transactions_aborted_never_visible_committed_after_the_follower(
 ) -> None:
     topic = make_topic()
     register_topics(spark, broker.url, [topic])  # the follower pins the transactional part
-    aborted = Txn(broker.url, f"{topic}-a")
-    aborted.produce(topic, 0, [b"gone-1", b"gone-2"])
-    aborted.end(commit=False)
-    committed = Txn(broker.url, f"{topic}-c")
-    committed.produce(topic, 0, [b"kept"])
-    committed.end(commit=True)
+    aborted_then_committed(broker.url, topic)
     wait_tiered(broker.url, topic)
     # _all is strict: every row, markers included, at the first query after tiering.
     assert _count(spark, f"{topic}_all") == 2 + 1 + 1 + 1

@@ -70,7 +70,9 @@ def server_option(func: F) -> F:
 
 #: Where ``laketail --command-config FILE <command>`` leaves the file's path.
 _CONFIG_KEY = "laketail.command_config"
-COMMAND_CONFIG_ENV = "LAKETAIL_COMMAND_CONFIG"  # laketail.client.security.COMMAND_CONFIG_ENV
+#: laketail.client.security.COMMAND_CONFIG_ENV, copied (a test holds them equal): importing
+#: ``laketail.client`` takes about 0.3 s, which every ``laketail`` command would pay.
+COMMAND_CONFIG_ENV = "LAKETAIL_COMMAND_CONFIG"
 
 
 def _remember_command_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
@@ -93,16 +95,6 @@ def command_config_path() -> str | None:
     """The file ``laketail --command-config FILE`` named, if any."""
     ctx = click.get_current_context(silent=True)
     return ctx.meta.get(_CONFIG_KEY) if ctx is not None else None
-
-
-def read_properties(text: str) -> dict[str, str]:
-    """A Java properties file's lines (:func:`laketail.client.security.read_properties`)."""
-    from laketail.client import security
-
-    try:
-        return security.read_properties(text)
-    except ValueError as exc:
-        raise CommandError(f"command config: {exc}") from None
 
 
 def client_properties(env: dict[str, str] | None = None) -> dict[str, str]:

@@ -17,14 +17,13 @@ Thread-safety: :class:`SnapshotCache` is used by one planning thread at a time.
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from laketail.storage.table_reader import catch_up, log_start_app_id, tier_app_id
+from laketail.storage.table_reader import catch_up, disjoint, files_between, log_start_app_id, tier_app_id
 
 
 @dataclass(frozen=True, order=True)
@@ -55,26 +54,13 @@ class TableSnapshot:
         offset. Files an outside writer left overlapping are all found (their last
         offsets are not sorted, so no binary search then)."""
         files = self.files.get(partition, ())
-        if not disjoint(files):
-            return [f for f in files if f.last_offset >= start and f.first_offset < end]
-        i = bisect.bisect_left([f.last_offset for f in files], start)
-        out = []
-        for data_file in files[i:]:
-            if data_file.first_offset >= end:
-                break
-            out.append(data_file)
-        return out
+        return files_between(files, start, end, [f.last_offset for f in files] if disjoint(files) else None)
 
     def tiered_offset(self, partition: int) -> int:
         return self.tiered.get(partition, 0)
 
     def log_start_offset(self, partition: int) -> int:
         return self.log_start.get(partition, 0)
-
-
-def disjoint(files) -> bool:
-    """Sorted by first offset and no two offset ranges overlap (laketail's own layout)."""
-    return all(a.last_offset < b.first_offset for a, b in zip(files, files[1:]))
 
 
 def read_snapshot(table: DeltaTable, uri: str, partitions: int) -> TableSnapshot:

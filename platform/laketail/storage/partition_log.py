@@ -380,13 +380,9 @@ class PartitionLog:
         writes in a worker thread (an fsync, a new segment file or a wait for the lock
         would stall every request on the loop)."""
         now = self.clock.now_ms()
-        count = sum(item.count for item in group)
-        if self._unflushed + count >= self.config.flush_messages or now - self._last_flush_ms >= self.config.flush_ms:
+        if self._flush_due(now, self._unflushed + sum(item.count for item in group)):
             return None
-        active = self._segments[-1]
-        incoming = sum(frame.HEADER_SIZE + len(item.payload) for item in group)
-        if active.size and (active.size + incoming > self.config.segment_bytes
-                            or now - active.created_ms >= self.config.segment_ms):
+        if self._roll_due(now, sum(frame.HEADER_SIZE + len(item.payload) for item in group)):
             return None
         if not self._lock.acquire(blocking=False):
             return None
@@ -464,10 +460,7 @@ class PartitionLog:
                 log.exception("could not cut %s back after a failed write", segment.path)
             raise
         self._unflushed += offset - self.log_end_offset
-        if (
-            self._unflushed >= self.config.flush_messages
-            or now - self._last_flush_ms >= self.config.flush_ms
-        ):
+        if self._flush_due(now, self._unflushed):
             segment.flush()
             self._unflushed = 0
             self._last_flush_ms = now
@@ -483,14 +476,22 @@ class PartitionLog:
         unstable = self.producer_state.first_unstable_offset()
         return self.high_watermark if unstable is None else min(unstable, self.high_watermark)
 
-    def _maybe_roll(self, now: int, incoming: int) -> None:
+    def _flush_due(self, now: int, unflushed: int) -> bool:
+        """Whether the flush policy asks an fsync once ``unflushed`` records are
+        written (``flush.messages``, ``flush.ms``): the write decides by it, and
+        :meth:`_write_on_loop` beforehand, so the event loop never fsyncs."""
+        return unflushed >= self.config.flush_messages or now - self._last_flush_ms >= self.config.flush_ms
+
+    def _roll_due(self, now: int, incoming: int) -> bool:
+        """Whether ``incoming`` more bytes start a new segment (``segment.bytes``,
+        ``segment.ms``; an empty segment is never rolled)."""
         active = self._segments[-1]
-        if active.size == 0:
-            return
-        too_big = active.size + incoming > self.config.segment_bytes
-        too_old = now - active.created_ms >= self.config.segment_ms
-        if too_big or too_old:
-            active.flush()
+        return bool(active.size) and (active.size + incoming > self.config.segment_bytes
+                                      or now - active.created_ms >= self.config.segment_ms)
+
+    def _maybe_roll(self, now: int, incoming: int) -> None:
+        if self._roll_due(now, incoming):
+            self._segments[-1].flush()
             fresh = Segment.create(self.directory, self.log_end_offset, now)
             self._segments = self._segments + [fresh]
 
@@ -653,7 +654,7 @@ class PartitionLog:
                         batch.column("control")[0].as_py(),
                     )
             self._unflushed += expected - self.log_end_offset
-            if self._unflushed >= self.config.flush_messages or now - self._last_flush_ms >= self.config.flush_ms:
+            if self._flush_due(now, self._unflushed):
                 segment.flush()
                 self._unflushed = 0
                 self._last_flush_ms = now

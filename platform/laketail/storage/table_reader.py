@@ -14,7 +14,7 @@ fetches (see ``block_cache``).
 
 Any file layout reads correctly (outside writers: see ``table_check``). laketail's own
 files are sorted and their offset ranges never overlap: that is the fast path, told
-apart once per index build (``_TopicTable.overlapping``). A row group whose rows are
+apart once per index build (``_Index.overlapping``). A row group whose rows are
 out of offset order (an outside ``OPTIMIZE`` writes them so) is sorted once when it is
 decoded; a file whose row groups are out of order is sorted per read; a partition whose
 files overlap is read from every overlapping file, merged and sorted, and a read that
@@ -23,11 +23,11 @@ build also validates the table (:func:`laketail.storage.table_check.find_damage`
 read of a damaged offset range (duplicates, rows laketail did not write) fails with
 CORRUPT_MESSAGE, a read before it stops at its start; missing offsets are only marked.
 
-Thread-safety: one lock per topic guards that topic's ``DeltaTable`` object and index.
-Each index build or addition also publishes a copy of what reads need
-(:class:`_Index`, replaced whole, never changed in place), which a read of decoded
-blocks (``cached_only``) takes without the lock: a fetch then stays on the event loop
-while the tierer commits or follows the table, reading the index as it was before.
+Thread-safety: one lock per topic guards that topic's ``DeltaTable`` object and index
+builds. The index itself (:class:`_Index`) is never changed in place: a build or an
+addition publishes a new one, which a read of decoded blocks (``cached_only``) takes
+without the lock: a fetch then stays on the event loop while the tierer commits or
+follows the table, reading the index as it was before.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -68,6 +68,37 @@ def log_start_app_id(partition: int) -> str:
     return f"laketail.logstart.{partition}"
 
 
+class _Ranged(Protocol):
+    @property
+    def first_offset(self) -> int: ...
+
+    @property
+    def last_offset(self) -> int: ...
+
+
+_File = TypeVar("_File", bound=_Ranged)
+
+
+def disjoint(files: Sequence[_Ranged]) -> bool:
+    """Sorted by first offset and no two offset ranges overlap (laketail's own layout)."""
+    return all(a.last_offset < b.first_offset for a, b in zip(files, files[1:]))
+
+
+def files_between(files: Sequence[_File], start: int, end: int, lasts: Sequence[int] | None) -> list[_File]:
+    """Those of ``files`` (sorted by first offset) holding offsets of ``[start, end)``, in
+    order. ``lasts``: the files' last offsets when they are :func:`disjoint` (sorted too,
+    so searched); None when ranges overlap (an outside writer's layout: every file is
+    looked at). The broker's table reads and Spark's planning both find files so."""
+    if lasts is None:
+        return [f for f in files if f.last_offset >= start and f.first_offset < end]
+    out = []
+    for data_file in files[bisect.bisect_left(lasts, start):]:
+        if data_file.first_offset >= end:
+            break
+        out.append(data_file)
+    return out
+
+
 @dataclass(frozen=True, order=True)
 class DataFile:
     first_offset: int
@@ -81,33 +112,59 @@ class DataFile:
 
 @dataclass(frozen=True)
 class _Index:
-    """A topic's file index as reads need it, built whole and then only replaced."""
+    """A topic's file index, built whole and then only replaced (never changed in
+    place, lists included: readers hold it without the lock)."""
 
+    #: per partition, its data files sorted by first offset
     files: dict[int, list[DataFile]]
     #: per partition, the files' last offsets (what ``bisect`` searches)
     lasts: dict[int, list[int]]
+    #: partitions whose files are NOT sorted and disjoint (the slow, merging read path)
     overlapping: frozenset[int]
 
     @classmethod
-    def of(cls, files: dict[int, list[DataFile]], overlapping: set[int]) -> "_Index":
-        copies = {p: list(lst) for p, lst in files.items()}
-        return cls(copies, {p: [f.last_offset for f in lst] for p, lst in copies.items()}, frozenset(overlapping))
+    def of(cls, files: dict[int, list[DataFile]]) -> "_Index":
+        """The index of ``files`` (each list sorted), which it then owns."""
+        return cls(files, {p: [f.last_offset for f in lst] for p, lst in files.items()},
+                   frozenset(p for p, lst in files.items() if not disjoint(lst)))
+
+    def adding(self, added: dict[int, DataFile]) -> "_Index":
+        """This index with one more file in some partitions (the others' lists shared)."""
+        files, lasts, overlapping = dict(self.files), dict(self.lasts), set(self.overlapping)
+        for partition, data_file in added.items():
+            lst = list(files.get(partition, ()))
+            bisect.insort(lst, data_file)
+            i = lst.index(data_file)
+            if (i > 0 and lst[i - 1].last_offset >= data_file.first_offset) or (
+                i + 1 < len(lst) and data_file.last_offset >= lst[i + 1].first_offset
+            ):
+                overlapping.add(partition)
+            files[partition] = lst
+            lasts[partition] = [f.last_offset for f in lst]
+        return _Index(files, lasts, frozenset(overlapping))
+
+
+    def between(self, partition: int, start: int, end: int) -> list[DataFile]:
+        """The partition's files that hold offsets of ``[start, end)``, in order."""
+        lasts = None if partition in self.overlapping else self.lasts.get(partition, [])
+        return files_between(self.files.get(partition, []), start, end, lasts)
+
+
+_EMPTY_INDEX = _Index({}, {}, frozenset())
 
 
 @dataclass
 class _TopicTable:
     uri: str
     table: DeltaTable
+    #: the table version the index is of (-1: none built)
     version: int = -1
-    files: dict[int, list[DataFile]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    #: partitions whose files are NOT sorted and disjoint (the slow, merging read path)
-    overlapping: set[int] = field(default_factory=set)
     #: damaged offset ranges per partition, from the last index build
     damage: dict[int, list[Damage]] = field(default_factory=dict)
     #: what reading a file's offsets found, per path (files never change under a path)
     facts: dict[str, OffsetFacts] = field(default_factory=dict)
-    #: ``files`` and ``overlapping`` as of the last build or addition, for lock-free reads
+    #: the file index as of ``version`` (None: none built), read without the lock
     index: _Index | None = None
 
 
@@ -122,11 +179,6 @@ def catch_up(table: DeltaTable, uri: str) -> None:
         if not os.path.exists(following):
             return
     table.update_incremental()
-
-
-def _disjoint(files: list[DataFile]) -> bool:
-    """Sorted by first offset and no two offset ranges overlap (laketail's own layout)."""
-    return all(a.last_offset < b.first_offset for a, b in zip(files, files[1:]))
 
 
 class TableReader:
@@ -149,7 +201,7 @@ class TableReader:
         uri = self.table_uri(topic)
         dt = DeltaTable.create(uri, RECORD_SCHEMA, mode="ignore", partition_by=["partition"], name=topic)
         with self._topics_lock:
-            self._topics[topic] = _TopicTable(uri, dt, dt.version())
+            self._topics[topic] = _TopicTable(uri, dt, dt.version(), index=_EMPTY_INDEX)
 
     def delete_table(self, topic: str) -> None:
         with self._topics_lock:
@@ -218,10 +270,14 @@ class TableReader:
             return index
         entry = self._get(topic)
         with entry.lock:
-            if entry.version < 0 or entry.index is None:
-                self._reload_locked(entry)
-            assert entry.index is not None  # published by the build
-            return entry.index
+            return self._built_locked(entry)
+
+    def _built_locked(self, entry: _TopicTable) -> _Index:
+        """``entry``'s index, built first if none was."""
+        if entry.index is None:
+            self._reload_locked(entry)
+        assert entry.index is not None  # published by the build
+        return entry.index
 
     def _reload_locked(self, entry: _TopicTable) -> None:
         entry.table.update_incremental()
@@ -250,23 +306,21 @@ class TableReader:
             )
         for lst in files.values():
             lst.sort()
-        entry.files = files
-        entry.overlapping = {p for p, lst in files.items() if not _disjoint(lst)}
         entry.version = entry.table.version()
-        entry.index = _Index.of(files, entry.overlapping)
-        self._validate_locked(entry)
+        entry.index = _Index.of(files)
+        self._validate_locked(entry, files)
 
-    def _validate_locked(self, entry: _TopicTable) -> None:
-        """Find damage in the index just built; log each new damaged range once."""
+    def _validate_locked(self, entry: _TopicTable, files: dict[int, list[DataFile]]) -> None:
+        """Find damage in the index just built (``files``); log each new damaged range once."""
         topic = entry.uri.rsplit("/", 1)[-1]
         try:
             schema = pa.schema(entry.table.schema().to_arrow())
             schema_changed = [(f.name, f.type) for f in schema] != [(f.name, f.type) for f in RECORD_SCHEMA]
-            tiered = {p: entry.table.transaction_version(tier_app_id(p)) or 0 for p in entry.files}
-            log_start = {p: entry.table.transaction_version(log_start_app_id(p)) or 0 for p in entry.files}
+            tiered = {p: entry.table.transaction_version(tier_app_id(p)) or 0 for p in files}
+            log_start = {p: entry.table.transaction_version(log_start_app_id(p)) or 0 for p in files}
             gaps_allowed = self.gaps_allowed(topic)
             damage = find_damage(
-                entry.files, tiered, log_start,
+                files, tiered, log_start,
                 gaps_allowed=gaps_allowed, schema_changed=schema_changed,
                 facts=lambda data_file: self._offset_facts(entry, data_file),
                 offsets=lambda data_file: self._file_offset_column(entry, data_file),
@@ -281,7 +335,7 @@ class TableReader:
                     log.error("%s-%s: table damaged at offsets %s-%s: %s", topic, partition, d.first_offset,
                               d.last_offset, d.reason)
         entry.damage = damage
-        current = {f.path for lst in entry.files.values() for f in lst}
+        current = {f.path for lst in files.values() for f in lst}
         entry.facts = {path: fact for path, fact in entry.facts.items() if path in current}
 
     def _offset_facts(self, entry: _TopicTable, data_file: DataFile) -> OffsetFacts:
@@ -308,17 +362,14 @@ class TableReader:
         (builds the index if none was built yet)."""
         entry = self._get(topic)
         with entry.lock:
-            if entry.version < 0:
-                self._reload_locked(entry)
+            self._built_locked(entry)
             return {p: list(d) for p, d in entry.damage.items() if d}
 
     def files_by_partition(self, topic: str) -> dict[int, list[DataFile]]:
         """Every data file of the topic's table, per partition, in offset order."""
         entry = self._get(topic)
         with entry.lock:
-            if entry.version < 0:
-                self._reload_locked(entry)
-            return {p: list(files) for p, files in entry.files.items()}
+            return {p: list(files) for p, files in self._built_locked(entry).files.items()}
 
     def reload(self, topic: str) -> None:
         entry = self._get(topic)
@@ -329,19 +380,11 @@ class TableReader:
         """Record files the tierer just committed as ``version`` (no log re-read)."""
         entry = self._get(topic)
         with entry.lock:
-            if entry.version < 0 or version != entry.version + 1:
+            if entry.index is None or version != entry.version + 1:
                 self._reload_locked(entry)
                 return
-            for partition, data_file in added.items():
-                files = entry.files.setdefault(partition, [])
-                bisect.insort(files, data_file)
-                i = files.index(data_file)
-                if (i > 0 and files[i - 1].last_offset >= data_file.first_offset) or (
-                    i + 1 < len(files) and data_file.last_offset >= files[i + 1].first_offset
-                ):
-                    entry.overlapping.add(partition)
             entry.version = version
-            entry.index = _Index.of(entry.files, entry.overlapping)
+            entry.index = entry.index.adding(added)
 
     @staticmethod
     def _file_offsets(path: str) -> tuple[int, int] | None:
@@ -385,14 +428,16 @@ class TableReader:
     def _read_indexed(self, topic: str, partition: int, start: int, end: int, max_records: int, max_bytes: int,
                       cached_only: bool) -> pa.Table:
         """:meth:`read` from the files the index holds for ``[start, end)``."""
-        files = self._overlapping(topic, partition, start, end, cached_only)
+        index = self._index(topic, cached_only)
+        files = index.between(partition, start, end)
         if not files or files[0].first_offset > start:
             if cached_only:
                 raise NotCached(topic)
             self.reload(topic)  # compaction or retention may have replaced files
-            files = self._overlapping(topic, partition, start, end)
+            index = self._index(topic)
+            files = index.between(partition, start, end)
         uri = self.table_uri(topic)
-        if partition in self._index(topic, cached_only).overlapping:
+        if partition in index.overlapping:
             return self._read_merged(uri, topic, partition, files, start, end, max_records, max_bytes, cached_only)
         pieces: list[pa.Table] = []
         taken = 0
@@ -432,20 +477,6 @@ class TableReader:
                 f"(files {', '.join(f.path for f in files)}); see `laketail check {topic}`"
             )
         return _take(table, max_records, max_bytes, True)[0]
-
-    def _overlapping(self, topic: str, partition: int, start: int, end: int,
-                     cached_only: bool = False) -> list[DataFile]:
-        index = self._index(topic, cached_only)
-        files = index.files.get(partition, [])
-        if partition in index.overlapping:  # ranges overlap: lasts are not sorted
-            return [f for f in files if f.last_offset >= start and f.first_offset < end]
-        i = bisect.bisect_left(index.lasts.get(partition, []), start)
-        out = []
-        for data_file in files[i:]:
-            if data_file.first_offset >= end:
-                break
-            out.append(data_file)
-        return out
 
     def _parquet_file(self, path: str, cached_only: bool = False) -> tuple[pq.ParquetFile, int, bool]:
         """The open file (metadata read once), the index of its ``offset`` column and
