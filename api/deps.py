@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Mapping
 import orjson
 import pyarrow as pa
 from fastapi import Query, Request
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 from starlette.responses import Response
 
-from laketail.bounds import INT16_MAX, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, parse_int
+from laketail.bounds import INT16_MAX, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, is_decimal, parse_int
 from laketail.errors import (
     InvalidRequest,
     LaketailError,
@@ -52,6 +52,21 @@ Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 #: A committed offset: the next offset to read, -1 for none.
 CommittedOffsetValue = Annotated[int, Field(ge=-1, le=INT64_MAX,
                                             description="the next offset to read (-1: none)")]
+
+
+def _decimal(value: Any) -> Any:
+    """A path or query integer FastAPI parses, held to :func:`laketail.bounds.is_decimal`
+    as the hot routes' own parameters are (pydantic alone reads ``" 5"``, ``"+5"``,
+    ``"1_000"`` and ``"5.0"`` as numbers)."""
+    if type(value) is str and not is_decimal(value):
+        raise ValueError("must be an integer (decimal digits)")
+    return value
+
+
+#: A partition in a path or query that FastAPI parses: decimal digits, an int32.
+PartitionParam = Annotated[int, BeforeValidator(_decimal), Field(ge=INT32_MIN, le=INT32_MAX)]
+#: Any other integer in a path or query that FastAPI parses: decimal digits, an int64.
+Int64Param = Annotated[int, BeforeValidator(_decimal), Field(ge=INT64_MIN, le=INT64_MAX)]
 
 ACKS_QUERY = Query(
     "all",
