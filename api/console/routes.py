@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import binascii
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -64,9 +64,10 @@ router = APIRouter(prefix="/v1/console", tags=["v1 console"])
 
 _Body = TypeVar("_Body", bound=BaseModel)
 
-LIMIT = Query(DEFAULT_LIMIT, description=f"rows per page (1..{MAX_LIMIT})")
-OFFSET = Query(0, description="rows to skip")
-MAX_POINTS = Query(500, ge=1, le=5000)
+# Inside Annotated, so that FastAPI keeps Int64Param's check of the digits.
+Limit = Annotated[Int64Param, Query(description=f"rows per page (1..{MAX_LIMIT})")]
+Offset = Annotated[Int64Param, Query(description="rows to skip")]
+MaxPoints = Annotated[Int64Param, Query(ge=1, le=5000)]
 
 
 async def _body(request: Request, model: type[_Body]) -> _Body:
@@ -162,7 +163,7 @@ async def overview(request: Request) -> Response:
 
 @router.get("/topics", summary="Topics with partitions, records, size, retention and cleanup policy")
 async def topics(request: Request, q: str = "", internal: bool = False,
-                 limit: Int64Param = LIMIT, offset: Int64Param = OFFSET) -> Response:
+                 limit: Limit = DEFAULT_LIMIT, offset: Offset = 0) -> Response:
     broker = broker_of(request)
     names = visible(request, "TOPIC",
                     [n for n in broker.list_topics(include_internal=internal) if q.lower() in n.lower()])
@@ -193,7 +194,7 @@ async def topics(request: Request, q: str = "", internal: bool = False,
 
 
 @router.get("/topics/{topic}/partitions", summary="A topic's partitions: leader, replicas, ISR and offsets")
-async def partitions(request: Request, topic: str, limit: Int64Param = LIMIT, offset: Int64Param = OFFSET) -> Response:
+async def partitions(request: Request, topic: str, limit: Limit = DEFAULT_LIMIT, offset: Offset = 0) -> Response:
     broker = broker_of(request)
     info = broker.topic(topic)
     shown = page(range(info.partitions), limit, offset)
@@ -235,7 +236,7 @@ def _quick_lag(request: Request, broker: Any, group_id: str) -> tuple[int, int]:
 
 
 @router.get("/groups", summary="Consumer groups: state, members, partitions, total lag")
-async def groups(request: Request, q: str = "", limit: Int64Param = LIMIT, offset: Int64Param = OFFSET) -> Response:
+async def groups(request: Request, q: str = "", limit: Limit = DEFAULT_LIMIT, offset: Offset = 0) -> Response:
     broker = broker_of(request)
     check_window(limit, offset)
     listed = {g.group_id: g for g in broker.groups.list_groups() if q.lower() in g.group_id.lower()}
@@ -251,7 +252,7 @@ async def groups(request: Request, q: str = "", limit: Int64Param = LIMIT, offse
 
 
 @router.get("/groups/{group_id}", summary="A group: members, assignments, lag per partition with status")
-async def group(request: Request, group_id: str, limit: Int64Param = LIMIT, offset: Int64Param = OFFSET) -> Response:
+async def group(request: Request, group_id: str, limit: Limit = DEFAULT_LIMIT, offset: Offset = 0) -> Response:
     broker = broker_of(request)
     check_window(limit, offset)
     described = broker.groups.describe(group_id)
@@ -285,7 +286,7 @@ async def group(request: Request, group_id: str, limit: Int64Param = LIMIT, offs
 
 @router.get("/groups/{group_id}/lag-history", summary="The group's lag over time, from _system/consumer_lag")
 async def group_lag_history(request: Request, group_id: str, topic: str | None = None,
-                            max_points: Int64Param = MAX_POINTS) -> Response:
+                            max_points: MaxPoints = 500) -> Response:
     broker = broker_of(request)
     shown = None  # OffsetFetch's rule: only topics the principal may Describe
     if topic is not None:
@@ -359,8 +360,8 @@ async def reset_offsets(request: Request, group_id: str) -> Response:
 
 
 @router.get("/transactions", summary="Transactional producers: state, partitions, age; hanging ones flagged")
-async def transactions(request: Request, state: str = "", limit: Int64Param = LIMIT,
-                       offset: Int64Param = OFFSET) -> Response:
+async def transactions(request: Request, state: str = "", limit: Limit = DEFAULT_LIMIT,
+                       offset: Offset = 0) -> Response:
     broker = broker_of(request)
     check_window(limit, offset)
     listed = {m.transactional_id: m for m in broker.transactions.list_transactions() if not state or m.state == state}
