@@ -9,6 +9,9 @@ What is not a laketail error yet is translated here, once:
   -> INVALID_REQUEST 400/40002;
 * Starlette's own HTTP errors (no such route 404, wrong method 405) -> Jersey's answer
   in Confluent's REST Proxy: ``{"error_code": 404, "message": "HTTP 404 Not Found"}``;
+  but the 400 FastAPI raises when it cannot read a model's body is answered by what
+  caused it: a laketail error as itself, a ``RecursionError`` (JSON nested deeper than
+  ``json.loads`` goes) as INVALID_REQUEST 400/40002;
 * a client that disconnects while its body is read -> nothing worth logging;
 * anything unexpected -> UNKNOWN_SERVER_ERROR 500/50001 (logged with its traceback).
 """
@@ -73,6 +76,11 @@ async def _on_validation_error(request: Request, exc: Exception) -> Response:
 
 async def _on_http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
+    cause = exc.__cause__  # FastAPI raises its "error parsing the body" 400 from the failure
+    if isinstance(cause, LaketailError):
+        return await _on_laketail_error(request, cause)
+    if isinstance(cause, RecursionError):  # json.loads of a body nested past the interpreter's stack
+        return await _on_laketail_error(request, InvalidRequest("request body nests JSON too deeply"))
     err = _HttpError(exc.status_code, str(exc.detail))
     _count(request, err)
     response = error_response(err)

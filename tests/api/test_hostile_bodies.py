@@ -138,3 +138,13 @@ def _serves(world: World, durable: dict) -> None:
                              headers={"Accept": "application/vnd.kafka.binary.v2+json"})
     assert fetched.status_code == 200, fetched.text
     assert [base64.b64decode(r["value"]) for r in fetched.json()] == [b"ok"]
+
+
+@pytest.mark.parametrize("path", ["/v3/clusters/{c}/topics", f"/v1/groups/{GROUP}/commit", "/v1/producers"])
+def test_deep_json_to_a_fastapi_model_body_is_40002(world, path):
+    """Routes whose body FastAPI parses into a model (outside the modules above): JSON
+    deeper than ``json.loads`` goes is INVALID_REQUEST, not FastAPI's bare 400."""
+    before = snapshot(world)
+    resp = world.http.post(path.format(c=world.cluster_id), content=DEEP_ARRAYS, headers=JSON)
+    assert_kafka_error(resp, 400, 40002)
+    assert snapshot(world) == before
