@@ -12,6 +12,7 @@ What is not a laketail error yet is translated here, once:
   but the 400 FastAPI raises when it cannot read a model's body is answered by what
   caused it: a laketail error as itself, a ``RecursionError`` (JSON nested deeper than
   ``json.loads`` goes) as INVALID_REQUEST 400/40002;
+* a query that names a parameter twice -> INVALID_REQUEST 400/40002 (:class:`OneValuePerName`);
 * a client that disconnects while its body is read -> nothing worth logging;
 * anything unexpected -> UNKNOWN_SERVER_ERROR 500/50001 (logged with its traceback).
 """
@@ -19,6 +20,7 @@ What is not a laketail error yet is translated here, once:
 from __future__ import annotations
 
 import logging
+from urllib.parse import parse_qsl
 
 import orjson
 from fastapi import FastAPI, Request
@@ -145,11 +147,38 @@ class BodyLimit:
         await self.app(scope, receive, send)
 
 
+class OneValuePerName:
+    """Pure ASGI middleware: INVALID_REQUEST (400/40002) for a query string that names a
+    parameter more than once (``?offset=0&offset=7``). Starlette keeps the last value,
+    Jersey (REST Proxy) the first; which one the client meant is not guessed, for any
+    route. A query without ``&`` costs one byte search; one without escapes is split
+    without decoding."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            query: bytes = scope.get("query_string", b"")
+            if b"&" in query:
+                if b"%" in query or b"+" in query:
+                    names = [name for name, _ in parse_qsl(query.decode("latin-1"), keep_blank_values=True)]
+                else:
+                    names = [pair.partition(b"=")[0].decode("latin-1") for pair in query.split(b"&") if pair]
+                if len(set(names)) != len(names):
+                    twice = next(name for i, name in enumerate(names) if name in names[:i])
+                    err = InvalidRequest(f"query parameter {twice[:100]!r} is given more than once")
+                    await error_response(err, scope.get("path", ""))(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
 def install(app: FastAPI, max_body_bytes: int) -> None:
-    """Register the handlers and the body bound on ``app``."""
+    """Register the handlers, the body bound and the one-value-per-name query rule on ``app``."""
     app.add_exception_handler(LaketailError, _on_laketail_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(ClientDisconnect, _on_disconnect)
     app.add_exception_handler(Exception, _on_unexpected)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(OneValuePerName)

@@ -166,16 +166,30 @@ def test_a_partition_spelled_oddly_is_not_read_as_a_partition(world, value):
         assert_kafka_error(_send(world, ("GET", path, {}, {}), value), 400, 40002)
 
 
-@pytest.mark.parametrize("query", ["offset=0&offset=1", "offset=1&offset=0", "offset=0&max_records=1&max_records=2",
-                                   "offset=0&timeout=%200&timeout=0"])
-@pytest.mark.parametrize("path", ["/topics/{t}/partitions/0/records", "/v1/topics/{t}/partitions/0/records",
-                                  INSTANCE + "/records"])
-def test_a_query_parameter_given_twice_is_40002(world, path, query):
-    if path.startswith("/consumers"):
-        query = query.replace("offset=", "max_bytes=")
-    resp = world.http.get(path.format(t=TOPIC) + "?" + query)
+REPEATED = [
+    ("GET", "/topics/{t}/partitions/0/records", "offset=0&offset=1"),
+    ("GET", "/topics/{t}/partitions/0/records", "offset=1&offset=0&max_records=1"),
+    ("GET", "/topics/{t}/partitions/0/records", "offset=0&timeout=%200&timeout=0"),
+    ("GET", "/v1/topics/{t}/partitions/0/records", "offset=0&max_records=1&max_records=2"),
+    ("GET", INSTANCE + "/records", "timeout=0&timeout=0"),
+    ("GET", "/topics/{t}/partitions/0/offsets", "isolation_level=read_uncommitted&isolation_level=read_committed"),
+    ("GET", "/topics/{t}/partitions", "allow_auto_topic_creation=false&allow_auto_topic_creation=true"),
+    ("GET", "/v1/console/topics", "limit=abc&limit=5"),
+    ("GET", "/v1/console/groups/{g}/lag-history", "max_points=5&max%5Fpoints=6"),
+    ("POST", "/topics/{t}", "acks=0&acks=all"),
+    ("POST", "/topics/{t}/partitions/0", "producer_id=1&producer_epoch=0&sequence=0&sequence=1"),
+]
+
+
+@pytest.mark.parametrize("method,path,query", REPEATED, ids=[f"{m} {p} {q}" for m, p, q in REPEATED])
+def test_a_query_parameter_given_twice_is_40002(world, method, path, query):
+    """Starlette keeps the last value, Jersey the first: neither is guessed, on any route."""
+    before = snapshot(world)
+    kwargs = {"json": _RECORD, "headers": BINARY_V2} if method == "POST" else {}
+    resp = world.http.request(method, path.format(t=TOPIC, g=GROUP) + "?" + query, **kwargs)
     assert_kafka_error(resp, 400, 40002)
     assert "more than once" in resp.json()["message"]
+    assert snapshot(world) == before
 
 
 # -- bodies -------------------------------------------------------------------------------------
