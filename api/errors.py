@@ -28,7 +28,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from laketail.errors import InvalidRequest, LaketailError, RecordTooLarge
 
@@ -116,12 +116,20 @@ def describe_validation(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
-class BodyLimit:
-    """Pure ASGI middleware: refuse a body whose Content-Length exceeds the bound.
+#: Set to True in the ASGI scope by a route that consumes its body as a stream of
+#: separately bounded parts (v3's streaming produce): :class:`BodyLimit` stops counting.
+STREAMED_BODY = "laketail.streamed_body"
 
-    It looks at the header only (no wrapping of ``receive``, so it costs nothing on
-    the produce path); bodies without a length (chunked) are counted by the routes
-    that read them (:func:`laketail.api.deps.read_body`).
+
+class BodyLimit:
+    """Pure ASGI middleware: refuse a body past ``socket.request.max.bytes``.
+
+    A body with a Content-Length is refused from the header alone, before the route
+    runs (nothing wraps ``receive``, so the common produce costs nothing more). A chunked
+    body is counted as the route reads it, whoever reads it (FastAPI for a model body,
+    :func:`laketail.api.deps.read_body`): past the bound, ``receive`` raises
+    MESSAGE_TOO_LARGE (413/41301) and the route gets no more of it. A route that streams
+    its body in bounded parts opts out by setting :data:`STREAMED_BODY` in the scope.
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
@@ -130,6 +138,7 @@ class BodyLimit:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            chunked = False
             for name, value in scope["headers"]:
                 if name == b"content-length":
                     try:
@@ -143,8 +152,27 @@ class BodyLimit:
                         )
                         await error_response(err)(scope, receive, send)
                         return
+                    chunked = False
                     break
+                if name == b"transfer-encoding" and b"chunked" in value.lower():
+                    chunked = True
+            if chunked:
+                receive = self._counted(scope, receive)
         await self.app(scope, receive, send)
+
+    def _counted(self, scope: Scope, receive: Receive) -> Receive:
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request" and not scope.get(STREAMED_BODY):
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise RecordTooLarge(f"request body is above socket.request.max.bytes={self.max_bytes}")
+            return message
+
+        return counted
 
 
 class OneValuePerName:

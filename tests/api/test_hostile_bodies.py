@@ -149,3 +149,37 @@ def test_deep_json_to_a_fastapi_model_body_is_40002(world, path):
     resp = world.http.post(path.format(c=world.cluster_id), content=DEEP_ARRAYS, headers=JSON)
     assert_kafka_error(resp, 400, 40002)
     assert snapshot(world) == before
+
+
+#: Bodies FastAPI parses into a model, valid but for a padding field past the bound.
+_MODEL_PADDED = [
+    ("/v3/clusters/{c}/topics", b'{"topic_name": "hostile-padded", "pad": "' + b"A" * REQUEST_MAX_BYTES + b'"}'),
+    (f"/v1/groups/{GROUP}/commit",
+     b'{"offsets": [{"topic": "hostile", "partition": 0, "offset": 0}], "pad": "' + b"A" * REQUEST_MAX_BYTES + b'"}'),
+]
+
+
+@pytest.mark.parametrize("path,body", _MODEL_PADDED, ids=[p for p, _ in _MODEL_PADDED])
+def test_a_chunked_body_past_the_bound_is_413_at_a_fastapi_model_route(world, path, body):
+    """Before: FastAPI read a chunked body whole, unbounded, and the padded request went
+    through (the topic was created, the offset committed)."""
+    before = snapshot(world)
+    resp = world.http.post(path.format(c=world.cluster_id), content=_chunked(body), headers=JSON)
+    assert_kafka_error(resp, 413, 41301)
+    assert snapshot(world) == before
+
+
+def test_v3_streaming_produce_is_bounded_per_record_not_in_total(world):
+    """The one route that opts out of the total bound: a chunked v3 stream of records
+    that add up past ``socket.request.max.bytes`` is produced whole."""
+    topic = "hostile-stream"
+    assert world.broker.rest.create_topic(topic, 1).status_code == 201
+    record = b'{"value": {"type": "BINARY", "data": "' + base64.b64encode(b"s" * 3000) + b'"}}'
+    count = REQUEST_MAX_BYTES // len(record) + 20
+    resp = world.http.post(f"/v3/clusters/{world.cluster_id}/topics/{topic}/records",
+                           content=_chunked(record * count), headers=JSON)
+    assert resp.status_code == 200, resp.text[:300]
+    reports = [line for line in resp.text.splitlines() if line.strip()]
+    assert len(reports) == count and all('"error_code":200' in r for r in reports), reports[-1]
+    end = world.http.get(f"/topics/{topic}/partitions/0/offsets").json()["end_offset"]
+    assert end == count
