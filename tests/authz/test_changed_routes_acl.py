@@ -86,6 +86,10 @@ CASES: list[tuple[str, str, str, dict[str, Any], list[tuple[str, str, str | None
     ("v3 group", "GET", "/v3/clusters/{C}/consumer-groups/{G}", {}, [("DESCRIBE", "GROUP", "G")], 200),
     ("v3 group consumers", "GET", "/v3/clusters/{C}/consumer-groups/{G}/consumers", {},
      [("DESCRIBE", "GROUP", "G")], 200),
+    ("v3 group consumer", "GET", "/v3/clusters/{C}/consumer-groups/{G}/consumers/{M}", {"member": True},
+     [("DESCRIBE", "GROUP", "G")], 200),
+    ("v3 group consumer assignments", "GET", "/v3/clusters/{C}/consumer-groups/{G}/consumers/{M}/assignments",
+     {"member": True}, [("DESCRIBE", "GROUP", "G")], 200),
     ("v3 lags", "GET", "/v3/clusters/{C}/consumer-groups/{G}/lags", {}, [("DESCRIBE", "GROUP", "G")], 200),
     ("v3 lag of a partition", "GET", "/v3/clusters/{C}/consumer-groups/{G}/lags/{T}/partitions/0", {},
      [("DESCRIBE", "GROUP", "G"), ("DESCRIBE", "TOPIC", "T")], 200),
@@ -135,8 +139,9 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         broker.stop()
 
 
-def _names(secured: Secured, i: int, assign: bool) -> dict[str, str]:
-    """The case's own topic (2 records), group (committed offset 1) and instance."""
+def _names(secured: Secured, i: int, assign: bool, member: bool) -> dict[str, str]:
+    """The case's own topic (2 records), group (committed offset 1; with ``member`` a
+    member M joined through /v1 and synced) and instance."""
     names = {"T": f"acl{i}-t", "G": f"acl{i}-g", "CG": f"acl{i}-cg", "C": secured.cluster_id}
     names["I"] = f"/consumers/{names['CG']}/instances/c"
     secured.create_topic(names["T"])
@@ -145,6 +150,13 @@ def _names(secured: Secured, i: int, assign: bool) -> dict[str, str]:
     made = secured.as_("admin", "POST", f"/consumers/{names['CG']}",
                        json={"name": "c", "format": "binary", "auto.offset.reset": "earliest"}, headers=V2)
     assert made.status_code == 200, made.text
+    if member:
+        joined = secured.as_("admin", "POST", f"/v1/groups/{names['G']}/join", json={"topics": [names["T"]]})
+        assert joined.status_code == 200, joined.text
+        names["M"] = joined.json()["member_id"]
+        synced = secured.as_("admin", "POST", f"/v1/groups/{names['G']}/sync", json={
+            "generation_id": joined.json()["generation_id"], "member_id": names["M"]})
+        assert synced.status_code == 200, synced.text
     if assign:
         resp = secured.as_("admin", "POST", names["I"] + "/assignments",
                            json={"partitions": [{"topic": names["T"], "partition": 0}]}, headers=V2)
@@ -162,7 +174,7 @@ def _refusal(resp: httpx.Response) -> str:
 def test_each_changed_route_needs_its_kafka_permission(secured, i):
     _, method, path, kwargs, needs, ok = CASES[i]
     kwargs = dict(kwargs)
-    names = _names(secured, i, kwargs.pop("assign", False))
+    names = _names(secured, i, kwargs.pop("assign", False), kwargs.pop("member", False))
     if "content" in kwargs and isinstance(kwargs["content"], str):
         kwargs["content"] = kwargs["content"].format(**names)
     if "json" in kwargs:
@@ -189,3 +201,27 @@ def test_a_produce_that_would_create_its_topic_also_needs_create(secured):
     resp = secured.as_("bob", "POST", "/topics/acl-new", json=_RECORD, headers=BINARY_V2)
     assert resp.status_code == 200, resp.text
     assert secured.exists("acl-new")
+
+
+def test_listings_answer_everyone_but_show_only_what_each_may_describe(secured):
+    """ListTopics / ListGroups: no 403, the names the principal may Describe."""
+    secured.create_topic("acl-listed")
+    secured.commit("acl-listed-g", "acl-listed", 0, 0)
+
+    def listed(user: str) -> dict[str, set[str]]:
+        topics = secured.as_(user, "GET", "/topics")
+        groups = secured.as_(user, "GET", f"/v3/clusters/{secured.cluster_id}/consumer-groups")
+        console_topics = secured.as_(user, "GET", "/v1/console/topics")
+        console_groups = secured.as_(user, "GET", "/v1/console/groups")
+        for resp in (topics, groups, console_topics, console_groups):
+            assert resp.status_code == 200, resp.text
+        return {"topics": set(topics.json()) & {"acl-listed"},
+                "groups": {g["consumer_group_id"] for g in groups.json()["data"]} & {"acl-listed-g"},
+                "console topics": {r["topic_name"] for r in console_topics.json()["data"]} & {"acl-listed"},
+                "console groups": {r["group_id"] for r in console_groups.json()["data"]} & {"acl-listed-g"}}
+
+    assert listed("alice") == {"topics": set(), "groups": set(), "console topics": set(), "console groups": set()}
+    secured.grant("bob", "DESCRIBE", "TOPIC", "acl-listed")
+    secured.grant("bob", "DESCRIBE", "GROUP", "acl-listed-g")
+    assert listed("bob") == {"topics": {"acl-listed"}, "groups": {"acl-listed-g"},
+                             "console topics": {"acl-listed"}, "console groups": {"acl-listed-g"}}
