@@ -194,6 +194,8 @@ def test_a_query_parameter_given_twice_is_40002(world, method, path, query):
 
 # -- bodies -------------------------------------------------------------------------------------
 
+JSON_V2 = {"Content-Type": "application/vnd.kafka.json.v2+json"}
+
 #: JSON numbers for an int field: too large for int64 (orjson reads 2**64 as a float),
 #: fractional, a string or a boolean that lax parsing would turn into a number.
 BODY_NOT_INT64 = ["9223372036854775808", "18446744073709551616", "-9223372036854775809", "1.5", '"5"', "true"]
@@ -225,6 +227,8 @@ BODY_CASES = [
      V2, BODY_NOT_INT32),
     ("v2 produce record partition", "POST", "/topics/{t}", '{{"records": [{{"value": "AA==", "partition": {v}}}]}}',
      BINARY_V2, BODY_NOT_INT32),
+    ("v2 produce json value past 64 bits", "POST", "/topics/{t}", '{{"records": [{{"value": {v}}}]}}', JSON_V2,
+     ["18446744073709551616", "-9223372036854775809", "1" + "0" * 40, '{"a": [1, 100000000000000000000000]}']),
     ("console reset offset", "POST", "/v1/console/groups/{g}/reset-offsets",
      '{{"topic": "{t}", "to": "offset", "offset": {v}, "execute": true}}', JSON, ["-1", *BODY_NOT_INT64]),
     ("console reset datetime_ms", "POST", "/v1/console/groups/{g}/reset-offsets",
@@ -249,3 +253,27 @@ def test_bad_numbers_in_bodies_are_refused_and_change_nothing(world, case):
         assert resp.status_code != 404 or value.lstrip("-").isdigit(), resp.text
     assert snapshot(world) == before
     assert world.http.get("/consumers/hostile-new/instances/n1/subscription").status_code == 404
+
+
+@pytest.mark.parametrize("value", ["18446744073709551616", "-9223372036854775809",
+                                   '{"a": [1, 100000000000000000000000]}'])
+def test_a_json_embedded_integer_past_64_bits_is_invalid_record(world, value):
+    """orjson reads it as a float: stored, it would not be what was sent."""
+    before = snapshot(world)
+    resp = world.http.post(f"/topics/{TOPIC}", content='{"records": [{"value": %s}]}' % value, headers=JSON_V2)
+    assert_kafka_error(resp, 422, 42206)
+    assert snapshot(world) == before
+
+
+def test_json_embedded_integers_up_to_64_bits_are_stored_exactly(world):
+    """The other side of the 64-bit refusal: int64's least and uint64's greatest
+    value (and a 19-digit string) go through and come back as sent."""
+    values = [-(2**63), 2**64 - 1, "1234567890123456789012"]
+    resp = world.http.post(f"/topics/{TOPIC}/partitions/1", json={"records": [{"value": v} for v in values]},
+                           headers=JSON_V2)
+    assert resp.status_code == 200, resp.text
+    first = resp.json()["offsets"][0]["offset"]
+    fetched = world.http.get(f"/topics/{TOPIC}/partitions/1/records", params={"offset": first},
+                             headers={"Accept": JSON_V2["Content-Type"]})
+    assert fetched.status_code == 200, fetched.text
+    assert [r["value"] for r in fetched.json()] == values
