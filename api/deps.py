@@ -162,10 +162,12 @@ def int_param(params: Mapping[str, str], name: str, default: int | None = None, 
               minimum: int | None = None, required: bool = False) -> int | None:
     """:func:`query_int` over parameters already parsed (:func:`query_of`)."""
     raw = params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         if required:
             raise InvalidRequest(f"query parameter {name} is required")
         return default
+    if raw == "":  # given but empty: refused, as the parameters FastAPI parses are
+        raise InvalidRequest(f"query parameter {name} is empty")
     return parse_int(raw, f"query parameter {name}", INT64_MIN if minimum is None else minimum, INT64_MAX)
 
 

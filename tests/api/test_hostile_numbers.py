@@ -115,14 +115,15 @@ MAX_POINTS = [("console lag-history max_points", ("GET", "/v1/console/groups/{g}
 
 CASES = (
     [(name, template, value) for name, template in PARTITION_IN_PATH for value in NOT_DECIMAL + PAST_INT32]
-    + [(name, template, value) for name, template in FETCH_QUERY for value in NOT_DECIMAL + PAST_INT64]
+    + [(name, template, value) for name, template in FETCH_QUERY for value in ["", *NOT_DECIMAL, *PAST_INT64]]
     + [(name, template, None) for name, template in FETCH_BELOW]
     + [(name, template, value) for name, template in PRODUCER_QUERY
        for value in NOT_DECIMAL + PRODUCER_OUT[name.rsplit(" ", 1)[1]]]
-    + [(name, template, value) for name, template in POLL_QUERY for value in NOT_DECIMAL + PAST_INT64]
+    + [(name, template, value) for name, template in POLL_QUERY for value in ["", *NOT_DECIMAL, *PAST_INT64]]
     + [(name, template, value) for name, template in CONSOLE_PAGES
-       for value in NOT_DECIMAL + PAST_INT64 + CONSOLE_OUT[name.rsplit(" ", 1)[1]]]
-    + [(name, template, value) for name, template in MAX_POINTS for value in NOT_DECIMAL + ["0", "5001", *PAST_INT64]]
+       for value in ["", *NOT_DECIMAL, *PAST_INT64, *CONSOLE_OUT[name.rsplit(" ", 1)[1]]]]
+    + [(name, template, value) for name, template in MAX_POINTS
+       for value in ["", *NOT_DECIMAL, "0", "5001", *PAST_INT64]]
 )
 
 
