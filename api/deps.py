@@ -63,10 +63,12 @@ def _decimal(value: Any) -> Any:
     return value
 
 
+# The bounds come before the validator: in the other order FastAPI's OpenAPI document
+# says "ge"/"le" where it should say "minimum"/"maximum".
 #: A partition in a path or query that FastAPI parses: decimal digits, an int32.
-PartitionParam = Annotated[int, BeforeValidator(_decimal), Field(ge=INT32_MIN, le=INT32_MAX)]
+PartitionParam = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX), BeforeValidator(_decimal)]
 #: Any other integer in a path or query that FastAPI parses: decimal digits, an int64.
-Int64Param = Annotated[int, BeforeValidator(_decimal), Field(ge=INT64_MIN, le=INT64_MAX)]
+Int64Param = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX), BeforeValidator(_decimal)]
 
 ACKS_QUERY = Query(
     "all",
