@@ -67,7 +67,7 @@ _Body = TypeVar("_Body", bound=BaseModel)
 # Inside Annotated, so that FastAPI keeps Int64Param's check of the digits.
 Limit = Annotated[Int64Param, Query(description=f"rows per page (1..{MAX_LIMIT})")]
 Offset = Annotated[Int64Param, Query(description="rows to skip")]
-MaxPoints = Annotated[Int64Param, Query(ge=1, le=5000)]
+MaxPoints = Annotated[Int64Param, Query(description="points at most (1..5000)")]
 
 
 async def _body(request: Request, model: type[_Body]) -> _Body:
@@ -287,6 +287,8 @@ async def group(request: Request, group_id: str, limit: Limit = DEFAULT_LIMIT, o
 @router.get("/groups/{group_id}/lag-history", summary="The group's lag over time, from _system/consumer_lag")
 async def group_lag_history(request: Request, group_id: str, topic: str | None = None,
                             max_points: MaxPoints = 500) -> Response:
+    if not 1 <= max_points <= 5000:
+        raise InvalidRequest(f"max_points must be between 1 and 5000, got {max_points}")
     broker = broker_of(request)
     shown = None  # OffsetFetch's rule: only topics the principal may Describe
     if topic is not None:
