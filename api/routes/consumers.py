@@ -210,7 +210,10 @@ def seek_instant_ms(value: Any, where: str) -> int:
             raise InvalidRequest(f"{where} is not an ISO-8601 instant: {value!r}") from None
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=timezone.utc)
-        return int(moment.timestamp() * 1000)
+        ms = int(moment.timestamp() * 1000)
+        if ms < 0:  # Kafka's ListOffsets by time takes no negative target
+            raise InvalidRequest(f"{where} is before 1970-01-01T00:00:00Z: {value!r}")
+        return ms
     if type(value) in (int, float) and 0 <= value < 1e13:
         return int(value * 1000)
     raise InvalidRequest(f"{where} must be an ISO-8601 instant or epoch seconds")

@@ -215,7 +215,7 @@ BODY_CASES = [
      '{{"offsets": [{{"topic": "{t}", "partition": {v}, "offset": 0}}]}}', V2, BODY_NOT_INT32),
     ("v2 seek timestamp", "POST", INSTANCE + "/positions",
      '{{"timestamps": [{{"topic": "{t}", "partition": 0, "timestamp": {v}}}]}}', V2,
-     ["-1", "1e13", "true", '"yesterday"']),
+     ["-1", "1e13", "true", '"yesterday"', '"1969-12-31T23:59:59Z"', '"0001-01-01T00:00:00Z"']),
     ("v2 seek to beginning partition", "POST", INSTANCE + "/positions/beginning",
      '{{"partitions": [{{"topic": "{t}", "partition": {v}}}]}}', V2, BODY_NOT_INT32),
     ("v2 seek to end partition", "POST", INSTANCE + "/positions/end",
