@@ -152,7 +152,6 @@ class BodyLimit:
                         )
                         await error_response(err)(scope, receive, send)
                         return
-                    chunked = False
                     break
                 if name == b"transfer-encoding" and b"chunked" in value.lower():
                     chunked = True
@@ -193,12 +192,23 @@ class OneValuePerName:
                     names = [name for name, _ in parse_qsl(query.decode("latin-1"), keep_blank_values=True)]
                 else:
                     names = [pair.partition(b"=")[0].decode("latin-1") for pair in query.split(b"&") if pair]
-                if len(set(names)) != len(names):
-                    twice = next(name for i, name in enumerate(names) if name in names[:i])
+                twice = _repeated(names)
+                if twice is not None:
                     err = InvalidRequest(f"query parameter {twice[:100]!r} is given more than once")
                     await error_response(err, scope.get("path", ""))(scope, receive, send)
                     return
         await self.app(scope, receive, send)
+
+
+def _repeated(names: list[str]) -> str | None:
+    """The first name that occurs twice (one pass: a query of 30,000 names costs no more
+    than splitting it)."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
 
 
 def install(app: FastAPI, max_body_bytes: int) -> None:
