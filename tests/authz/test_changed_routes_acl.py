@@ -67,15 +67,20 @@ CASES: list[tuple[str, str, str, dict[str, Any], list[tuple[str, str, str | None
     ("v2 subscription", "GET", "{I}/subscription", {}, [("READ", "GROUP", "CG")], 200),
     ("v2 unsubscribe", "DELETE", "{I}/subscription", {}, [("READ", "GROUP", "CG")], 204),
     ("v2 assign", "POST", "{I}/assignments", {"content": '{{"partitions": [' + _TP + "]}}", "headers": V2},
-     [("READ", "GROUP", "CG")], 204),
+     [("READ", "GROUP", "CG"), ("DESCRIBE", "TOPIC", "T")], 204),
     ("v2 assignments", "GET", "{I}/assignments", {}, [("READ", "GROUP", "CG")], 200),
     ("v2 seek", "POST", "{I}/positions",
      {"content": '{{"offsets": [{{"topic": "{T}", "partition": 0, "offset": 0}}]}}', "headers": V2, "assign": True},
      [("READ", "GROUP", "CG")], 204),
     ("v2 seek to beginning", "POST", "{I}/positions/beginning",
-     {"content": '{{"partitions": [' + _TP + "]}}", "headers": V2, "assign": True}, [("READ", "GROUP", "CG")], 204),
+     {"content": '{{"partitions": [' + _TP + "]}}", "headers": V2, "assign": True},
+     [("READ", "GROUP", "CG"), ("DESCRIBE", "TOPIC", "T")], 204),
     ("v2 seek to end", "POST", "{I}/positions/end",
-     {"content": '{{"partitions": [' + _TP + "]}}", "headers": V2, "assign": True}, [("READ", "GROUP", "CG")], 204),
+     {"content": '{{"partitions": [' + _TP + "]}}", "headers": V2, "assign": True},
+     [("READ", "GROUP", "CG"), ("DESCRIBE", "TOPIC", "T")], 204),
+    ("v2 seek by timestamp", "POST", "{I}/positions",
+     {"content": '{{"timestamps": [{{"topic": "{T}", "partition": 0, "timestamp": 0}}]}}', "headers": V2,
+      "assign": True}, [("READ", "GROUP", "CG"), ("DESCRIBE", "TOPIC", "T")], 204),
     ("v2 poll", "GET", "{I}/records?timeout=0", {"assign": True}, [("READ", "GROUP", "CG"), ("READ", "TOPIC", "T")],
      200),
     ("v2 commit", "POST", "{I}/offsets",
@@ -225,3 +230,19 @@ def test_listings_answer_everyone_but_show_only_what_each_may_describe(secured):
     secured.grant("bob", "DESCRIBE", "GROUP", "acl-listed-g")
     assert listed("bob") == {"topics": {"acl-listed"}, "groups": {"acl-listed-g"},
                              "console topics": {"acl-listed"}, "console groups": {"acl-listed-g"}}
+
+
+def test_an_assignment_does_not_tell_whether_a_hidden_topic_exists(secured):
+    """Kafka answers a topic the principal may not Describe with TOPIC_AUTHORIZATION_FAILED
+    whether it exists or not; before, an assignment answered 204 for one that exists and
+    404 for one that does not."""
+    secured.create_topic("acl-hidden")
+    secured.grant("bob", "READ", "GROUP", "acl-hidden-cg")
+    made = secured.as_("admin", "POST", "/consumers/acl-hidden-cg", json={"name": "c"}, headers=V2)
+    assert made.status_code == 200, made.text
+    path = "/consumers/acl-hidden-cg/instances/c/assignments"
+    answers = [secured.as_("bob", "POST", path, json={"partitions": [{"topic": topic, "partition": 0}]}, headers=V2)
+               for topic in ("acl-hidden", "acl-absent")]
+    assert [_refusal(resp) for resp in answers] == ["TOPIC_AUTHORIZATION_FAILED"] * 2
+    assert [resp.json() for resp in answers][0]["message"].replace("acl-hidden", "X") == \
+        answers[1].json()["message"].replace("acl-absent", "X")
