@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Mapping
 import orjson
 import pyarrow as pa
 from fastapi import Query, Request
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 from starlette.responses import Response
 
-from laketail.bounds import INT16_MAX, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, parse_int
+from laketail.bounds import INT16_MAX, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, is_decimal, parse_int
 from laketail.errors import (
     InvalidRequest,
     LaketailError,
@@ -52,6 +52,23 @@ Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 #: A committed offset: the next offset to read, -1 for none.
 CommittedOffsetValue = Annotated[int, Field(ge=-1, le=INT64_MAX,
                                             description="the next offset to read (-1: none)")]
+
+
+def _decimal(value: Any) -> Any:
+    """A path or query integer FastAPI parses, held to :func:`laketail.bounds.is_decimal`
+    as the hot routes' own parameters are (pydantic alone reads ``" 5"``, ``"+5"``,
+    ``"1_000"`` and ``"5.0"`` as numbers)."""
+    if type(value) is str and not is_decimal(value):
+        raise ValueError("must be an integer (decimal digits)")
+    return value
+
+
+# The bounds come before the validator: in the other order FastAPI's OpenAPI document
+# says "ge"/"le" where it should say "minimum"/"maximum".
+#: A partition in a path or query that FastAPI parses: decimal digits, an int32.
+PartitionParam = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX), BeforeValidator(_decimal)]
+#: Any other integer in a path or query that FastAPI parses: decimal digits, an int64.
+Int64Param = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX), BeforeValidator(_decimal)]
 
 ACKS_QUERY = Query(
     "all",
@@ -147,10 +164,12 @@ def int_param(params: Mapping[str, str], name: str, default: int | None = None, 
               minimum: int | None = None, required: bool = False) -> int | None:
     """:func:`query_int` over parameters already parsed (:func:`query_of`)."""
     raw = params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         if required:
             raise InvalidRequest(f"query parameter {name} is required")
         return default
+    if raw == "":  # given but empty: refused, as the parameters FastAPI parses are
+        raise InvalidRequest(f"query parameter {name} is empty")
     return parse_int(raw, f"query parameter {name}", INT64_MIN if minimum is None else minimum, INT64_MAX)
 
 

@@ -29,9 +29,12 @@ def test_int32_takes_its_range_and_nothing_else():
 
 def test_parse_int_from_text():
     assert parse_int(str(INT64_MAX), "offset", -1, INT64_MAX) == INT64_MAX
-    for raw in (str(2**63), "-2", "1e3", "", "0x10"):
+    for raw in (str(2**63), "-2", "1e3", "", "0x10", " 5", "5 ", "+5", "1_000", "5.0", "-", "--5", "\u0665",
+                "1" * 5000):
         with pytest.raises(InvalidRequest):
             parse_int(raw, "offset", -1, INT64_MAX)
+    assert parse_int("-1", "offset", -1, INT64_MAX) == -1
+    assert parse_int("007", "offset", -1, INT64_MAX) == 7
     assert bounded_int(-1, "offset", -1, INT64_MAX) == -1
 
 

@@ -41,14 +41,15 @@ from __future__ import annotations
 import asyncio
 import binascii
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel, Field
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
 from laketail.api import authz
-from laketail.api.deps import Int32, broker_of, json_response, metrics_of
+from laketail.api.deps import Int32, Int64Param, broker_of, json_response, metrics_of, parse_json, read_body
 from laketail.api.routes.v3_groups import visible_lags
 from laketail.bounds import INT64_MAX
 from laketail.console import delta, lag_history, reset, sql
@@ -61,8 +62,29 @@ from laketail.security.acl import AclOperation, ResourceType
 
 router = APIRouter(prefix="/v1/console", tags=["v1 console"])
 
-LIMIT = Query(DEFAULT_LIMIT, description=f"rows per page (1..{MAX_LIMIT})")
-OFFSET = Query(0, description="rows to skip")
+_Body = TypeVar("_Body", bound=BaseModel)
+
+# Inside Annotated, so that FastAPI keeps Int64Param's check of the digits.
+Limit = Annotated[Int64Param, Query(description=f"rows per page (1..{MAX_LIMIT})")]
+Offset = Annotated[Int64Param, Query(description="rows to skip")]
+MaxPoints = Annotated[Int64Param, Query(description="points at most (1..5000)")]
+
+
+async def _body(request: Request, model: type[_Body]) -> _Body:
+    """The request's JSON body as ``model``: bounded by ``socket.request.max.bytes`` even
+    when chunked, and refused when nested too deeply (:func:`laketail.api.deps.read_body`,
+    :func:`~laketail.api.deps.parse_json`), before pydantic sees it. The models are
+    strict: ``"5"`` or ``true`` where an integer belongs is INVALID_REQUEST, not 5 or 1."""
+    doc = parse_json(await read_body(request))
+    try:
+        return model.model_validate(doc)
+    except ValidationError as exc:
+        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)],
+                                     body=doc) from None
+
+
+def _body_openapi(model: type[BaseModel]) -> dict:
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
 def _listing(rows: list, total: int, limit: int, offset: int) -> Response:
@@ -141,7 +163,7 @@ async def overview(request: Request) -> Response:
 
 @router.get("/topics", summary="Topics with partitions, records, size, retention and cleanup policy")
 async def topics(request: Request, q: str = "", internal: bool = False,
-                 limit: int = LIMIT, offset: int = OFFSET) -> Response:
+                 limit: Limit = DEFAULT_LIMIT, offset: Offset = 0) -> Response:
     broker = broker_of(request)
     names = visible(request, "TOPIC",
                     [n for n in broker.list_topics(include_internal=internal) if q.lower() in n.lower()])
@@ -172,7 +194,7 @@ async def topics(request: Request, q: str = "", internal: bool = False,
 
 
 @router.get("/topics/{topic}/partitions", summary="A topic's partitions: leader, replicas, ISR and offsets")
-async def partitions(request: Request, topic: str, limit: int = LIMIT, offset: int = OFFSET) -> Response:
+async def partitions(request: Request, topic: str, limit: Limit = DEFAULT_LIMIT, offset: Offset = 0) -> Response:
     broker = broker_of(request)
     info = broker.topic(topic)
     shown = page(range(info.partitions), limit, offset)
@@ -214,7 +236,7 @@ def _quick_lag(request: Request, broker: Any, group_id: str) -> tuple[int, int]:
 
 
 @router.get("/groups", summary="Consumer groups: state, members, partitions, total lag")
-async def groups(request: Request, q: str = "", limit: int = LIMIT, offset: int = OFFSET) -> Response:
+async def groups(request: Request, q: str = "", limit: Limit = DEFAULT_LIMIT, offset: Offset = 0) -> Response:
     broker = broker_of(request)
     check_window(limit, offset)
     listed = {g.group_id: g for g in broker.groups.list_groups() if q.lower() in g.group_id.lower()}
@@ -230,7 +252,7 @@ async def groups(request: Request, q: str = "", limit: int = LIMIT, offset: int 
 
 
 @router.get("/groups/{group_id}", summary="A group: members, assignments, lag per partition with status")
-async def group(request: Request, group_id: str, limit: int = LIMIT, offset: int = OFFSET) -> Response:
+async def group(request: Request, group_id: str, limit: Limit = DEFAULT_LIMIT, offset: Offset = 0) -> Response:
     broker = broker_of(request)
     check_window(limit, offset)
     described = broker.groups.describe(group_id)
@@ -264,7 +286,9 @@ async def group(request: Request, group_id: str, limit: int = LIMIT, offset: int
 
 @router.get("/groups/{group_id}/lag-history", summary="The group's lag over time, from _system/consumer_lag")
 async def group_lag_history(request: Request, group_id: str, topic: str | None = None,
-                            max_points: int = Query(500, ge=1, le=5000)) -> Response:
+                            max_points: MaxPoints = 500) -> Response:
+    if not 1 <= max_points <= 5000:
+        raise InvalidRequest(f"max_points must be between 1 and 5000, got {max_points}")
     broker = broker_of(request)
     shown = None  # OffsetFetch's rule: only topics the principal may Describe
     if topic is not None:
@@ -282,6 +306,8 @@ async def group_lag_history(request: Request, group_id: str, topic: str | None =
 
 
 class ResetRequest(BaseModel):
+    model_config = ConfigDict(strict=True)
+
     topic: str
     partitions: list[Int32] | None = Field(None, description="null: every partition of the topic")
     to: reset.ResetTo
@@ -292,8 +318,10 @@ class ResetRequest(BaseModel):
 
 @router.post("/groups/{group_id}/reset-offsets",
              summary="Reset a group's committed offsets (kafka-consumer-groups --reset-offsets)",
-             responses={409: {"description": "NON_EMPTY_GROUP (40906): the group has members"}})
-async def reset_offsets(request: Request, group_id: str, body: ResetRequest) -> Response:
+             responses={409: {"description": "NON_EMPTY_GROUP (40906): the group has members"}},
+             openapi_extra=_body_openapi(ResetRequest))
+async def reset_offsets(request: Request, group_id: str) -> Response:
+    body = await _body(request, ResetRequest)
     broker = broker_of(request)
     if not group_id:
         raise InvalidRequest("group id must not be empty")
@@ -334,7 +362,8 @@ async def reset_offsets(request: Request, group_id: str, body: ResetRequest) -> 
 
 
 @router.get("/transactions", summary="Transactional producers: state, partitions, age; hanging ones flagged")
-async def transactions(request: Request, state: str = "", limit: int = LIMIT, offset: int = OFFSET) -> Response:
+async def transactions(request: Request, state: str = "", limit: Limit = DEFAULT_LIMIT,
+                       offset: Offset = 0) -> Response:
     broker = broker_of(request)
     check_window(limit, offset)
     listed = {m.transactional_id: m for m in broker.transactions.list_transactions() if not state or m.state == state}
@@ -348,6 +377,8 @@ async def transactions(request: Request, state: str = "", limit: int = LIMIT, of
 
 
 class SqlRequest(BaseModel):
+    model_config = ConfigDict(strict=True)
+
     query: str = Field(..., max_length=10_000)
     max_rows: int = Field(100, ge=1, le=MAX_LIMIT)
 
@@ -367,8 +398,10 @@ def _cell(value: Any) -> Any:
     return value
 
 
-@router.post("/sql", summary="A SELECT over a topic's Delta table (pyarrow; no Spark session needed)")
-async def run_sql(request: Request, body: SqlRequest) -> Response:
+@router.post("/sql", summary="A SELECT over a topic's Delta table (pyarrow; no Spark session needed)",
+             openapi_extra=_body_openapi(SqlRequest))
+async def run_sql(request: Request) -> Response:
+    body = await _body(request, SqlRequest)
     query = sql.parse(body.query)
     authz.check(request, AclOperation.READ, ResourceType.TOPIC, query.table)  # a Fetch of the whole table
     broker_of(request).topic(query.table)  # UNKNOWN_TOPIC_OR_PARTITION for a table that is no topic

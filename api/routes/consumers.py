@@ -185,8 +185,17 @@ async def unsubscribe(request: Request, group: str, instance: str) -> Response:
              openapi_extra=bodies.ASSIGN_OPENAPI)
 async def assign(request: Request, group: str, instance: str) -> Response:
     consumer = instance_of(request)
-    await consumer.assign(partitions_of(await _body(request)))
+    partitions = partitions_of(await _body(request))
+    _check_describe(request, partitions)  # before the existence check: a 404 would tell a hidden topic exists
+    await consumer.assign(partitions)
     return _no_content()
+
+
+def _check_describe(request: Request, partitions: list[tuple[str, Any]]) -> None:
+    """Describe on each topic named, as Kafka's Metadata and ListOffsets need it: without
+    it TOPIC_AUTHORIZATION_FAILED, whether the topic exists or not."""
+    for topic in sorted({t for t, *_ in partitions}):
+        authz.check(request, Op.DESCRIBE, R.TOPIC, topic)
 
 
 @router.get(INSTANCE + "/assignments", summary="The partitions the instance holds now")
@@ -210,7 +219,10 @@ def seek_instant_ms(value: Any, where: str) -> int:
             raise InvalidRequest(f"{where} is not an ISO-8601 instant: {value!r}") from None
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=timezone.utc)
-        return int(moment.timestamp() * 1000)
+        ms = int(moment.timestamp() * 1000)
+        if ms < 0:  # Kafka's ListOffsets by time takes no negative target
+            raise InvalidRequest(f"{where} is before 1970-01-01T00:00:00Z: {value!r}")
+        return ms
     if type(value) in (int, float) and 0 <= value < 1e13:
         return int(value * 1000)
     raise InvalidRequest(f"{where} must be an ISO-8601 instant or epoch seconds")
@@ -235,6 +247,7 @@ async def seek(request: Request, group: str, instance: str) -> Response:
          seek_instant_ms(o.get("timestamp"), f"timestamps[{i}].timestamp"))
         for i, o in enumerate(_items(doc, "timestamps") if doc.get("timestamps") is not None else [])
     ]
+    _check_describe(request, times)  # offsetsForTimes is a ListOffsets
     await consumer.seek(offsets, times)
     return _no_content()
 
@@ -243,7 +256,9 @@ async def seek(request: Request, group: str, instance: str) -> Response:
              openapi_extra=bodies.SEEK_TO_OPENAPI)
 async def seek_to_beginning(request: Request, group: str, instance: str) -> Response:
     consumer = instance_of(request)
-    await consumer.seek_to(partitions_of(await _body(request)), "beginning")
+    partitions = partitions_of(await _body(request))
+    _check_describe(request, partitions)  # a ListOffsets
+    await consumer.seek_to(partitions, "beginning")
     return _no_content()
 
 
@@ -251,7 +266,9 @@ async def seek_to_beginning(request: Request, group: str, instance: str) -> Resp
              openapi_extra=bodies.SEEK_TO_OPENAPI)
 async def seek_to_end(request: Request, group: str, instance: str) -> Response:
     consumer = instance_of(request)
-    await consumer.seek_to(partitions_of(await _body(request)), "end")
+    partitions = partitions_of(await _body(request))
+    _check_describe(request, partitions)  # a ListOffsets
+    await consumer.seek_to(partitions, "end")
     return _no_content()
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import binascii
 import functools
+import json
+import re
 from time import perf_counter
 from typing import Any
 
@@ -131,6 +133,30 @@ def _json_values(items: list[Any], field: str) -> list[bytes | None]:
     return [None if (d := it.get(field)) is None else _dumps(d) for it in items]
 
 
+#: Integers orjson reads exactly: int64 and uint64. Past them it reads a float, and the
+#: record would be stored as ``1.8446744073709552e+19`` instead of what was sent.
+_EXACT_INTEGERS = range(-(2**63), 2**64)
+_NINETEEN_DIGITS = re.compile(rb"[0-9]{19}")
+
+
+def _exact_integer(literal: str) -> int:
+    value = int(literal)
+    if value not in _EXACT_INTEGERS:
+        shown = literal if len(literal) <= 30 else literal[:30] + "..."
+        raise InvalidRecord(f"integer {shown} is outside int64 and uint64: it would not be stored exactly")
+    return value
+
+
+def check_exact_integers(body: bytes) -> None:
+    """INVALID_RECORD when a JSON embedded-format body holds an integer literal outside
+    int64 / uint64 (which orjson would turn into a float, changing the record). Only a
+    body with a run of 19 digits can hold one; only such a body is parsed again, with
+    the standard library's parser, whose ``parse_int`` sees integer literals alone (not
+    digits inside strings). The depth was already checked (``parse_json``)."""
+    if _NINETEEN_DIGITS.search(body) is not None:
+        json.loads(body, parse_int=_exact_integer)
+
+
 def decode_records(doc: Any, embedded: str, fixed_partition: int | None) -> Records:
     """The v2 body as columns.
 
@@ -218,7 +244,10 @@ async def _produce_v2(request: Request, topic: str, partition: int | None) -> Re
         producer = producer_of(request)
     embedded = request_format(request.headers.get("content-type"))
     state = request.app.state
-    doc = parse_json(await read_body(request), nested_values=embedded == "json")
+    body = await read_body(request)
+    doc = parse_json(body, nested_values=embedded == "json")
+    if embedded == "json":
+        check_exact_integers(body)
     records = decode_records(doc, embedded, partition)
     await state.broker.topic_for_produce(topic)  # auto.create.topics.enable, once the body is good
     result = await produce(request, topic, records, acks, producer)

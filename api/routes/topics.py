@@ -17,7 +17,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from laketail.api import authz
-from laketail.api.deps import broker_of, json_response
+from laketail.api.deps import PartitionParam, broker_of, json_response
 from laketail.api.encoding import V2_JSON
 from laketail.broker import PartitionState
 from laketail.security.acl import ResourceType as R
@@ -75,7 +75,7 @@ async def list_partitions(
 
 
 @router.get("/topics/{topic}/partitions/{partition}", summary="Describe one partition")
-async def get_partition(request: Request, topic: str, partition: int) -> Response:
+async def get_partition(request: Request, topic: str, partition: PartitionParam) -> Response:
     return _v2(_partition(broker_of(request).partition_state(topic, partition)))
 
 
@@ -87,7 +87,7 @@ async def get_partition(request: Request, topic: str, partition: int) -> Respons
 async def get_offsets(
     request: Request,
     topic: str,
-    partition: int,
+    partition: PartitionParam,
     isolation_level: Literal["read_committed", "read_uncommitted"] = Query("read_committed"),
 ) -> Response:
     state = await broker_of(request).partition_state_async(topic, partition)

@@ -34,7 +34,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from laketail.api import authz
-from laketail.api.deps import broker_of, check_cluster, json_response
+from laketail.api.deps import PartitionParam, broker_of, check_cluster, json_response
 from laketail.api.routes.clusters import cluster_crn, cluster_url, list_metadata
 from laketail.coordinator.groups import Group, Member
 from laketail.coordinator.lag import PartitionLag, group_lags
@@ -231,7 +231,8 @@ async def list_lags(request: Request, cluster_id: str, group_id: str) -> Respons
 
 
 @router.get(PREFIX + "/{group_id}/lags/{topic}/partitions/{partition}", summary="Lag of one partition")
-async def get_lag(request: Request, cluster_id: str, group_id: str, topic: str, partition: int) -> Response:
+async def get_lag(request: Request, cluster_id: str, group_id: str, topic: str,
+                  partition: PartitionParam) -> Response:
     known_group(request, cluster_id, group_id)
     broker = broker_of(request)
     broker.partition_state(topic, partition)  # 404 for a partition that does not exist

@@ -50,6 +50,7 @@ from laketail.api.deps import (
     record_error,
 )
 from laketail.api.encoding import decode_headers, decode_typed, iso_ms, parse_timestamp
+from laketail.api.errors import STREAMED_BODY
 from laketail.bounds import int32
 from laketail.errors import InvalidRecord, InvalidRequest, LaketailError, RecordTooLarge
 from laketail.records import Acks
@@ -273,6 +274,7 @@ async def _produce_v3(
     if partition is not None:
         broker.partition_state(topic, partition)
     if _is_chunked(request):
+        request.scope[STREAMED_BODY] = True  # bounded per record below, not in total
         return DuplexResponse(
             _stream_reports(request, cluster_id, topic, acks, partition),
             media_type="application/json",

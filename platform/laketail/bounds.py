@@ -49,13 +49,25 @@ def bounded_int(value: Any, what: str, minimum: int, maximum: int,
     return value
 
 
+def is_decimal(raw: str) -> bool:
+    """Whether ``raw`` is a decimal integer as Kafka's clients write one: ASCII digits,
+    an optional leading minus, nothing else. Python's ``int()`` also takes ``" 5"``,
+    ``"+5"``, ``"1_000"`` and other scripts' digits; a request that says any of them
+    is refused rather than read as a number it did not spell."""
+    digits = raw[1:] if raw[:1] == "-" else raw
+    return digits.isascii() and digits.isdigit()
+
+
 def parse_int(raw: str, what: str, minimum: int, maximum: int,
               error: type[LaketailError] = InvalidRequest) -> int:
-    """A decimal integer from a path or query string, in ``[minimum, maximum]``."""
+    """A decimal integer (:func:`is_decimal`) from a path or query string, in
+    ``[minimum, maximum]``."""
+    if not is_decimal(raw):
+        raise error(f"{what} must be an integer (decimal digits), got {raw[:40]!r}")
     try:
         value = int(raw)
-    except ValueError:
-        raise error(f"{what} must be an integer, got {raw!r}") from None
+    except ValueError:  # more digits than Python converts (sys.int_info): far out of any range
+        raise error(f"{what} must be in [{minimum}, {maximum}], got {len(raw)} digits") from None
     return bounded_int(value, what, minimum, maximum, error)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
+from laketail.bounds import INT32_MAX, parse_int
 from laketail.errors import InvalidConfig, LaketailError
 from laketail.records import IsolationLevel
 
@@ -78,13 +79,9 @@ def _int(doc: Mapping[str, Any], key: str, default: int, minimum: int) -> int:
     raw = _text(doc, key)
     if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidConsumerConfig(f"{key}={raw!r} is not an integer") from None
-    if value < minimum:
-        raise InvalidConsumerConfig(f"{key}={value} must be at least {minimum}")
-    return value
+    # Both settings are Kafka INTs: a value past int32 is refused, not kept to overflow
+    # a timer or a comparison later.
+    return parse_int(raw, key, minimum, INT32_MAX, InvalidConsumerConfig)
 
 
 def _choice(doc: Mapping[str, Any], key: str, default: str, choices: Mapping[str, str]) -> str:
