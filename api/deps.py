@@ -189,7 +189,10 @@ def producer_of(request: Request) -> ProducerBatch | None:
     if raw_txn.lower() not in ("true", "false"):
         raise InvalidRequest(f"query parameter transactional must be true or false, got {raw_txn!r}")
     transactional = raw_txn.lower() == "true"
-    given = [k for k in _PRODUCER_KEYS if params.get(k, "") != ""]
+    given = [k for k in _PRODUCER_KEYS if k in params]
+    for key in given:
+        if params[key] == "":  # refused, not read as a plain produce: an idempotent producer lost its numbers
+            raise InvalidRequest(f"query parameter {key} is empty")
     if not given and not transactional:
         return None
     if len(given) != len(_PRODUCER_KEYS):

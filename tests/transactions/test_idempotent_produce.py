@@ -144,6 +144,8 @@ def test_a_sequence_gap_is_out_of_order(txn_broker, make_topic):
     ({"producer_id": "1", "producer_epoch": "40000", "sequence": "0"}, "producer_epoch must be in"),
     ({"producer_id": "1", "producer_epoch": "0", "sequence": "-3"}, "sequence must be in"),
     ({"producer_id": "1", "producer_epoch": "0"}, "missing ['sequence']"),
+    ({"producer_id": "", "producer_epoch": "", "sequence": ""}, "producer_id is empty"),
+    ({"producer_id": "1", "producer_epoch": "0", "sequence": ""}, "sequence is empty"),
     ({"transactional": "true"}, "needs producer_id, producer_epoch and sequence"),
     ({"producer_id": "1", "producer_epoch": "0", "sequence": "0", "transactional": "yes"},
      "transactional must be true or false"),
