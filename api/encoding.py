@@ -24,6 +24,7 @@ written, and a value that does not decode is INVALID_RECORD (422/42205).
 from __future__ import annotations
 
 import binascii
+import re
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -143,11 +144,27 @@ def decode_binary(data: Any, what: str) -> bytes | None:
     return b64decode(data, what)
 
 
+#: A body with no run of 19 digits holds no integer past int64 / uint64, the integers
+#: orjson reads exactly (past them it reads a float, and would change the record).
+WIDE_INTEGER_DIGITS = re.compile(rb"[0-9]{19}")
+
+
+def json_text(data: Any, what: str) -> bytes:
+    """``data`` as JSON text; INVALID_RECORD for an integer orjson cannot write (one past
+    64 bits, read exactly by the standard library's parser)."""
+    try:
+        return _dumps(data)
+    except TypeError:
+        raise InvalidRecord(
+            f"{what} holds an integer outside int64 and uint64: it would not be stored exactly"
+        ) from None
+
+
 def decode_json(data: Any) -> bytes | None:
     """A v2 ``json`` key or value: its JSON text, ``None`` for JSON null."""
     if data is None:
         return None
-    return _dumps(data)
+    return json_text(data, "a json record")
 
 
 def decode_typed(doc: Any, what: str) -> tuple[bytes | None, str | None]:
@@ -162,7 +179,7 @@ def decode_typed(doc: Any, what: str) -> tuple[bytes | None, str | None]:
     if kind == "BINARY":
         return (None if data is None else b64decode(data, what + ".data")), kind
     if kind == "JSON":
-        return (None if data is None else _dumps(data)), kind
+        return (None if data is None else json_text(data, what + ".data")), kind
     if kind == "STRING":
         if data is None:
             return None, kind

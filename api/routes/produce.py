@@ -21,7 +21,6 @@ from __future__ import annotations
 import binascii
 import functools
 import json
-import re
 from time import perf_counter
 from typing import Any
 
@@ -47,6 +46,7 @@ from laketail.api.encoding import (
     V2_BINARY,
     V2_EMBEDDED_JSON,
     V2_JSON,
+    WIDE_INTEGER_DIGITS,
     b64decode,
     decode_headers,
     request_format,
@@ -136,7 +136,6 @@ def _json_values(items: list[Any], field: str) -> list[bytes | None]:
 #: Integers orjson reads exactly: int64 and uint64. Past them it reads a float, and the
 #: record would be stored as ``1.8446744073709552e+19`` instead of what was sent.
 _EXACT_INTEGERS = range(-(2**63), 2**64)
-_NINETEEN_DIGITS = re.compile(rb"[0-9]{19}")
 
 
 def _exact_integer(literal: str) -> int:
@@ -153,7 +152,7 @@ def check_exact_integers(body: bytes) -> None:
     body with a run of 19 digits can hold one; only such a body is parsed again, with
     the standard library's parser, whose ``parse_int`` sees integer literals alone (not
     digits inside strings). The depth was already checked (``parse_json``)."""
-    if _NINETEEN_DIGITS.search(body) is not None:
+    if WIDE_INTEGER_DIGITS.search(body) is not None:
         json.loads(body, parse_int=_exact_integer)
 
 

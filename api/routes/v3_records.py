@@ -49,7 +49,7 @@ from laketail.api.deps import (
     read_body,
     record_error,
 )
-from laketail.api.encoding import decode_headers, decode_typed, iso_ms, parse_timestamp
+from laketail.api.encoding import WIDE_INTEGER_DIGITS, decode_headers, decode_typed, iso_ms, parse_timestamp
 from laketail.api.errors import STREAMED_BODY
 from laketail.bounds import int32
 from laketail.errors import InvalidRecord, InvalidRequest, LaketailError, RecordTooLarge
@@ -264,6 +264,17 @@ async def _stream_reports(
         yield _concatenated([error_report(error)])
 
 
+def _whole_json(body: bytes) -> Any:
+    """The body as one JSON value: orjson's, or the standard library's (whose integers
+    are exact) when a run of 19 digits may be an integer orjson would read as a float."""
+    if WIDE_INTEGER_DIGITS.search(body) is None:
+        return orjson.loads(body)
+    try:
+        return json.loads(body)
+    except RecursionError:  # read record by record below, where the depth is refused
+        raise ValueError("nested too deeply") from None
+
+
 async def _produce_v3(
     request: Request, cluster_id: str, topic: str, partition: int | None, acks_raw: str
 ) -> Response:
@@ -281,8 +292,8 @@ async def _produce_v3(
         )
     body = await read_body(request)
     try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError:
+        parsed = _whole_json(body)
+    except ValueError:  # not one JSON value (or not UTF-8): concatenated records, or an error
         parsed = None
         try:
             text = body.decode("utf-8")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Iterator
 from urllib.parse import quote
 
+import orjson
 import pyarrow as pa
 import pytest
 from conftest import running_broker
@@ -278,3 +279,39 @@ def test_json_embedded_integers_up_to_64_bits_are_stored_exactly(world):
                              headers={"Accept": JSON_V2["Content-Type"]})
     assert fetched.status_code == 200, fetched.text
     assert [r["value"] for r in fetched.json()] == values
+
+
+def _v3_records_url(world: World) -> str:
+    cluster = world.http.get("/v3/clusters").json()["data"][0]["cluster_id"]
+    return f"/v3/clusters/{cluster}/topics/{TOPIC}/records"
+
+
+@pytest.mark.parametrize("data", ["18446744073709551616", "-9223372036854775809", "[1, 100000000000000000000000]"])
+def test_a_v3_json_integer_past_64_bits_is_invalid_record(world, data):
+    """v3's JSON-typed data: refused as v2's embedded JSON is, not stored as a float
+    (one record) nor a 500 (orjson could not write it back, several records)."""
+    url = _v3_records_url(world)
+    before = snapshot(world)
+    one = world.http.post(url, content='{"value": {"type": "JSON", "data": %s}}' % data, headers=JSON)
+    assert_kafka_error(one, 422, 42206)
+    many = world.http.post(url, content='{"value": {"type": "JSON", "data": %s}}' % data * 2, headers=JSON)
+    assert many.status_code == 200, many.text
+    assert [orjson.loads(line)["error_code"] for line in many.content.splitlines()] == [42206, 42206]
+    assert snapshot(world) == before
+
+
+def test_v3_json_integers_up_to_64_bits_are_stored_exactly_and_deep_ones_refused(world):
+    url = _v3_records_url(world)
+    sent = [2**64 - 1, -(2**63)]
+    resp = world.http.post(url, json=[{"partition_id": 1, "value": {"type": "JSON", "data": v}} for v in sent],
+                           headers=JSON)
+    assert resp.status_code == 200, resp.text
+    offsets = [orjson.loads(line)["offset"] for line in resp.content.splitlines()]
+    fetched = world.http.get(f"/topics/{TOPIC}/partitions/1/records", params={"offset": offsets[0]},
+                             headers={"Accept": "application/vnd.kafka.json.v2+json"})
+    assert fetched.status_code == 200, fetched.text
+    assert [r["value"] for r in fetched.json()][:2] == sent
+    before = snapshot(world)
+    deep = '{"value": {"type": "JSON", "data": %s1234567890123456789%s}}' % ("[" * 50_000, "]" * 50_000)
+    assert_kafka_error(world.http.post(url, content=deep, headers=JSON), 400, 40002)
+    assert snapshot(world) == before
