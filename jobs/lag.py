@@ -236,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--state-partitions", type=int, default=4,
                         help="shuffle (state store) partitions of a new streaming query [4]")
     parser.add_argument("--max-rounds", type=int, default=0,
-                        help="with --streaming, stop after this many micro-batches [0: never]")
+                        help="with --streaming, stop once at least this many micro-batches ran [0: never]")
     args = parse_args(parser, argv)
     if not args.servers:
         return fail("--servers (or $LAKETAIL_SERVERS) is required: lag comes from a gateway")

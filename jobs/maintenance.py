@@ -141,7 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--checkpoint", metavar="DIR",
                         help="the streaming query's checkpoint [default: ROOT/_system/checkpoints/maintenance]")
     parser.add_argument("--interval-s", type=float, default=60.0, help="seconds between looks at the tables [60]")
-    parser.add_argument("--max-rounds", type=int, default=0, help="stop after this many micro-batches [0: never]")
+    parser.add_argument("--max-rounds", type=int, default=0,
+                        help="stop once at least this many micro-batches ran (one more may start) [0: never]")
     parser.add_argument("--target-file-bytes", type=int, default=DEFAULT_TARGET_FILE_BYTES,
                         help="merge adjacent files up to this size [default: 128 MiB]")
     parser.add_argument("--min-files", type=int, default=2, help="merge runs of at least this many files [2]")
