@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from laketail.api.fetch_body import data_rows
 from laketail.coordinator.instance_config import (
     MUTUALLY_EXCLUSIVE,
     ConsumerInstanceExists,
@@ -105,13 +106,6 @@ def _payload_bytes(records: pa.Table) -> int:
         if column.null_count < len(column):
             total += pc.sum(pc.binary_length(column)).as_py() or 0
     return total
-
-
-def _data_rows(records: pa.Table) -> pa.Table:
-    control = records.column("control")
-    if control.null_count == records.num_rows:
-        return records
-    return records.filter(pc.is_null(control))
 
 
 # -- one instance --------------------------------------------------------------------------------
@@ -457,7 +451,7 @@ class ConsumerInstance:
             if tp not in self._assigned or self._positions.get(tp) != position:
                 continue  # revoked or sought while the fetch ran: drop what came
             self._positions[tp] = result.next_offset
-            rows = _data_rows(result.records)
+            rows = data_rows(result.records)
             if rows.num_rows:
                 out.append((tp[0], rows))
                 size += _payload_bytes(rows)

@@ -11,8 +11,8 @@ base64 with padding in double quotes; in the json format, the stored JSON text a
 orjson writes it back after parsing. ``partition``, ``offset`` and ``timestamp``
 (Kafka's milliseconds, the stored microseconds floor-divided by 1000) are decimal
 integers. These are the bytes ``orjson.dumps`` gives for the dicts of
-:func:`laketail.api.routes.fetch.encode_records`; records with headers are left to
-that general path (:func:`binary_rows` answers ``None``).
+:func:`encode_records`; records with headers are left to that general path
+(:func:`binary_rows` answers ``None``; :func:`rows` takes it).
 
 Column at a time: the rows of a batch are cut into runs in which every row has the
 same shape (key and value lengths or null, digit counts of offset and timestamp). In
@@ -39,8 +39,9 @@ import binascii
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from laketail.api.encoding import V2_BINARY, EmbeddedFormat
+from laketail.api.encoding import V2_BINARY, EmbeddedFormat, b64encode, encode_json
 from laketail.errors import NotAcceptable
 from laketail.storage.block_cache import BLOCKS
 
@@ -150,8 +151,79 @@ def _has_headers(table: pa.Table) -> bool:
     return any(chunk.null_count < len(chunk) and bool(np.any(np.diff(_offsets(chunk)))) for chunk in headers.chunks)
 
 
-def rows_for(topic: str, table: pa.Table, embedded: EmbeddedFormat, cached: bool = False) -> list | None:
-    return binary_rows(topic, table, cached) if embedded == "binary" else json_rows(topic, table)
+def rows(topic: str, table: pa.Table, embedded: EmbeddedFormat, cached: bool = False) -> list:
+    """The rows of one partition's ``table`` for :func:`body`: a column at a time, or
+    (records with headers) the general per-record encoding as one piece."""
+    parts = binary_rows(topic, table, cached) if embedded == "binary" else json_rows(topic, table)
+    if parts is not None:
+        return parts
+    return [orjson.dumps(encode_records(topic, table, embedded)[0])[1:-1] + b","] if table.num_rows else []
+
+
+# -- records with headers: one record at a time ----------------------------------------
+
+def data_rows(table: pa.Table) -> pa.Table:
+    """``table`` without control records (transaction markers)."""
+    i = table.schema.get_field_index("control")
+    if i >= 0 and table.num_rows:
+        control = table.column(i)
+        if control.null_count < table.num_rows:
+            return table.filter(pc.is_null(control))
+    return table
+
+
+def timestamps_ms(table: pa.Table) -> list[int]:
+    """The ``timestamp`` column (microseconds) as Kafka's milliseconds."""
+    return (table.column("timestamp").cast(pa.int64()).to_numpy() // 1000).tolist()
+
+
+def _column(table: pa.Table, name: str) -> list | None:
+    """A column as Python values, ``None`` when every value is null (skipped cheaply)."""
+    column = table.column(name)
+    return None if column.null_count == len(column) else column.to_pylist()
+
+
+def _b64_column(values: list | None, n: int) -> list:
+    if values is None:
+        return [None] * n
+    return [None if v is None else _b2a(v, newline=False).decode("ascii") for v in values]
+
+
+def _json_column(values: list | None, n: int, offsets: list[int]) -> list:
+    if values is None:
+        return [None] * n
+    return [encode_json(v, o) for v, o in zip(values, offsets)]
+
+
+def encode_records(topic: str, table: pa.Table, embedded: EmbeddedFormat) -> tuple[list[dict], int]:
+    """Rows of one partition as Redpanda/Confluent JSON records, plus their key + value
+    byte count. Column at a time: all-null columns and dense offsets cost nothing."""
+    n = table.num_rows
+    if n == 0:
+        return [], 0
+    offset_column = table.column("offset")
+    first, last = offset_column[0].as_py(), offset_column[-1].as_py()
+    offsets = list(range(first, last + 1)) if last - first == n - 1 else offset_column.to_pylist()
+    partition = table.column("partition")[0].as_py()
+    keys = _column(table, "key")
+    values = _column(table, "value")
+    nbytes = (sum(map(len, filter(None, keys))) if keys else 0) + (
+        sum(map(len, filter(None, values))) if values else 0
+    )
+    if embedded == "binary":
+        key_out, value_out = _b64_column(keys, n), _b64_column(values, n)
+    else:
+        key_out, value_out = _json_column(keys, n, offsets), _json_column(values, n, offsets)
+    headers = _column(table, "headers")
+    header_out = [[]] * n if headers is None else [
+        [{"key": h["key"], "value": b64encode(h["value"])} for h in hs] if hs else [] for hs in headers
+    ]
+    return [
+        {"topic": topic, "key": k, "value": v, "partition": partition, "offset": o,
+         "timestamp": ts, "headers": h}
+        for k, v, o, ts, h in zip(key_out, value_out, offsets, timestamps_ms(table), header_out)
+    ], nbytes
+
 
 
 # -- one batch -------------------------------------------------------------------------

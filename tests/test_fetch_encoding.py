@@ -10,9 +10,8 @@ from starlette.requests import Request
 
 from laketail.api import fetch_body
 from laketail.api.deps import query_of
-from laketail.api.fetch_body import MIN_RUN, binary_rows, json_rows
+from laketail.api.fetch_body import MIN_RUN, binary_rows, encode_records, json_rows
 from laketail.api.routes.arrow import write_ipc
-from laketail.api.routes.fetch import encode_records
 from laketail.errors import NotAcceptable
 from laketail.records import build_frame_batch, to_record_batch
 

@@ -34,7 +34,6 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
 
-import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
@@ -43,9 +42,7 @@ from laketail.api import consumer_schemas as bodies
 from laketail.api.consumer_instances import ConsumerInstance, ConsumerInstances
 from laketail.api.deps import broker_of, json_response, parse_json, query_int, read_body
 from laketail.api.encoding import MEDIA_TYPES, V2_JSON, EmbeddedFormat, format_of
-from laketail.api.fetch_body import rows_for
 from laketail.api.routes.clusters import base_url
-from laketail.api.routes.fetch import encode_records
 from laketail.bounds import int32, int64
 from laketail.coordinator.instance_config import InstanceConfig
 from laketail.errors import InvalidRequest, NotAcceptable, UnknownTopicOrPartition, UnsupportedMediaType
@@ -307,10 +304,7 @@ async def read_records(request: Request, group: str, instance: str) -> Response:
     parts: list = []
     for topic, table in batches:
         authz.check(request, Op.READ, R.TOPIC, topic)  # a pattern may have added a topic meanwhile
-        rows = rows_for(topic, table, fmt)
-        if rows is None:  # records with headers: the general encoding, without its brackets
-            rows = [orjson.dumps(encode_records(topic, table, fmt)[0])[1:-1] + b","] if table.num_rows else []
-        parts.extend(rows)
+        parts.extend(fetch_body.rows(topic, table, fmt))
     return Response(fetch_body.body(parts), media_type=MEDIA_TYPES[fmt])
 
 
