@@ -28,11 +28,13 @@ committed version, transactions included, with no thread behind them.
   COMMIT; each partition's last stable offset comes from the same window (the table's
   own: a marker written but not tiered yet decides nothing until it is) and cuts both
   by a broadcast anti-join. A topic without transactions has no marked file, Spark's
-  adaptive execution drops the window and the join, and the view costs what a plain
-  Parquet scan costs. Compaction (or OPTIMIZE) merging files of both kinds neither
-  duplicates nor drops a row: a merged file holding any transactional or control row
-  is marked by its own statistics, so a transaction's records and its marker are
-  always among the marked files, wherever they were merged.
+  adaptive execution drops the window and the join once their empty inputs are known,
+  and the scan runs as a plain Parquet scan; planning those empty parts costs a fixed
+  amount per query (docs/architecture.md §10.3 gives the measured cost). Compaction (or
+  OPTIMIZE) merging files of both kinds neither duplicates nor drops a row: a merged
+  file holding any transactional or control row is marked by its own statistics, so a
+  transaction's records and its marker are always among the marked files, wherever
+  they were merged.
 
 ``register_topics`` then starts no follower for named topics; following every topic
 (``topics=None``), a :class:`ViewFollower` only adds views for topics created later and
@@ -215,8 +217,9 @@ def live_committed_frame(spark: SparkSession, uri: str) -> DataFrame:
       read_committed stops there. A partition with no undecided record is not cut.
 
     A table without transactions has no marked file: the transactional part and the
-    bounds are empty relations (Spark's adaptive execution drops the anti-join against
-    an empty broadcast), so the view costs about what a plain Parquet scan costs."""
+    bounds are empty relations, which Spark's adaptive execution drops (with the
+    anti-join) once it has run them, so the rows are read by a plain Parquet scan; the
+    planning and the empty stages are a fixed cost per query."""
     names = RECORD_SCHEMA.names
     plain = jvm.topic_table(spark, uri, rows="plain").select(*names)
     marked = jvm.topic_table(spark, uri, rows="marked").select(*names)
