@@ -16,8 +16,9 @@ after one discarded warm-up of each; results compared for equality):
   on the topic's committed view against the same query on a view of
   ``spark.read.parquet``; both views exist before timing (registration costs are in
   ``details``). With laketail's jar built (``details.live_views``) the view is over
-  ``format("laketail_table")``, whose file index replays the Delta log at every query
-  (fresh per query); without it, the follower's pinned Parquet views. Target: at most
+  ``format("laketail_table")``, whose file index replays the Delta log at every query,
+  transactions and last stable offsets computed by Spark in the same query (fresh per
+  query); without it, the follower's pinned Parquet views. Target: at most
   1.1x the time.
 * ``format("laketail")`` batch read: a checksum over every column (count, key and
   value lengths, offsets, partitions, timestamps) against the same checksum over

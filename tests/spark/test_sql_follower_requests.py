@@ -1,7 +1,9 @@
-"""What a view follower costs the gateway: over a topic whose table does not move and
-whose views pin no bound, its passes send no request (one stat of the Delta log each);
-a new table version, or an undecided transaction, has it ask again. Counted on the
-follower's own ``SparkGateway`` (every request it sends, retries included)."""
+"""What a view follower costs the gateway. Without laketail's jar (the pinned file-list
+views): over a topic whose table does not move and whose views pin no bound, its passes
+send no request (one stat of the Delta log each); a new table version, or an undecided
+transaction, has it ask again. With the jar, named topics get no follower at all, and
+one following every topic asks only for the topic list. Counted on the follower's own
+``SparkGateway`` (every request it sends, retries included)."""
 
 from __future__ import annotations
 
@@ -25,14 +27,10 @@ def _after_passes(follower: Any, n: int) -> None:
     wait_until(lambda: follower.passes >= start + n, f"{n} follower passes", timeout_s=120)
 
 
-@pytest.mark.parametrize("live", [True, False], ids=["jvm", "file-lists"])
 def test_an_idle_topic_costs_the_follower_no_request(
-    spark: Any, broker: Any, make_topic: Any, monkeypatch: pytest.MonkeyPatch, live: bool
+    spark: Any, broker: Any, make_topic: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if live and jvm.jar() is None:
-        pytest.skip("the laketail jar is not built (no javac)")
-    if not live:
-        monkeypatch.setattr(sql_module.jvm, "attach", lambda spark: False)
+    monkeypatch.setattr(sql_module.jvm, "attach", lambda spark: False)
     # The periodic re-ask (deleted topics) is not what this counts; under load a few
     # passes could span its 5 s.
     monkeypatch.setattr(sql_module, "RECHECK_S", 3600.0)
@@ -41,7 +39,7 @@ def test_an_idle_topic_costs_the_follower_no_request(
     wait_tiered(broker.url, topic)
     register_topics(spark, broker.url, [topic], interval_s=0.05)
     follower = sql_module._FOLLOWERS[id(spark)]
-    assert follower.live is live
+    assert follower.live is False
     gateway = follower._views.gateway
 
     _after_passes(follower, 2)
@@ -84,14 +82,43 @@ def test_an_idle_topic_costs_the_follower_no_request(
 def test_a_deleted_topic_is_noticed_though_its_table_stands_still(
     spark: Any, broker: Any, make_topic: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A followed topic that pins no bound is asked about only every ``RECHECK_S``: its
-    deletion is noticed then, and its views dropped."""
+    """Without the jar, a followed topic that pins no bound is asked about only every
+    ``RECHECK_S``: its deletion is noticed then, and its views dropped."""
+    monkeypatch.setattr(sql_module.jvm, "attach", lambda spark: False)
     monkeypatch.setattr(sql_module, "RECHECK_S", 0.5)
     topic = make_topic()
     produce(broker.url, topic, 0, [b"a"])
     wait_tiered(broker.url, topic)
     register_topics(spark, broker.url, [topic], interval_s=0.05)
     assert spark.catalog.tableExists(f"`{topic}`") and spark.catalog.tableExists(f"`{topic}_all`")
+    cluster = httpx.get(f"{broker.url}/v3/clusters", timeout=30).json()["data"][0]["cluster_id"]
+    resp = httpx.delete(f"{broker.url}/v3/clusters/{cluster}/topics/{topic}", timeout=60)
+    assert resp.status_code == 204, resp.text
+    wait_until(lambda: not spark.catalog.tableExists(f"`{topic}`"), "the deleted topic's view to be dropped")
+    assert not spark.catalog.tableExists(f"`{topic}_all`")
+
+
+@pytest.mark.skipif(jvm.jar() is None, reason="the laketail jar is not built (no javac)")
+def test_with_the_jar_a_follower_only_follows_the_topic_list(spark: Any, broker: Any, make_topic: Any) -> None:
+    """Named topics: no follower. Every topic: a follower that makes views for a topic
+    created later and drops a deleted one's, asking only for the topic list."""
+    named = make_topic()
+    register_topics(spark, broker.url, [named])
+    assert id(spark) not in sql_module._FOLLOWERS
+    register_topics(spark, broker.url, interval_s=0.05)
+    follower = sql_module._FOLLOWERS[id(spark)]
+    assert follower.live is True
+    gateway = follower._views.gateway
+    _after_passes(follower, 2)
+    before, passes = gateway.requests, follower.passes
+    _after_passes(follower, 20)
+    assert gateway.requests - before <= follower.passes - passes + 1  # one topic list a pass
+
+    topic = make_topic()
+    produce(broker.url, topic, 0, [b"a"])
+    wait_tiered(broker.url, topic)
+    wait_until(lambda: spark.catalog.tableExists(f"`{topic}`"), "the follower to make the new topic's views")
+    assert _values(spark, topic) == [b"a"] and _values(spark, f"{topic}_all") == [b"a"]
     cluster = httpx.get(f"{broker.url}/v3/clusters", timeout=30).json()["data"][0]["cluster_id"]
     resp = httpx.delete(f"{broker.url}/v3/clusters/{cluster}/topics/{topic}", timeout=60)
     assert resp.status_code == 204, resp.text

@@ -3,7 +3,7 @@ index replays the Delta log each time Spark plans) and the views ``register_topi
 over it, against a real broker, real Delta tables and the real compaction job.
 
 Each freshness check makes its view once and runs no follower: what the next query sees
-comes from the log at that query."""
+comes from the log at that query (transactions: tests/spark/test_sql_strict.py)."""
 
 from __future__ import annotations
 
@@ -69,25 +69,18 @@ def test_sql_alone_with_using_laketail_table(spark: Any, broker: Any, make_topic
     assert spark.table(view).columns == sql_module.RECORD_SCHEMA.names
 
 
-def test_transactions_aborted_never_visible_committed_after_the_follower(
+def test_transactions_aborted_never_visible_committed_at_the_next_query(
     spark: Any, broker: Any, make_topic: Any
 ) -> None:
     topic = make_topic()
-    register_topics(spark, broker.url, [topic])  # the follower pins the transactional part
+    register_topics(spark, broker.url, [topic])  # named topics: no follower with the jar
+    assert id(spark) not in sql_module._FOLLOWERS
     aborted_then_committed(broker.url, topic)
     wait_tiered(broker.url, topic)
-    # _all is strict: every row, markers included, at the first query after tiering.
+    # Both views are strict: every row, markers included, and the committed ones, at
+    # the first query after tiering.
     assert _count(spark, f"{topic}_all") == 2 + 1 + 1 + 1
-
-    def committed_shown() -> bool:
-        values = [v for _, v in _values(spark, topic)]
-        assert b"gone-1" not in values and b"gone-2" not in values  # at no point
-        return values == [b"kept"]
-
-    wait_until(committed_shown, "the follower to show the committed transaction", timeout_s=60)
-    # Without the follower, records outside transactions still show at once; the
-    # transactional part stays where the follower left it.
-    stop_following(spark)
+    assert [v for _, v in _values(spark, topic)] == [b"kept"]
     produce(broker.url, topic, 0, [b"plain"])
     wait_tiered(broker.url, topic)
     assert [v for _, v in _values(spark, topic)] == [b"kept", b"plain"]

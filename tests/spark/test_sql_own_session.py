@@ -1,7 +1,8 @@
 """``register_topics`` on a SparkSession its user built without laketail's jar: it adds the
 jar (``ADD JAR``) and the class loader that sees it, on the calling thread and on the view
-follower's. The suite's shared session has the jar from the start, so this runs in a fresh
-process (tests/spark/own_session_job.py) with its own JVM, against the shared broker."""
+follower's (which, with the jar, runs only when following every topic). The suite's
+shared session has the jar from the start, so this runs in a fresh process
+(tests/spark/own_session_job.py) with its own JVM, against the shared broker."""
 
 from __future__ import annotations
 
@@ -37,10 +38,12 @@ def test_a_session_built_without_the_jar_gets_the_live_views(
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert "laketail" not in seen["jars_conf"]  # the session really started without the jar
     assert seen["registered"] == {topic: topic}
+    assert seen["followers"] == 0
     assert seen["first"] == ["before"]
-    assert seen["after_txn"] == ["before", "in-txn"]
     # No follower ran for these: the JVM relation read the log at the query.
+    assert seen["after_txn"] == ["before", "in-txn"]
     assert seen["later"] == ["before", "in-txn", "later-1", "later-2"]
     assert seen["later_all"] == 5  # the four records and the transaction's commit marker
-    for plan in (seen["plan"], seen["plan_all"]):
+    assert seen["created_count"] == 0
+    for plan in (seen["plan"], seen["plan_all"], seen["created_plan"]):
         assert "TopicFileIndex" in plan or "laketail_table" in plan, plan

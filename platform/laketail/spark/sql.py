@@ -6,43 +6,51 @@ Parquet reader.
 * ``<topic>_all`` -- every row of the table, control rows included, in the record
   schema (docs/architecture.md §4.2), ``partition`` from the files' paths so Spark
   prunes on it;
-* ``<topic>`` -- committed data only: no control rows, no records of aborted
-  transactions, nothing at or after a transaction whose end is not in the table yet
-  (nor past the partition's last stable offset when an open transaction starts in
-  the table). Aborted records go by their ranges ``(partition, producer_id, after <
-  offset < before)``, computed on the driver from the transactional rows only
-  (:mod:`laketail.spark.isolation`), as a filter expression or, when there are many, a
-  broadcast anti-join. A table without transactions costs what a plain Parquet scan
-  of its files costs.
+* ``<topic>`` -- committed data only: what read_committed may see of the table. No
+  control rows, no records of aborted transactions, and nothing at or after a
+  partition's last stable offset (its first transactional record whose end is not in
+  the table yet: records outside transactions after it are hidden too, until it is
+  decided). A transactional record is committed when the first control row of its
+  ``(partition, producer_id)`` after its offset is COMMIT (docs/architecture.md §4.2,
+  :mod:`laketail.spark.isolation`).
 
-How fresh, with laketail's jar (:mod:`laketail.spark.jvm`, built by ``make install``
-when a JDK is there; the usual case):
+With laketail's jar (:mod:`laketail.spark.jvm`, built by ``make install`` when a JDK is
+there; the usual case) both views are **strict**: every query sees the table's latest
+committed version, transactions included, with no thread behind them.
 
 * ``<topic>_all`` is ``format("laketail_table")``, whose file index replays the Delta
-  log while Spark plans each query: **strict**, every query sees the table's latest
-  committed version.
-* ``<topic>`` is the union of (a) that same relation ``WHERE control IS NULL AND NOT
-  transactional`` -- **strict** for records outside transactions; files whose Delta
-  statistics prove they hold nothing else are scanned without the filter -- and (b) the
-  committed transactional records of the snapshot the session's :class:`ViewFollower`
-  last pinned (files holding transactional or control rows, read by Spark's Parquet
-  reader over that file list, aborted ranges cut out). Records of transactions and each
-  partition's bound (the table's last stable offset: with an open transaction, part (a)
-  also stops there) are **bounded by the follower**: a transaction committed in the
-  table shows, and a bound moves, within about ``interval_s`` (0.2 s) of the commit.
-  Aborted or undecided records never show in either part. A topic without
-  transactions therefore has a strictly fresh committed view with no follower at all,
-  and the follower asks the gateway about it only when its table moved.
-  Compaction (or OPTIMIZE) merging files of both kinds neither duplicates nor drops a
-  row: (a) keeps only rows outside transactions of the new files, (b) only
-  transactional rows of the files it pinned (still on disk until VACUUM, whose
-  retention must outlast the follower's interval, as for any reader).
+  log while Spark plans each query.
+* ``<topic>`` (:func:`live_committed_frame`) is computed by Spark at each query from two
+  such relations: the files whose Delta statistics prove they hold only records outside
+  transactions (``rows=plain``, scanned with no row filter), and the others
+  (``rows=marked``): their rows outside transactions, plus their transactional records
+  whose outcome -- a window over the marked files' transactional and control rows -- is
+  COMMIT; each partition's last stable offset comes from the same window (the table's
+  own: a marker written but not tiered yet decides nothing until it is) and cuts both
+  by a broadcast anti-join. A topic without transactions has no marked file, Spark's
+  adaptive execution drops the window and the join once their empty inputs are known,
+  and the scan runs as a plain Parquet scan; planning those empty parts costs a fixed
+  amount per query (docs/architecture.md §10.3 gives the measured cost). Compaction (or
+  OPTIMIZE) merging files of both kinds neither duplicates nor drops a row: a merged
+  file holding any transactional or control row is marked by its own statistics, so a
+  transaction's records and its marker are always among the marked files, wherever
+  they were merged.
+
+``register_topics`` then starts no follower for named topics; following every topic
+(``topics=None``), a :class:`ViewFollower` only adds views for topics created later and
+drops those of deleted topics. A view of a deleted topic that nobody dropped fails at
+the next query (its table is gone); a topic made again under the name has its table at
+the same location, and the view reads the new table.
 
 Without the jar (no JDK at install, a Spark Connect session): both views are plain
 Parquet scans of file lists, which Spark fixes when a view is made, so the follower
 makes both again whenever the table moves to a new version -- a query sees the latest
-snapshot as of at most ``interval_s`` ago. ``follow=False`` leaves no follower (the
-pinned parts stay where they are); :func:`stop_following` ends a session's follower.
+snapshot as of at most ``interval_s`` (0.2 s) ago; aborted ranges are computed on the
+driver from the transactional rows (:func:`committed_frame`), as a filter expression or,
+when there are many, a broadcast anti-join, and each partition's bound also takes the
+gateway's last stable offset. ``follow=False`` leaves no follower (the views stay
+where they are); :func:`stop_following` ends a session's follower.
+
 Records not tiered yet (the last ``table.flush.interval.ms``) are in none of these
 views; ``format("laketail")`` -- also from SQL alone, ``CREATE TEMPORARY VIEW t USING
 laketail OPTIONS (...)``, planned afresh by Spark at every query -- reads those too. Names
@@ -64,6 +72,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.window import Window, WindowSpec
 
 from laketail.errors import UnknownTopicOrPartition
 from laketail.records import RECORD_SCHEMA
@@ -184,49 +193,58 @@ def committed_frame(spark: SparkSession, snapshot: TableSnapshot, table: TopicTa
     return filtered if not clean else scan(spark, snapshot.uri, clean).unionAll(filtered)
 
 
-@dataclass(frozen=True)
-class PinnedTransactions:
-    """What a live committed view takes from one snapshot: the files holding
-    transactional or control rows, the aborted ranges in them and each partition's
-    bound. ``key`` says whether a later snapshot changes the view."""
-
-    snapshot: TableSnapshot
-    files: tuple[str, ...]
-    ranges: dict[int, TransactionRanges]
-    bounds: dict[int, int]
-
-    @classmethod
-    def of(cls, snapshot: TableSnapshot, table: TopicTable | None = None) -> "PinnedTransactions":
-        files = tuple(
-            f.path for p in sorted(snapshot.files) for f in snapshot.files[p] if _TXN_ROWS.rows(f) is not None
-        )
-        ranges = partition_ranges(snapshot) if files else {}
-        return cls(snapshot, files, ranges, _bounds(snapshot, ranges, table))
-
-    @property
-    def key(self) -> tuple:
-        return (self.snapshot.uri, self.files, tuple(sorted(self.bounds.items())))
-
-
 def live_frame(spark: SparkSession, uri: str) -> DataFrame:
     """Every row of the table at ``uri`` as of each query (``format("laketail_table")``)."""
     return jvm.topic_table(spark, uri).select(*RECORD_SCHEMA.names)
 
 
-def live_committed_frame(spark: SparkSession, uri: str, pinned: PinnedTransactions) -> DataFrame:
-    """Committed data: the non-transactional records of the table's latest version at
-    each query (below each partition's bound from ``pinned``), and the committed
-    transactional records of ``pinned``'s snapshot. Files whose statistics prove they
-    hold only records outside transactions (all of a topic without transactions) are
-    scanned with no row filter, so such a view costs a plain Parquet scan."""
-    proven = jvm.topic_table(spark, uri, rows="plain").select(*RECORD_SCHEMA.names)
-    marked = jvm.topic_table(spark, uri, rows="marked").select(*RECORD_SCHEMA.names)
-    plain = proven.unionAll(marked.where(F.col("control").isNull() & ~F.col("transactional")))
-    plain = _below_bounds(plain, pinned.bounds)
-    if not pinned.files:
-        return plain
-    transactional = scan(spark, uri, list(pinned.files)).where(F.col("transactional"))
-    return plain.unionAll(_without_uncommitted(spark, transactional, pinned.ranges, pinned.bounds))
+def live_committed_frame(spark: SparkSession, uri: str) -> DataFrame:
+    """Committed data of the table at ``uri`` as of each query: what read_committed may
+    see of its latest version, all of it worked out by Spark while it runs the query.
+
+    * Records outside transactions: every row of the files whose statistics prove they
+      hold nothing else (``rows=plain``, scanned with no row filter), and the rows with
+      ``control IS NULL AND NOT transactional`` of the other files (``rows=marked``).
+    * Transactional records: only marked files hold them, and their markers (a file
+      holding either is marked, by its own statistics). Of their transactional and
+      control rows, each row's outcome is the control value of the first control row of
+      its ``(partition, producer_id)`` at or after its offset: a running ``last(control,
+      ignorenulls)`` over the rows in descending offset order (linear per producer id,
+      where an "unbounded following" frame would be quadratic). Data rows whose outcome
+      is COMMIT are kept; ABORT and no outcome yet (undecided) are not.
+    * The last stable offset: per partition, the lowest offset of an undecided
+      transactional record; rows at or after it are cut by a broadcast anti-join, as
+      read_committed stops there. A partition with no undecided record is not cut.
+
+    A table without transactions has no marked file: the transactional part and the
+    bounds are empty relations, which Spark's adaptive execution drops (with the
+    anti-join) once it has run them, so the rows are read by a plain Parquet scan; the
+    planning and the empty stages are a fixed cost per query."""
+    names = RECORD_SCHEMA.names
+    plain = jvm.topic_table(spark, uri, rows="plain").select(*names)
+    marked = jvm.topic_table(spark, uri, rows="marked").select(*names)
+    transactional = F.coalesce(F.col("transactional"), F.lit(False))
+    outside = plain.unionAll(marked.where(F.col("control").isNull() & ~transactional))
+    ends = marked.where(transactional | F.col("control").isNotNull()).withColumn(
+        "_end", F.last("control", ignorenulls=True).over(_later_first())
+    )
+    data = ends.where(F.col("control").isNull())
+    committed = data.where(F.col("_end") == "COMMIT").select(*names)
+    stable = data.where(F.col("_end").isNull()).groupBy(F.col("partition").alias("_partition")).agg(
+        F.min("offset").alias("_stable_offset")
+    )
+    rows = outside.unionAll(committed)
+    beyond = (rows["partition"] == stable["_partition"]) & (rows["offset"] >= stable["_stable_offset"])
+    return rows.join(F.broadcast(stable), beyond, "left_anti")
+
+
+def _later_first() -> WindowSpec:
+    """A producer id's rows of one partition, highest offset first, up to the current row."""
+    return (
+        Window.partitionBy("partition", "producer_id")
+        .orderBy(F.col("offset").desc())
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
 
 
 def _below_bounds(frame: DataFrame, bounds: dict[int, int]) -> DataFrame:
@@ -289,16 +307,21 @@ def register_topics(
     security: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Create the ``<topic>`` and ``<topic>_all`` views of every topic (or of
-    ``topics``); return each topic's committed view name. With ``follow`` (the
-    default) the session's :class:`ViewFollower` keeps them on the latest snapshot
-    (and, when ``topics`` is None, adds views for topics created later). ``security``:
-    confluent-kafka's client settings (``security.protocol``, ``sasl.*``, ``ssl.*``)."""
+    ``topics``); return each topic's committed view name. ``security``: confluent-kafka's
+    client settings (``security.protocol``, ``sasl.*``, ``ssl.*``).
+
+    With laketail's jar the views read the latest table version at every query, so
+    named topics need no follower. ``follow`` (the default) starts the session's
+    :class:`ViewFollower` only where it still has work: without the jar, to make the
+    pinned views again as their tables move; with it, when following every topic
+    (``topics`` None), to add views for topics created later and drop deleted ones."""
     urls = parse_servers(servers if isinstance(servers, str) else ",".join(servers))
     sec = security_options({f"laketail.{k}": v for k, v in (security or {}).items()})
     wanted = None if topics is None else list(topics)
-    if not follow:
+    live = jvm.attach(spark)
+    if not follow or (live and wanted is not None):
         with SparkGateway(urls, security=sec) as gateway:
-            views = _TopicViews(spark, gateway, SnapshotCache(), jvm.attach(spark))
+            views = _TopicViews(spark, gateway, SnapshotCache(), live)
             return {t: t for t in views.refresh(wanted if wanted is not None else gateway.topics())}
     with _FOLLOWERS_LOCK:
         follower = _FOLLOWERS.get(id(spark))
@@ -350,34 +373,38 @@ class _Asked:
 
 
 class _TopicViews:
-    """Makes a session's views of topics over given snapshots; remembers what each
-    view shows, and what the gateway last said of each topic, so that in a follower's
-    pass an unchanged topic costs one Delta log check (a stat), no Spark call and, unless
-    its views pin a bound (an undecided transaction), no request.
+    """Makes a session's views of topics; remembers what each view shows, and (without
+    the jar) what the gateway last said of each topic.
 
-    ``live``: the JVM relation is loadable (:func:`laketail.spark.jvm.attach`), so
-    ``<topic>_all`` is made once over it and ``<topic>`` again only when its pinned
-    transactional part changes; otherwise both are made again at every new version."""
+    ``live``: the JVM relation is loadable (:func:`laketail.spark.jvm.attach`), so both
+    views are made once over it (again only for a table at a new location) and compute
+    everything at each query. Otherwise both are made again at every new table version,
+    and in a follower's pass an unchanged topic costs one Delta log check (a stat), no
+    Spark call and, unless its views pin a bound (an undecided transaction), no request."""
 
     def __init__(self, spark: SparkSession, gateway: SparkGateway, cache: SnapshotCache, live: bool) -> None:
         self.spark = spark
         self.gateway = gateway
         self.cache = cache
         self.live = live
-        self.shown: dict[str, tuple] = {}
+        self.shown: dict[str, object] = {}
         self.asked: dict[str, _Asked] = {}
 
     def refresh(self, topics: Iterable[str], *, quick: bool = False) -> list[str]:
         """Bring the views of ``topics`` up to date; the topics that have views.
-        ``quick`` (the follower's passes): a topic whose views pin no bound and whose
-        table did not move since the gateway was last asked costs one stat of its Delta
-        log and no request (see :class:`_Asked`)."""
+        ``quick`` (the follower's passes): with the jar, a topic that has views costs
+        nothing; without, one whose views pin no bound and whose table did not move since
+        the gateway was last asked costs one stat of its Delta log and no request (see
+        :class:`_Asked`)."""
         out = []
         for topic in topics:
-            if not (quick and self._unmoved(topic)):
+            if self.live:
+                if not (quick and topic in self.shown):
+                    self._refresh_live(topic, self.gateway.table(topic))
+            elif not (quick and self._unmoved(topic)):
                 table = self.gateway.table(topic)
                 snapshot = self.cache.latest(table.uri, max(table.partitions, default=-1) + 1)
-                bounded = (self._refresh_live if self.live else self._refresh_pinned)(topic, table, snapshot)
+                bounded = self._refresh_pinned(topic, table, snapshot)
                 self.asked[topic] = _Asked(table.uri, len(table.partitions), snapshot.version, bounded,
                                            time.monotonic())
             out.append(topic)
@@ -389,16 +416,11 @@ class _TopicViews:
             return False
         return self.cache.latest(asked.uri, asked.partitions).version == asked.version
 
-    def _refresh_live(self, topic: str, table: TopicTable, snapshot: TableSnapshot) -> bool:
-        """Whether the committed view has a bound (an undecided transaction)."""
-        pinned = PinnedTransactions.of(snapshot, table)
-        shown = self.shown.get(topic)
-        if shown is None or shown[0] != table.uri:
+    def _refresh_live(self, topic: str, table: TopicTable) -> None:
+        if self.shown.get(topic) != table.uri:
             live_frame(self.spark, table.uri).createOrReplaceTempView(view_name(f"{topic}_all"))
-        if shown != pinned.key:
-            live_committed_frame(self.spark, table.uri, pinned).createOrReplaceTempView(view_name(topic))
-            self.shown[topic] = pinned.key
-        return bool(pinned.bounds)
+            live_committed_frame(self.spark, table.uri).createOrReplaceTempView(view_name(topic))
+            self.shown[topic] = table.uri
 
     def _refresh_pinned(self, topic: str, table: TopicTable, snapshot: TableSnapshot) -> bool:
         bounds = tuple(sorted(
@@ -424,19 +446,21 @@ class _TopicViews:
 class ViewFollower:
     """Keeps one session's topic views on their tables' latest snapshots.
 
-    Role: a view over Spark's Parquet reader has its file list fixed when it is made;
-    this thread makes the view again whenever what it pins moved: with the JVM relation
-    (``live``), only a committed view's transactional part (its files, aborted ranges
-    and bounds; the rest reads the log at every query); without it, both views at every
-    new table version. Invariant: after a pass, every followed topic's views pin what
-    its Delta log had when the pass looked. Thread-safety: :meth:`follow` (any thread) and the
-    follower's own thread take turns on one lock; Spark's catalog is safe to call from
-    both. Errors of a pass (a gateway down, a topic deleted) are logged and the next
-    pass tries again; a deleted topic's views are dropped (noticed when the gateway is
-    next asked: at once when following every topic, else within ``RECHECK_S`` for a
-    topic that pins no bound). A pass asks the gateway about a topic only when its table
-    moved or its views pin a bound (:class:`_Asked`). The thread ends with
-    :meth:`stop` or when the session's SparkContext stops.
+    Role: without the JVM relation, a view over Spark's Parquet reader has its file list
+    fixed when it is made; this thread makes both views of a topic again at every new
+    table version (and while a bound is pinned). With it (``live``), the views compute
+    everything at each query and the thread only follows the topic list when following
+    every topic: views for new topics, deleted topics' views dropped
+    (:func:`register_topics` starts no follower for named topics then). Invariant: after
+    a pass, every followed topic's views pin what its Delta log had when the pass looked.
+    Thread-safety: :meth:`follow` (any thread) and the follower's own thread take turns
+    on one lock; Spark's catalog is safe to call from both. Errors of a pass (a gateway
+    down, a topic deleted) are logged and the next pass tries again; a deleted topic's
+    views are dropped (noticed when the gateway is next asked: at once when following
+    every topic, else within ``RECHECK_S`` for a topic that pins no bound). Without the
+    jar a pass asks the gateway about a topic only when its table moved or its views pin
+    a bound (:class:`_Asked`). The thread ends with :meth:`stop` or when the session's
+    SparkContext stops.
     """
 
     def __init__(self, spark: SparkSession, urls: tuple[str, ...], interval_s: float | None = None, *,

@@ -6,8 +6,8 @@ The Java sources under ``java/`` (``TopicTableSource``, a ``RelationProvider`` r
 ``TopicTableLog`` and ``CheckpointReader``) are compiled at install time -- ``make install``
 runs ``python -m laketail.spark.jvm build``: one ``javac`` call against the jars PySpark
 ships -- into ``laketail-spark.jar`` beside this file. The jar is built, never committed.
-Without ``javac`` the build says so and ``register_topics`` keeps making the follower views
-of :mod:`laketail.spark.sql` (bounded by the follower's interval, not fresh per query).
+Without ``javac`` the build says so and ``register_topics`` makes the follower views of
+:mod:`laketail.spark.sql` instead (bounded by the follower's interval, not fresh per query).
 
 Spark finds the classes when the jar is on its classpath: :func:`laketail.spark.session.local_session`
 puts it in ``spark.jars``; :func:`attach` adds it to a running session with ``ADD JAR``.
