@@ -5,10 +5,13 @@ tasks and plannings it runs, and reused workers whose long-lived objects the dae
 
 from __future__ import annotations
 
+import gc
 import os
 from typing import Any
 
+from laketail.spark import worker
 from laketail.spark.gateway import SparkGateway, shared_client
+from tests.spark.support import produce, wait_tiered
 
 SECURITY = (("security.protocol", "SASL_PLAINTEXT"), ("sasl.mechanism", "PLAIN"),
             ("sasl.username", "alice"), ("sasl.password", "secret"))
@@ -42,3 +45,33 @@ def test_a_forked_child_makes_its_own_client() -> None:
     os.waitpid(pid, 0)
     assert answer == b"own"
     assert shared_client(120.0, ()) is parent
+
+
+def test_settling_outside_a_spark_worker_freezes_nothing() -> None:
+    assert not worker.in_reused_worker()
+    frozen = gc.get_freeze_count()
+    worker.settle_worker()
+    assert gc.get_freeze_count() == frozen
+
+
+def test_reused_workers_that_ran_laketail_hold_its_objects_frozen(spark: Any, broker: Any, make_topic: Any) -> None:
+    topic = make_topic(partitions=2)
+    for partition in (0, 1):
+        produce(broker.url, topic, partition, [b"a", b"b"])
+    wait_tiered(broker.url, topic)
+
+    def source() -> Any:
+        return spark.read.format("laketail").option("laketail.servers", broker.url).option("subscribe", topic).load()
+
+    assert source().count() == 4  # both of local[2]'s task workers run a laketail task
+    # A Python UDF over the scan runs in a worker the pool hands out next: the ones
+    # the count left idle (each ran laketail's read, and gc.freeze with it).
+    from pyspark.sql.functions import udf
+
+    def _freeze_count(_: object) -> int:  # pickled by value: the workers cannot import tests
+        import gc
+
+        return gc.get_freeze_count()
+
+    counts = [r.n for r in source().select(udf(_freeze_count, "int", useArrow=False)("value").alias("n")).collect()]
+    assert len(counts) == 4 and max(counts) > 0
