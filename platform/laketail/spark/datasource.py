@@ -57,6 +57,7 @@ from laketail.spark.planning import (
 )
 from laketail.spark.scan import RangeReader, ScanSettings
 from laketail.spark.sink import BatchWriter, StreamWriter
+from laketail.spark.snapshot import shared_snapshots
 from laketail.spark.worker import settle_worker
 
 
@@ -107,7 +108,7 @@ class BatchReader(DataSourceReader):
         self.settings = _settings(options)
 
     def partitions(self) -> list[InputPartition]:
-        planner = Planner(self.options)
+        planner = Planner(self.options, shared_snapshots())  # the planning worker's, query after query
         try:
             state = planner.state()
             starts = planner.resolve(self.options.starting, state, ending=False)
