@@ -28,8 +28,11 @@ TABLE_COLUMNS = (
     "sequence int, transactional boolean, control string, leader_epoch int"
 )
 
-#: Columns of the table a source scan reads (the rest it never needs).
-_SCAN_BASE = ["offset", "timestamp", "timestamp_type", "key", "value", "producer_id", "transactional", "control"]
+#: Columns of the table a source scan reads (the rest it never needs): the Kafka
+#: columns, then what read_committed and the control-row filter look at, which a file
+#: whose statistics prove it has neither control nor transactional rows does without.
+_SCAN_BASE = ["offset", "timestamp", "timestamp_type", "key", "value"]
+_TXN_SCAN = ["producer_id", "transactional", "control"]
 
 
 def source_ddl(include_headers: bool) -> str:
@@ -51,9 +54,11 @@ def source_arrow_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-def scan_columns(include_headers: bool) -> list[str]:
-    """The table columns a source scan reads from each file."""
-    return _SCAN_BASE + ["headers"] if include_headers else list(_SCAN_BASE)
+def scan_columns(include_headers: bool, plain: bool = False) -> list[str]:
+    """The table columns a source scan reads from a file; ``plain``: one without
+    control or transactional rows."""
+    base = _SCAN_BASE if plain else _SCAN_BASE + _TXN_SCAN
+    return base + ["headers"] if include_headers else list(base)
 
 
 def to_source_batches(rows: pa.Table, topic: str, partition: int, include_headers: bool) -> list[pa.RecordBatch]:

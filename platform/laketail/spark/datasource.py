@@ -57,6 +57,8 @@ from laketail.spark.planning import (
 )
 from laketail.spark.scan import RangeReader, ScanSettings
 from laketail.spark.sink import BatchWriter, StreamWriter
+from laketail.spark.snapshot import shared_snapshots
+from laketail.spark.worker import settle_worker
 
 
 def _settings(options: SourceOptions) -> ScanSettings:
@@ -74,19 +76,24 @@ class LaketailDataSource(DataSource):
         return "laketail"
 
     def schema(self) -> str:
+        settle_worker()  # every method here runs in a Spark Python worker
         raw = str(self.options.get("includeHeaders", "false")).strip().lower()
         return source_ddl(raw == "true")
 
     def reader(self, schema: StructType) -> "BatchReader":
+        settle_worker()
         return BatchReader(SourceOptions.parse(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> "StreamReader":
+        settle_worker()
         return StreamReader(SourceOptions.parse(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
+        settle_worker()
         return BatchWriter(SinkOptions.parse(self.options))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
+        settle_worker()
         return StreamWriter(SinkOptions.parse(self.options))
 
 
@@ -101,7 +108,7 @@ class BatchReader(DataSourceReader):
         self.settings = _settings(options)
 
     def partitions(self) -> list[InputPartition]:
-        planner = Planner(self.options)
+        planner = Planner(self.options, shared_snapshots())  # the planning worker's, query after query
         try:
             state = planner.state()
             starts = planner.resolve(self.options.starting, state, ending=False)
@@ -124,6 +131,7 @@ class BatchReader(DataSourceReader):
         return list(ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        settle_worker()
         if not isinstance(partition, OffsetRange):
             return iter(())  # Spark reads one placeholder partition when planning found none
         if partition.late:
@@ -224,6 +232,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return list(self.planner.ranges(starts, ends, state))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        settle_worker()
         if not isinstance(partition, OffsetRange):
             return iter(())  # Spark reads one placeholder partition when planning found none
         return RangeReader(self.settings, partition).batches()

@@ -9,10 +9,18 @@ the broker's own :class:`~laketail.errors.LaketailError` subclass
 (:func:`laketail.errors.from_body`); when no server answers, :class:`GatewayUnavailable`.
 Requests are retried on transport failures only; a produce retried that way is
 deduplicated by the broker (producer id, epoch and sequence).
+
+Clients are shared: every :class:`SparkGateway` of one process with the same timeout and
+security settings sends through one ``httpx.Client`` (:func:`shared_client`). Building a
+client builds a TLS context (httpx does so even for ``http://`` URLs), about 40 ms of
+CPU; a Spark Python worker runs task after task, and each task and each planning built
+its own. A shared client also keeps its connections to the gateways open between tasks.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -91,8 +99,40 @@ def seg(value: str | int) -> str:
     return quote(str(value), safe="")
 
 
+_ClientKey = tuple[float, tuple[tuple[str, str], ...]]
+_clients: dict[_ClientKey, httpx.Client] = {}
+_clients_lock = threading.Lock()
+
+
+def _forget_clients() -> None:
+    """In a forked child: the parent's clients hold the parent's sockets."""
+    global _clients_lock
+    _clients.clear()
+    _clients_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_clients)
+
+
+def shared_client(timeout_s: float, security: tuple[tuple[str, str], ...]) -> httpx.Client:
+    """This process's client for ``timeout_s`` and ``security``, made at first use.
+    httpx clients are thread-safe; no caller closes a shared one."""
+    key = (timeout_s, security)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None or client.is_closed:
+            options = {}
+            if security:
+                from laketail.client.security import client_security
+
+                options = client_security(dict(security)).httpx_options()
+            client = _clients[key] = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0), **options)
+        return client
+
+
 class SparkGateway:
-    """Blocking requests to a laketail cluster; not shared between processes."""
+    """Blocking requests to a laketail cluster, through this process's shared client
+    for its settings (:func:`shared_client`); cheap to make, one per caller."""
 
     def __init__(self, servers: tuple[str, ...], timeout_s: float = REQUEST_TIMEOUT_S,
                  security: tuple[tuple[str, str], ...] = ()) -> None:
@@ -104,15 +144,11 @@ class SparkGateway:
         self._preferred = 0
         #: requests sent (retries included): what a caller costs the cluster
         self.requests = 0
-        options = {}
-        if security:
-            from laketail.client.security import client_security
-
-            options = client_security(dict(security)).httpx_options()
-        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0), **options)
+        self._http = shared_client(timeout_s, security)
 
     def close(self) -> None:
-        self._http.close()
+        """Nothing to release: the client is the process's (its idle connections close
+        after httpx's keep-alive expiry)."""
 
     def __enter__(self) -> "SparkGateway":
         return self

@@ -25,7 +25,7 @@ from pyspark.sql.datasource import InputPartition
 from laketail.errors import InvalidConfig, OffsetOutOfRange, UnknownTopicOrPartition
 from laketail.spark.gateway import SparkGateway, TopicTable
 from laketail.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, TopicPartition
-from laketail.spark.snapshot import SnapshotCache, TableFile, TableSnapshot
+from laketail.spark.snapshot import SnapshotCache, TableFile, TableSnapshot, shared_snapshots
 
 #: At most this many later files with control rows ride along for read_committed
 #: lookups past a range's end; a task needing more reads through the gateway.
@@ -158,8 +158,9 @@ def _names_every_partition(spec: OffsetSpec, assigned: set[TopicPartition], whic
 
 def replan(options: SourceOptions, work: OffsetRange) -> OffsetRange:
     """``work`` (a ``late`` range) as of now: ``[log start, end)`` of its partition with
-    the files of the table's latest snapshot; ``work`` itself when nothing moved."""
-    planner = Planner(options)
+    the files of the table's latest snapshot; ``work`` itself when nothing moved. The
+    snapshot comes from the worker's cache: loaded once, then caught up."""
+    planner = Planner(options, shared_snapshots())
     try:
         table = planner.gateway.table(work.topic)
         offsets = table.partitions.get(work.partition)
@@ -179,12 +180,13 @@ def replan(options: SourceOptions, work: OffsetRange) -> OffsetRange:
 
 
 class Planner:
-    """Driver-side view of the subscribed topics (one per source; not thread-safe)."""
+    """Driver-side view of the subscribed topics (one per source; not thread-safe).
+    ``snapshots``: a cache to plan from (by default its own)."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, snapshots: SnapshotCache | None = None) -> None:
         self.options = options
         self.gateway = SparkGateway(options.servers, security=options.security)
-        self.snapshots = SnapshotCache()
+        self.snapshots = snapshots if snapshots is not None else SnapshotCache()
 
     def close(self) -> None:
         self.gateway.close()

@@ -58,13 +58,15 @@ class ScanSettings:
 
 
 def open_parquet(path: str) -> pq.ParquetFile:
-    """A table file, local or on an object store (``s3://``, ``gs://``, ...)."""
+    """A table file, local or on an object store (``s3://``, ``gs://``, ...). Local
+    reads are not pre-buffered: coalescing reads saves round trips to an object store,
+    and costs a local file ~6% more CPU per row group decoded."""
     if path.startswith("file://"):
         path = path[len("file://"):]
     if "://" in path:
         fs, inner = pafs.FileSystem.from_uri(path)
         return pq.ParquetFile(fs.open_input_file(inner))
-    return pq.ParquetFile(path)
+    return pq.ParquetFile(path, pre_buffer=False)
 
 
 def _offset_column(pf: pq.ParquetFile) -> int:
@@ -165,6 +167,7 @@ class RangeReader:
         unless it handed the rest to the gateway)."""
         committed = self.settings.isolation == "read_committed"
         columns = scan_columns(self.settings.include_headers)
+        plain_columns = scan_columns(self.settings.include_headers, plain=True)
         markers = Markers.empty()
         if committed:
             for data_file in self.work.files:
@@ -182,13 +185,19 @@ class RangeReader:
             finish = min(stop, data_file.last_offset + 1)
             if begin >= finish:
                 continue
+            # Statistics prove a plain file has no control and no transactional rows:
+            # every row is a committed data record, and the transaction columns stay unread.
+            plain = not data_file.has_control and data_file.transactional is False
             try:
-                pieces = read_rows(data_file, begin, finish, columns)
+                pieces = read_rows(data_file, begin, finish, plain_columns if plain else columns)
             except FileNotFoundError:
                 yield from self._fetched_rows(position, finish)  # replaced since planning
                 position = finish
                 continue
             for rows in pieces:
+                if plain:
+                    yield rows
+                    continue
                 if not committed:
                     control = rows.column("control")
                     yield rows.filter(pc.is_null(control)) if control.null_count < len(control) else rows

@@ -45,6 +45,7 @@ from laketail.partitioner import partition_for_key
 from laketail.spark.columns import sink_table
 from laketail.spark.gateway import SparkGateway
 from laketail.spark.options import SinkOptions
+from laketail.spark.worker import settle_worker
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +160,7 @@ class BatchWriter(DataSourceArrowWriter):
         self.batch_id = options.batch_id if options.batch_id is not None else time.time_ns() // 1000
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        settle_worker()
         return TaskWrite(self.options, self.sink_id, self.batch_id, _task_partition()).run(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -183,6 +185,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         from pyspark import TaskContext
 
+        settle_worker()
         context = TaskContext.get()
         batch_id = int(context.getLocalProperty("streaming.sql.batchId"))
         sink_id = self.options.sink_id or f"spark-query-{context.getLocalProperty('sql.streaming.queryId')}"

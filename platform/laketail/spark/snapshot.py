@@ -12,11 +12,21 @@ come from the same version.
 Files are immutable, and compaction replaces files in the commit that removes the old
 ones, so within one snapshot a partition's files never overlap.
 
-Thread-safety: :class:`SnapshotCache` is used by one planning thread at a time.
+A table's log is read in full once per cache; later calls load only the commits made
+since (a stat of the next commit file when nothing moved, for a local table). A topic
+deleted and created again starts a new log at the same path: a local table whose first
+commit file is not the one the cache opened is opened afresh. :func:`shared_snapshots`
+is the process's cache for batch planning and for the tasks that plan their partition
+again (``late`` ranges): a Spark Python worker runs query after query.
+
+Thread-safety: a :class:`SnapshotCache` takes a lock around each call.
 """
 
 from __future__ import annotations
 
+import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -91,27 +101,73 @@ def read_snapshot(table: DeltaTable, uri: str, partitions: int) -> TableSnapshot
     return TableSnapshot(uri, table.version(), files, tiered, log_start)
 
 
-class SnapshotCache:
-    """The latest snapshot of each table, re-indexed only when its version moved."""
+def log_identity(uri: str) -> tuple[int, int] | None:
+    """Which log is at a local ``uri``: its first commit file's inode and modification
+    time (a table made again at the path writes a new one). ``None`` on an object store
+    and when that file is gone (Delta's log cleanup)."""
+    if "://" in uri:
+        return None
+    try:
+        stat = os.stat(f"{uri}/_delta_log/{0:020d}.json")
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
 
-    def __init__(self) -> None:
-        self._tables: dict[str, DeltaTable] = {}
+
+class SnapshotCache:
+    """The latest snapshot of each table, re-indexed only when its version moved; at
+    most ``max_tables`` tables, the least recently used dropped first."""
+
+    def __init__(self, max_tables: int = 64) -> None:
+        self.max_tables = max_tables
+        self._tables: OrderedDict[str, tuple[DeltaTable, tuple[int, int] | None]] = OrderedDict()
         self._snapshots: dict[str, TableSnapshot] = {}
+        self._lock = threading.Lock()
 
     def forget(self, uri: str) -> None:
         """Drop what is known of ``uri`` (its topic was deleted: a topic made again under
         the same name starts a new log there, which must not be read on top of the old)."""
+        with self._lock:
+            self._forget(uri)
+
+    def _forget(self, uri: str) -> None:
         self._tables.pop(uri, None)
         self._snapshots.pop(uri, None)
 
     def latest(self, uri: str, partitions: int) -> TableSnapshot:
-        table = self._tables.get(uri)
-        if table is None:
-            table = self._tables[uri] = DeltaTable(uri)
-        else:
-            catch_up(table, uri)
-        known = self._snapshots.get(uri)
-        if known is not None and known.version == table.version() and len(known.tiered) >= partitions:
-            return known
-        snapshot = self._snapshots[uri] = read_snapshot(table, uri, partitions)
-        return snapshot
+        with self._lock:
+            known_table = self._tables.get(uri)
+            identity = log_identity(uri)
+            if known_table is not None and known_table[1] is not None and known_table[1] != identity:
+                self._forget(uri)  # a new log at the path: not to be read on top of the old
+                known_table = None
+            if known_table is None:
+                table = DeltaTable(uri)
+                self._tables[uri] = (table, identity)
+                while len(self._tables) > self.max_tables:
+                    self._forget(next(iter(self._tables)))
+            else:
+                table = known_table[0]
+                self._tables.move_to_end(uri)
+                catch_up(table, uri)
+            known = self._snapshots.get(uri)
+            if known is not None and known.version == table.version() and len(known.tiered) >= partitions:
+                return known
+            snapshot = self._snapshots[uri] = read_snapshot(table, uri, partitions)
+            return snapshot
+
+
+_shared = SnapshotCache()
+
+
+def _forget_shared() -> None:
+    global _shared
+    _shared = SnapshotCache()
+
+
+os.register_at_fork(after_in_child=_forget_shared)
+
+
+def shared_snapshots() -> SnapshotCache:
+    """This process's cache, for batch planning and ``late`` tasks (see the module doc)."""
+    return _shared
