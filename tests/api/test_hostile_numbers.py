@@ -15,9 +15,10 @@ from typing import Iterator
 from urllib.parse import quote
 
 import orjson
-import pyarrow as pa
 import pytest
 from conftest import running_broker
+
+from tests.transactions.support import arrow_body
 
 from .hostile import (
     ARROW,
@@ -48,14 +49,6 @@ def world(tmp_path_factory) -> Iterator[World]:
         yield seed(broker)
 
 
-def _ipc() -> bytes:
-    table = pa.table({"value": pa.array([b"x"])})
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
 _RECORD = {"records": [{"value": "AA=="}]}
 _FETCH_QUERY = {"offset": "0", "max_records": "5", "max_bytes": "100000", "timeout": "0"}
 
@@ -71,7 +64,7 @@ PARTITION_IN_PATH = [
     ("v1 arrow fetch", ("GET", "/v1/topics/{t}/partitions/{v}/records", {"offset": "0"}, {})),
     ("v2 produce to a partition", ("POST", "/topics/{t}/partitions/{v}", {}, {"json": _RECORD, "headers": BINARY_V2})),
     ("v1 arrow produce to a partition", ("POST", "/v1/topics/{t}/partitions/{v}/records", {},
-                                         {"content": _ipc(), "headers": ARROW})),
+                                         {"content": arrow_body([b"x"]), "headers": ARROW})),
     ("v3 lag of a partition", ("GET", "/v3/clusters/{c}/consumer-groups/{g}/lags/{t}/partitions/{v}", {}, {})),
 ]
 
@@ -94,7 +87,7 @@ PRODUCER_QUERY = [
     (f"{route} {name}", ("POST", path, {**_PRODUCER, name: "{v}"}, kwargs))
     for route, path, kwargs in (
         ("v2 produce", "/topics/{t}/partitions/0", {"json": _RECORD, "headers": BINARY_V2}),
-        ("v1 arrow produce", "/v1/topics/{t}/partitions/0/records", {"content": _ipc(), "headers": ARROW}),
+        ("v1 arrow produce", "/v1/topics/{t}/partitions/0/records", {"content": arrow_body([b"x"]), "headers": ARROW}),
     )
     for name in _PRODUCER
 ]

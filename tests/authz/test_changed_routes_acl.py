@@ -15,9 +15,10 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 import httpx
-import pyarrow as pa
 import pytest
 from security.support import PASSWORD, SECRET, Pki, SecureBroker, add_user, ports
+
+from tests.transactions.support import arrow_body
 
 from .test_over_sasl import Secured
 
@@ -31,14 +32,6 @@ ERRORS = {"TOPIC": "TOPIC_AUTHORIZATION_FAILED", "GROUP": "GROUP_AUTHORIZATION_F
           "CLUSTER": "CLUSTER_AUTHORIZATION_FAILED"}
 
 
-def _ipc() -> bytes:
-    table = pa.table({"value": pa.array([b"x"])})
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
 _RECORD = {"records": [{"value": "AA=="}]}
 _TP = '{{"topic": "{T}", "partition": 0}}'
 
@@ -49,10 +42,10 @@ CASES: list[tuple[str, str, str, dict[str, Any], list[tuple[str, str, str | None
     ("v2 produce", "POST", "/topics/{T}", {"json": _RECORD, "headers": BINARY_V2}, [("WRITE", "TOPIC", "T")], 200),
     ("v2 produce to a partition", "POST", "/topics/{T}/partitions/0", {"json": _RECORD, "headers": BINARY_V2},
      [("WRITE", "TOPIC", "T")], 200),
-    ("v1 arrow produce", "POST", "/v1/topics/{T}/records", {"content": _ipc(), "headers": ARROW},
+    ("v1 arrow produce", "POST", "/v1/topics/{T}/records", {"content": arrow_body([b"x"]), "headers": ARROW},
      [("WRITE", "TOPIC", "T")], 200),
     ("v1 arrow produce to a partition", "POST", "/v1/topics/{T}/partitions/0/records",
-     {"content": _ipc(), "headers": ARROW}, [("WRITE", "TOPIC", "T")], 200),
+     {"content": arrow_body([b"x"]), "headers": ARROW}, [("WRITE", "TOPIC", "T")], 200),
     ("v2 fetch", "GET", "/topics/{T}/partitions/0/records?offset=0", {}, [("READ", "TOPIC", "T")], 200),
     ("v1 arrow fetch", "GET", "/v1/topics/{T}/partitions/0/records?offset=0", {}, [("READ", "TOPIC", "T")], 200),
     ("v2 topic", "GET", "/topics/{T}", {}, [("DESCRIBE", "TOPIC", "T"), ("DESCRIBE_CONFIGS", "TOPIC", "T")], 200),

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import httpx
@@ -125,3 +126,24 @@ def read(spark: Any, url: str, topic: str, **options: str) -> list[tuple]:
 
 def _bytes(value: Any) -> bytes | None:
     return None if value is None else bytes(value)
+
+
+def delete_topic(url: str, topic: str, uri: str) -> None:
+    """Delete ``topic`` through v3 and wait until its table (at ``uri``) is gone."""
+    cluster = httpx.get(f"{url}/v3/clusters", timeout=30).json()["data"][0]["cluster_id"]
+    resp = httpx.delete(f"{url}/v3/clusters/{cluster}/topics/{topic}", timeout=60)
+    assert resp.status_code == 204, resp.text
+    wait_until(lambda: not (Path(uri) / "_delta_log").exists(), "the deleted topic's table to go")
+
+
+def make_again(make_topic: Callable[..., str], topic: str) -> None:
+    """Create ``topic`` again under its name once its deletion has finished."""
+
+    def made_again() -> bool:
+        try:
+            return make_topic(name=topic) == topic
+        except AssertionError:  # the deletion is still finishing
+            return False
+
+    wait_until(made_again, "the topic to be created again", every_s=0.5)
+

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
@@ -22,7 +21,15 @@ from laketail.jobs import compaction
 from laketail.spark import jvm, register_topics, stop_following
 from laketail.spark import sql as sql_module
 from tests.jobs.support import run_job
-from tests.spark.support import aborted_then_committed, produce, table_info, wait_tiered, wait_until
+from tests.spark.support import (
+    aborted_then_committed,
+    delete_topic,
+    make_again,
+    produce,
+    table_info,
+    wait_tiered,
+    wait_until,
+)
 
 pytestmark = pytest.mark.skipif(jvm.jar() is None, reason="the laketail jar is not built (no javac)")
 
@@ -155,18 +162,9 @@ def test_a_topic_deleted_and_made_again_is_read_afresh(spark: Any, broker: Any, 
     uri = _uri(broker, topic)
     jvm.topic_table(spark, uri).createOrReplaceTempView("remade_all")
     assert _values(spark, "remade_all") == [(0, b"old-1"), (0, b"old-2")]
-    cluster = httpx.get(f"{broker.url}/v3/clusters", timeout=30).json()["data"][0]["cluster_id"]
-    resp = httpx.delete(f"{broker.url}/v3/clusters/{cluster}/topics/{topic}", timeout=60)
-    assert resp.status_code == 204, resp.text
-    wait_until(lambda: not (Path(uri) / "_delta_log").exists(), "the deleted topic's table to go")
+    delete_topic(broker.url, topic, uri)
 
-    def made_again() -> bool:
-        try:
-            return make_topic(name=topic) == topic
-        except AssertionError:  # the deletion is still finishing
-            return False
-
-    wait_until(made_again, "the topic to be created again", every_s=0.5)
+    make_again(make_topic, topic)
     produce(broker.url, topic, 0, [b"new"])  # the new table reaches the old one's version
     wait_tiered(broker.url, topic)
     assert _uri(broker, topic) == uri

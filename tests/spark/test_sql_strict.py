@@ -9,10 +9,8 @@ follower thread exists; every later query sees the table as tiered at that momen
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from deltalake import DeltaTable
 
@@ -20,7 +18,7 @@ from laketail.jobs import compaction
 from laketail.spark import jvm, register_topics
 from laketail.spark import sql as sql_module
 from tests.jobs.support import run_job
-from tests.spark.support import Txn, produce, read, table_info, wait_tiered, wait_until
+from tests.spark.support import Txn, delete_topic, make_again, produce, read, table_info, wait_tiered
 
 pytestmark = pytest.mark.skipif(jvm.jar() is None, reason="the laketail jar is not built (no javac)")
 
@@ -138,20 +136,11 @@ def test_a_topic_made_again_under_its_name(spark: Any, broker: Any, make_topic: 
     wait_tiered(broker.url, topic)
     assert _values(spark, topic) == [(0, b"old-txn"), (0, b"old-plain")]
     uri = table_info(broker.url, topic)["uri"]
-    cluster = httpx.get(f"{broker.url}/v3/clusters", timeout=30).json()["data"][0]["cluster_id"]
-    resp = httpx.delete(f"{broker.url}/v3/clusters/{cluster}/topics/{topic}", timeout=60)
-    assert resp.status_code == 204, resp.text
-    wait_until(lambda: not (Path(uri) / "_delta_log").exists(), "the deleted topic's table to go")
+    delete_topic(broker.url, topic, uri)
     with pytest.raises(Exception, match="is not a Delta table"):  # no follower dropped the view
         _values(spark, topic)
 
-    def made_again() -> bool:
-        try:
-            return make_topic(name=topic) == topic
-        except AssertionError:  # the deletion is still finishing
-            return False
-
-    wait_until(made_again, "the topic to be created again", every_s=0.5)
+    make_again(make_topic, topic)
     assert table_info(broker.url, topic)["uri"] == uri
     # The new topic's open transaction hides the record after it; nothing old shows.
     new = Txn(broker.url, f"{topic}-new")
