@@ -16,11 +16,11 @@ from typing import Any, Iterator
 
 import httpx
 import pytest
-from security.support import PASSWORD, SECRET, Pki, SecureBroker, add_user, ports
+from security.support import PASSWORD
 
 from tests.transactions.support import arrow_body
 
-from .test_over_sasl import Secured
+from .test_over_sasl import Secured, secured_broker
 
 pytestmark = pytest.mark.integration
 
@@ -112,29 +112,10 @@ CASES: list[tuple[str, str, str, dict[str, Any], list[tuple[str, str, str | None
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     base = tmp_path_factory.mktemp("changed-routes-acl")
-    pki = Pki(base / "pki")
-    data = base / "data"
-    for user in ("admin", "alice", "bob", "lagbot"):
-        add_user(data, user, PASSWORD)
-    client_port, broker_port = ports(2)
-    broker = SecureBroker(
-        data, {"CLIENT": ("SASL_PLAINTEXT", client_port), "BROKER": ("SSL", broker_port)},
-        {**pki.broker_env(), "LAKETAIL_INTER_BROKER_SECRET": SECRET,
-         "LAKETAIL_AUTHORIZER_CLASS_NAME": "laketail.security.authorizer.AclAuthorizer",
-         "LAKETAIL_SUPER_USERS": "User:admin", "LAKETAIL_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "false",
-         "LAKETAIL_GROUP_INITIAL_REBALANCE_DELAY_MS": "0"},
-        ready_auth=httpx.BasicAuth("admin", PASSWORD), ca=pki.ca_pem,
-    )
-    broker.start()
-    setup = None
-    try:
-        setup = Secured(broker, base)
+    for setup in secured_broker(base, ("admin", "alice", "bob", "lagbot"),
+                                {"LAKETAIL_GROUP_INITIAL_REBALANCE_DELAY_MS": "0"}):
         setup.http["bob"] = httpx.Client(base_url=setup.url, auth=("bob", PASSWORD), timeout=30.0)
         yield setup
-    finally:
-        if setup is not None:
-            setup.close()
-        broker.stop()
 
 
 def _names(secured: Secured, i: int, assign: bool, member: bool) -> dict[str, str]:

@@ -23,7 +23,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import httpx
 import pytest
@@ -83,19 +83,20 @@ class Secured:
             client.close()
 
 
-@pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
-    base = tmp_path_factory.mktemp("authz-over-sasl")
+def secured_broker(base: Path, users: Iterable[str], env: dict[str, str] | None = None) -> Iterator[Secured]:
+    """A SASL/PLAIN client listener with ACLs on (admin the super user, nothing allowed
+    without an ACL) over ``base``, with ``users``; yields it as :class:`Secured`."""
     pki = Pki(base / "pki")
     data = base / "data"
-    for user in USERS:
+    for user in users:
         add_user(data, user, PASSWORD)
     client_port, broker_port = ports(2)
     broker = SecureBroker(
         data, {"CLIENT": ("SASL_PLAINTEXT", client_port), "BROKER": ("SSL", broker_port)},
         {**pki.broker_env(), "LAKETAIL_INTER_BROKER_SECRET": SECRET,
          "LAKETAIL_AUTHORIZER_CLASS_NAME": "laketail.security.authorizer.AclAuthorizer",
-         "LAKETAIL_SUPER_USERS": "User:admin", "LAKETAIL_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "false"},
+         "LAKETAIL_SUPER_USERS": "User:admin", "LAKETAIL_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "false",
+         **(env or {})},
         ready_auth=httpx.BasicAuth("admin", PASSWORD), ca=pki.ca_pem,
     )
     broker.start()
@@ -107,6 +108,11 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         if setup is not None:
             setup.close()
         broker.stop()
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    yield from secured_broker(tmp_path_factory.mktemp("authz-over-sasl"), USERS)
 
 
 def refused(resp: httpx.Response) -> str:
