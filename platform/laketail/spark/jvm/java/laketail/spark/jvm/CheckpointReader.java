@@ -23,8 +23,9 @@ import org.apache.parquet.schema.Type;
  *
  * <p>A checkpoint is a Parquet file (or several parts) with one action per row: {@code add} rows
  * are the files live at its version ({@code remove} rows there are tombstones for VACUUM and are
- * not read), {@code protocol} and {@code metaData} are checked like a JSON commit's. Only the
- * columns used are read: {@code add.{path, partitionValues, size, modificationTime, stats}}, {@code
+ * not read), {@code txn} rows the applications' transaction versions, {@code protocol} and {@code metaData} are checked like a JSON commit's. Only the
+ * columns used are read: {@code add.{path, partitionValues, size, modificationTime, stats}}, {@code txn.{appId,
+ * version}}, {@code
  * protocol.{minReaderVersion, readerFeatures}}, {@code metaData.{partitionColumns,
  * configuration}}. Maps and lists are read in both Parquet layouts (three-level and legacy).
  *
@@ -35,10 +36,11 @@ final class CheckpointReader {
 
   private static final Map<String, List<String>> COLUMNS = Map.of(
       "add", List.of("path", "partitionValues", "size", "modificationTime", "stats"),
+      "txn", List.of("appId", "version"),
       "protocol", List.of("minReaderVersion", "readerFeatures"),
       "metaData", List.of("partitionColumns", "configuration"));
 
-  /** Hands every add, protocol and metaData action of the checkpoint's parts to {@code sink}. */
+  /** Hands every add, txn, protocol and metaData action of the checkpoint's parts to {@code sink}. */
   static void read(Configuration conf, List<Path> parts, Consumer<TopicTableLog.Action> sink)
       throws IOException {
     for (Path part : parts) {
@@ -49,6 +51,10 @@ final class CheckpointReader {
             sink.accept(new TopicTableLog.Action.Add(string(add, "path"),
                 map(add, "partitionValues").get(TopicTableLog.PARTITION), longValue(add, "size"),
                 longValue(add, "modificationTime"), string(add, "stats")));
+          }
+          Group txn = group(row, "txn");
+          if (txn != null) {
+            sink.accept(new TopicTableLog.Action.Txn(string(txn, "appId"), longValue(txn, "version")));
           }
           Group protocol = group(row, "protocol");
           if (protocol != null) {

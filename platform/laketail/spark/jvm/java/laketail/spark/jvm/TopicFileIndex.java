@@ -5,6 +5,9 @@ import java.io.UncheckedIOException;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.SortedMap;
+import java.util.TreeMap;
+import java.util.function.Supplier;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.Path;
 import org.apache.spark.sql.catalyst.InternalRow;
@@ -41,21 +44,32 @@ import scala.jdk.javaapi.CollectionConverters;
  * records outside transactions, so a committed view scans them with no row filter; {@code MARKED}
  * are the rest (see {@link TopicTableLog#plain}).
  *
+ * <p>A fixed list works the same way: {@link BatchPlan} reads the files it planned through one.
+ *
  * <p>Thread-safety: safe from any thread (the log serializes its replay).
  */
 final class TopicFileIndex implements FileIndex {
   static final StructType PARTITION_SCHEMA =
       new StructType().add(TopicTableLog.PARTITION, DataTypes.IntegerType, true);
 
-  private final TopicTableLog log;
-  private final TopicTableLog.Rows rows;
+  private final Path root;
+  private final Supplier<SortedMap<Integer, FileStatus[]>> files;
+  private final String description;
 
+  /** The files of {@code log}'s latest snapshot that {@code rows} selects, at every call. */
   TopicFileIndex(TopicTableLog log, TopicTableLog.Rows rows) {
-    this.log = log;
-    this.rows = rows;
+    this(log.table(), () -> select(snapshot(log), rows),
+        "TopicFileIndex(" + log.table() + (rows == TopicTableLog.Rows.ALL ? "" : ", rows " + rows) + ")");
   }
 
-  TopicTableLog.Snapshot snapshot() {
+  /** The files {@code files} gives at each call, per partition, under the table at {@code root}. */
+  TopicFileIndex(Path root, Supplier<SortedMap<Integer, FileStatus[]>> files, String description) {
+    this.root = root;
+    this.files = files;
+    this.description = description;
+  }
+
+  static TopicTableLog.Snapshot snapshot(TopicTableLog log) {
     try {
       return log.latest();
     } catch (IOException e) {
@@ -63,21 +77,25 @@ final class TopicFileIndex implements FileIndex {
     }
   }
 
+  private static SortedMap<Integer, FileStatus[]> select(TopicTableLog.Snapshot snapshot, TopicTableLog.Rows rows) {
+    SortedMap<Integer, FileStatus[]> out = new TreeMap<>();
+    snapshot.partitions().forEach((partition, all) -> out.put(partition, snapshot.files(all, rows)));
+    return out;
+  }
+
   @Override
   public Seq<Path> rootPaths() {
-    return CollectionConverters.asScala(List.of(log.table())).toList();
+    return CollectionConverters.asScala(List.of(root)).toList();
   }
 
   @Override
   public Seq<PartitionDirectory> listFiles(Seq<Expression> partitionFilters, Seq<Expression> dataFilters) {
     InterpretedPredicate keep = partitionPredicate(partitionFilters);
     List<PartitionDirectory> out = new ArrayList<>();
-    TopicTableLog.Snapshot snapshot = snapshot();
-    for (Map.Entry<Integer, TopicTableLog.DataFile[]> entry : snapshot.partitions().entrySet()) {
+    for (Map.Entry<Integer, FileStatus[]> entry : files.get().entrySet()) {
       InternalRow values = new GenericInternalRow(new Object[] {entry.getKey()});
-      FileStatus[] files = snapshot.files(entry.getValue(), rows);
-      if (files.length > 0 && (keep == null || keep.eval(values))) {
-        out.add(PartitionDirectory.apply(values, files));
+      if (entry.getValue().length > 0 && (keep == null || keep.eval(values))) {
+        out.add(PartitionDirectory.apply(values, entry.getValue()));
       }
     }
     return CollectionConverters.asScala(out).toList();
@@ -109,25 +127,23 @@ final class TopicFileIndex implements FileIndex {
   @Override
   public String[] inputFiles() {
     List<String> paths = new ArrayList<>();
-    TopicTableLog.Snapshot snapshot = snapshot();
-    for (TopicTableLog.DataFile[] files : snapshot.partitions().values()) {
-      for (FileStatus file : snapshot.files(files, rows)) {
+    for (FileStatus[] partition : files.get().values()) {
+      for (FileStatus file : partition) {
         paths.add(file.getPath().toString());
       }
     }
     return paths.toArray(new String[0]);
   }
 
-  /** Nothing to do: every call reads the log. */
+  /** Nothing to do: every call asks for the files again. */
   @Override
   public void refresh() {}
 
   @Override
   public long sizeInBytes() {
     long bytes = 0;
-    TopicTableLog.Snapshot snapshot = snapshot();
-    for (TopicTableLog.DataFile[] files : snapshot.partitions().values()) {
-      for (FileStatus file : snapshot.files(files, rows)) {
+    for (FileStatus[] partition : files.get().values()) {
+      for (FileStatus file : partition) {
         bytes += file.getLen();
       }
     }
@@ -141,6 +157,6 @@ final class TopicFileIndex implements FileIndex {
 
   @Override
   public String toString() {
-    return "TopicFileIndex(" + log.table() + (rows == TopicTableLog.Rows.ALL ? "" : ", rows " + rows) + ")";
+    return description;
   }
 }

@@ -36,7 +36,7 @@ import org.apache.hadoop.fs.Path;
  * The first call, a call that finds the log cleaned up past what it knows, and one that finds the
  * commit it applied last gone or another file (the topic was deleted and made again) start from
  * the newest checkpoint ({@link CheckpointReader}) and replay the JSON commits after it. {@code add} actions
- * add files, {@code remove} actions remove them; {@code protocol} and {@code metaData} are checked;
+ * add files, {@code remove} actions remove them, {@code txn} actions set their application's version; {@code protocol} and {@code metaData} are checked;
  * everything else is skipped.
  *
  * <p>Invariants: a {@link Snapshot} is immutable and versions only move forward. A table whose
@@ -68,8 +68,17 @@ final class TopicTableLog {
     MARKED
   }
 
-  /** One version's data files, grouped by partition. */
-  record Snapshot(long version, TreeMap<Integer, DataFile[]> partitions) {
+  /**
+   * One version's data files, grouped by partition and sorted by name, with the version of each
+   * application's Delta transaction ({@code txn} actions: the tierer's {@code laketail.tier.<p>}
+   * is partition p's tiered offset, retention's {@code laketail.logstart.<p>} its log start).
+   */
+  record Snapshot(long version, TreeMap<Integer, DataFile[]> partitions, Map<String, Long> transactions) {
+    /** The version of {@code appId}'s transaction, 0 when it never committed one. */
+    long transaction(String appId) {
+      return transactions.getOrDefault(appId, 0L);
+    }
+
     /** The files of {@code partition} that {@code rows} selects. */
     FileStatus[] files(DataFile[] all, Rows rows) {
       return Arrays.stream(all)
@@ -79,7 +88,11 @@ final class TopicTableLog {
     }
   }
 
-  record DataFile(int partition, FileStatus status, boolean plain) {}
+  /**
+   * A data file and what its statistics say: the offsets it holds ({@code firstOffset} -1 when
+   * they do not say) and whether it is plain (see {@link #plain}).
+   */
+  record DataFile(int partition, FileStatus status, boolean plain, long firstOffset, long lastOffset) {}
 
   private final Path table;
   private final Path log;
@@ -90,6 +103,7 @@ final class TopicTableLog {
   private long version = -1;
   private FileStatus known; // the commit file of version, as first seen (null: from a checkpoint)
   private final Map<Path, DataFile> live = new HashMap<>();
+  private final Map<String, Long> transactions = new HashMap<>();
   private Snapshot snapshot;
 
   TopicTableLog(String uri, Configuration conf) throws IOException {
@@ -129,6 +143,7 @@ final class TopicTableLog {
       version = -1;
       known = null;
       live.clear();
+      transactions.clear();
       snapshot = null;
       throw e;
     }
@@ -140,6 +155,7 @@ final class TopicTableLog {
   private void load() throws IOException {
     version = -1;
     live.clear();
+    transactions.clear();
     snapshot = null;
     long[] hint = lastCheckpoint();
     List<Path> parts = hint[0] >= 0 ? checkpointParts(hint[0], hint[1]) : List.of();
@@ -262,6 +278,9 @@ final class TopicTableLog {
             add.path("size").asLong(), add.path("modificationTime").asLong(), text(add, "stats")));
       } else if (action.has("remove")) {
         apply(new Action.Remove(action.get("remove").path("path").asText(null)));
+      } else if (action.has("txn")) {
+        JsonNode txn = action.get("txn");
+        apply(new Action.Txn(txn.path("appId").asText(null), txn.path("version").asLong()));
       } else if (action.has("protocol")) {
         JsonNode p = action.get("protocol");
         apply(new Action.Protocol(p.path("minReaderVersion").asInt(1), strings(p.path("readerFeatures"))));
@@ -298,6 +317,8 @@ final class TopicTableLog {
 
     record Remove(String path) implements Action {}
 
+    record Txn(String appId, long version) implements Action {}
+
     record Protocol(int minReaderVersion, List<String> readerFeatures) implements Action {}
 
     record MetaData(List<String> partitionColumns, Map<String, String> configuration) implements Action {}
@@ -309,10 +330,16 @@ final class TopicTableLog {
         throw new IllegalStateException(table + ": file " + add.path() + " has no '" + PARTITION + "' value");
       }
       Path path = resolve(add.path());
+      JsonNode stats = stats(add.stats());
       live.put(path, new DataFile(Integer.parseInt(add.partition()),
-          new FileStatus(add.size(), false, 1, blockSize, add.modificationTime(), path), plain(add.stats())));
+          new FileStatus(add.size(), false, 1, blockSize, add.modificationTime(), path), plain(stats),
+          offset(stats, "minValues"), offset(stats, "maxValues")));
     } else if (action instanceof Action.Remove remove) {
       live.remove(resolve(remove.path()));
+    } else if (action instanceof Action.Txn txn) {
+      if (txn.appId() != null) {
+        transactions.put(txn.appId(), txn.version());
+      }
     } else if (action instanceof Action.Protocol protocol) {
       checkProtocol(protocol);
     } else if (action instanceof Action.MetaData meta) {
@@ -339,26 +366,38 @@ final class TopicTableLog {
     }
   }
 
-  /**
-   * Whether a file's statistics (the add action's {@code stats} JSON) prove it holds no control
-   * row ({@code control} null count = record count) and no transactional record ({@code
-   * transactional} maximum false). laketail's writer records both (storage/data_files.py); a
-   * file without them counts as marked.
-   */
-  static boolean plain(String stats) {
+  /** An add action's {@code stats} JSON, or null when it has none or it does not parse. */
+  static JsonNode stats(String stats) {
     if (stats == null || stats.isBlank()) {
-      return false;
+      return null;
     }
     try {
-      JsonNode doc = JSON.readTree(stats);
-      JsonNode records = doc.path("numRecords");
-      JsonNode nulls = doc.path("nullCount").path("control");
-      JsonNode transactional = doc.path("maxValues").path("transactional");
-      return records.isNumber() && nulls.isNumber() && nulls.asLong() == records.asLong()
-          && transactional.isBoolean() && !transactional.asBoolean();
+      return JSON.readTree(stats);
     } catch (IOException e) {
-      return false; // unreadable statistics prove nothing
+      return null; // unreadable statistics prove nothing
     }
+  }
+
+  /**
+   * Whether a file's statistics prove it holds no control row ({@code control} null count =
+   * record count) and no transactional record ({@code transactional} maximum false). laketail's
+   * writer records both (storage/data_files.py); a file without them counts as marked.
+   */
+  static boolean plain(JsonNode stats) {
+    if (stats == null) {
+      return false;
+    }
+    JsonNode records = stats.path("numRecords");
+    JsonNode nulls = stats.path("nullCount").path("control");
+    JsonNode transactional = stats.path("maxValues").path("transactional");
+    return records.isNumber() && nulls.isNumber() && nulls.asLong() == records.asLong()
+        && transactional.isBoolean() && !transactional.asBoolean();
+  }
+
+  /** The {@code offset} statistic under {@code which} (minValues, maxValues), or -1. */
+  private static long offset(JsonNode stats, String which) {
+    JsonNode value = stats == null ? null : stats.path(which).path("offset");
+    return value != null && value.canConvertToLong() && value.isIntegralNumber() ? value.asLong() : -1;
   }
 
   private Path resolve(String raw) {
@@ -384,6 +423,6 @@ final class TopicTableLog {
       Arrays.sort(sorted, Comparator.comparing(f -> f.status().getPath().getName()));
       partitions.put(p, sorted);
     });
-    return new Snapshot(version, partitions);
+    return new Snapshot(version, partitions, Map.copyOf(transactions));
   }
 }

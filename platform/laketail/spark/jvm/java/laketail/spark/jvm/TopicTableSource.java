@@ -65,7 +65,7 @@ public final class TopicTableSource implements RelationProvider, DataSourceRegis
     } catch (IOException e) {
       throw new UncheckedIOException("opening " + path.get() + ": " + e.getMessage(), e);
     }
-    index.snapshot(); // fail now on a wrong path, not at the first query
+    index.inputFiles(); // fail now on a wrong path, not at the first query
     return new HadoopFsRelation(index, TopicFileIndex.PARTITION_SCHEMA, recordSchema(), Option.empty(),
         new ParquetFileFormat(), parameters, spark);
   }
