@@ -21,9 +21,11 @@ from typing import Any
 import httpx
 import pytest
 
+from laketail.jobs import compaction
 from laketail.maintenance.retention import RetentionPlan
 from laketail.maintenance.table_commit import TableSnapshot, commit_retention
 from laketail.spark import jvm
+from tests.jobs.support import run_job
 from tests.spark.support import (
     Txn,
     aborted_then_committed,
@@ -202,6 +204,18 @@ def test_two_topics_in_one_read(spark: Any, tiered: Tiered, make_topic: Any) -> 
     assert scan(jar) == parquet(3, 3, 0)
 
 
+def test_an_empty_topic_and_a_server_down(spark: Any, tiered: Tiered, topic: str) -> None:
+    jar, python = both(spark, tiered.url, subscribe=topic)
+    assert rows(jar) == rows(python) == []
+    assert scan(jar) == ALL_PYTHON  # nothing to read: no plain head
+    # The first of laketail.servers refuses connections: both ask the next one.
+    servers = f"http://127.0.0.1:1,{tiered.url}"
+    jar, python = (spark.read.format(source).option("laketail.servers", servers)
+                   .option("subscribe", tiered.topic).load() for source in (JAR, PYTHON))
+    assert rows(jar) == rows(python) == tiered.expected
+    assert scan(jar) == parquet(2, 4, 0)
+
+
 # -- 2: JSON offsets inside files ------------------------------------------------------------------
 
 
@@ -372,10 +386,39 @@ def test_pruned_columns_counts_and_filters(spark: Any, tiered: Tiered) -> None:
     assert scan(only_values) == parquet(2, 4, 0)
 
     assert jar.count() == python.count() == 42
+    # No column read, but the straddling files' offset filter still applies.
+    middle = {"startingOffsets": json.dumps({tiered.topic: {"0": 12, "1": 5}}),
+              "endingOffsets": json.dumps({tiered.topic: {"0": 25, "1": 7}})}
+    jar_middle, python_middle = both(spark, tiered.url, subscribe=tiered.topic, **middle)
+    assert jar_middle.count() == python_middle.count() == 13 + 2
+    offsets = jar_middle.select("offset")
+    assert sorted(r.offset for r in offsets.collect()) == sorted(list(range(12, 25)) + [5, 6])
+    assert scan(offsets) == parquet(2, 3, 0)
 
     one = jar.where("partition = 1")
     assert rows(one) == rows(python.where("partition = 1")) == [r for r in tiered.expected if r["partition"] == 1]
     assert scan(one) == parquet(2, 4, 0)
+
+
+def test_a_key_compacted_topic_with_gaps(spark: Any, broker: Any, make_topic: Any) -> None:
+    topic = make_topic(configs={"cleanup.policy": "compact"})
+    produce_at(broker.url, topic, 0, values("r0-", 4), 0, keys=values("k", 4))
+    wait_tiered(broker.url, topic)
+    produce_at(broker.url, topic, 0, values("r1-", 2), 4, keys=values("k", 2))
+    wait_tiered(broker.url, topic)
+    (report,) = run_job(compaction.main, "--data", str(broker.data_dir), "--servers", broker.url,
+                        "--topic", topic, "--engine", "local")
+    assert report["files_added"] == 1, report
+    kept = [record(topic, 0, o, v, k) for o, v, k in
+            [(2, b"r0-2", b"k2"), (3, b"r0-3", b"k3"), (4, b"r1-0", b"k0"), (5, b"r1-1", b"k1")]]
+    jar, python = both(spark, broker.url, subscribe=topic)
+    assert rows(jar) == rows(python) == kept
+    assert scan(jar) == parquet(1, 1, 0)
+    # Starting at an offset compaction removed, and inside the merged file.
+    for start, expected in ((1, kept), (3, kept[1:])):
+        jar, python = both(spark, broker.url, subscribe=topic, startingOffsets=json.dumps({topic: {"0": start}}))
+        assert rows(jar) == rows(python) == expected
+        assert scan(jar) == parquet(1, 1, 0)
 
 
 # -- 7: what goes to the Python source whole ---------------------------------------------------------
