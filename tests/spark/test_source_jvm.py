@@ -547,17 +547,21 @@ def test_a_view_using_laketail_is_fresh_at_every_query(spark: Any, broker: Any, 
     assert scan(again) == parquet(2, 4, 0)
 
 
-def test_a_topic_made_again_reads_only_its_new_records(spark: Any, broker: Any, make_topic: Any) -> None:
+@pytest.mark.parametrize("old_files", [1, 3], ids=["same-versions", "fewer-versions-after"])
+def test_a_topic_made_again_reads_only_its_new_records(spark: Any, broker: Any, make_topic: Any,
+                                                       old_files: int) -> None:
     topic = make_topic()
-    produce_at(broker.url, topic, 0, values("old", 4), 0)
-    wait_tiered(broker.url, topic)
+    for n in range(old_files):
+        produce_at(broker.url, topic, 0, values("old", 4 * old_files)[4 * n:4 * n + 4], 4 * n)
+        wait_tiered(broker.url, topic)
     old = load(spark, JAR, broker.url, subscribe=topic)
-    assert values_read(old) == values("old", 4)
-    assert scan(old) == parquet(1, 1, 0)  # the jar now holds this table's log
+    assert values_read(old) == values("old", 4 * old_files)
+    assert scan(old) == parquet(1, old_files, 0)  # the jar now holds this table's log
 
     delete_topic(broker.url, topic, table_info(broker.url, topic)["uri"])
     make_again(make_topic, topic)
-    produce_at(broker.url, topic, 0, values("new", 4), 0)  # the same versions, offsets and sizes
+    # One file: with one old file, the same versions, offsets and sizes as the old table's.
+    produce_at(broker.url, topic, 0, values("new", 4), 0)
     wait_tiered(broker.url, topic)
     jar, python = both(spark, broker.url, subscribe=topic)
     assert rows(python) == [record(topic, 0, o, v) for o, v in enumerate(values("new", 4))]
