@@ -88,6 +88,9 @@ public final class BatchPlan {
   private static final long LATEST = -1;
   private static final int MAX_LOGS = 64;
   private static final ObjectMapper JSON = new ObjectMapper();
+  /** The Kafka source's columns (laketail.spark.columns.source_ddl), written into the jar at build time. */
+  static final String SOURCE_RESOURCE = "laketail/spark/jvm/source-schema.ddl";
+  static final String SOURCE_HEADERS_RESOURCE = "laketail/spark/jvm/source-schema-headers.ddl";
   private static final HttpClient HTTP =
       HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(10)).build();
 
@@ -124,7 +127,7 @@ public final class BatchPlan {
       rows = python(spark, python, options);
       description = "laketail(every range by the Python source)";
     } else {
-      rows = plan.rows(python, options, includeHeaders(options));
+      rows = plan.rows(python, options, Read.of(options).headers());
       description = plan.toString();
     }
     List<Column> columns = new ArrayList<>();
@@ -136,28 +139,52 @@ public final class BatchPlan {
 
   // -- planning -----------------------------------------------------------------------------------
 
-  /** The plan of a read of {@code options}, or null when the Python source reads it all. */
-  static BatchPlan plan(SparkSession spark, CaseInsensitiveStringMap options) {
-    for (String key : options.keySet()) {
-      if (!UNDERSTOOD.contains(key)) {
+  /** The options of a read this plan resolves, parsed. */
+  record Read(List<URI> servers, boolean committed, Map<String, List<Integer>> subscription, JsonNode starting,
+      JsonNode ending, boolean headers) {
+    /** {@code options} parsed, or null when the Python source must read (and check) them. */
+    static Read of(CaseInsensitiveStringMap options) {
+      for (String key : options.keySet()) {
+        if (!UNDERSTOOD.contains(key)) {
+          return null;
+        }
+      }
+      List<URI> servers = BatchPlan.servers(options.get("laketail.servers"));
+      String isolation = options.getOrDefault("isolation.level",
+          options.getOrDefault("kafka.isolation.level", "read_committed"));
+      Map<String, List<Integer>> subscription = BatchPlan.subscription(options);
+      JsonNode starting = spec(options.getOrDefault("startingoffsets", "earliest"), "earliest", "latest");
+      JsonNode ending = spec(options.getOrDefault("endingoffsets", "latest"), "latest");
+      Boolean headers = bool(options.getOrDefault("includeheaders", "false"));
+      if (servers == null || subscription == null || starting == null || ending == null || headers == null
+          || bool(options.getOrDefault("failondataloss", "true")) == null
+          || !Set.of("read_committed", "read_uncommitted").contains(isolation)
+          || !namesTopics(starting, subscription) || !namesTopics(ending, subscription)) {
         return null;
       }
+      return new Read(servers, isolation.equals("read_committed"), subscription, starting, ending, headers);
     }
-    List<URI> servers = servers(options.get("laketail.servers"));
-    String isolation = options.getOrDefault("isolation.level",
-        options.getOrDefault("kafka.isolation.level", "read_committed"));
-    Map<String, List<Integer>> subscription = subscription(options);
-    JsonNode starting = spec(options.getOrDefault("startingoffsets", "earliest"), "earliest", "latest");
-    JsonNode ending = spec(options.getOrDefault("endingoffsets", "latest"), "latest");
-    if (servers == null || subscription == null || starting == null || ending == null
-        || !Set.of("read_committed", "read_uncommitted").contains(isolation)
-        || !namesTopics(starting, subscription) || !namesTopics(ending, subscription)) {
+  }
+
+  /**
+   * The Kafka source's columns for {@code options} without asking the Python source, or null when
+   * it must say (and check the options).
+   */
+  public static StructType schema(CaseInsensitiveStringMap options) {
+    Read read = Read.of(options);
+    return read == null ? null : TopicTableSource.schema(read.headers() ? SOURCE_HEADERS_RESOURCE : SOURCE_RESOURCE);
+  }
+
+  /** The plan of a read of {@code options}, or null when the Python source reads it all. */
+  static BatchPlan plan(SparkSession spark, CaseInsensitiveStringMap options) {
+    Read read = Read.of(options);
+    if (read == null) {
       return null;
     }
     BatchPlan plan = new BatchPlan(spark);
-    for (Map.Entry<String, List<Integer>> topic : subscription.entrySet()) {
-      if (!plan.add(servers, topic.getKey(), topic.getValue(), starting, ending,
-          isolation.equals("read_committed"))) {
+    for (Map.Entry<String, List<Integer>> topic : read.subscription().entrySet()) {
+      if (!plan.add(read.servers(), topic.getKey(), topic.getValue(), read.starting(), read.ending(),
+          read.committed())) {
         return null;
       }
     }
@@ -334,8 +361,9 @@ public final class BatchPlan {
 
   // -- options and the gateway --------------------------------------------------------------------
 
-  private static boolean includeHeaders(CaseInsensitiveStringMap options) {
-    return options.getOrDefault("includeheaders", "false").strip().equalsIgnoreCase("true");
+  private static Boolean bool(String raw) {
+    String word = raw.strip().toLowerCase(java.util.Locale.ROOT);
+    return word.equals("true") ? Boolean.TRUE : word.equals("false") ? Boolean.FALSE : null;
   }
 
   /** {@code laketail.servers} as http URLs (as laketail.spark.gateway.parse_servers), or null. */
