@@ -458,7 +458,8 @@ public final class BatchPlan {
         return null;
       }
       for (Map.Entry<String, JsonNode> entry : partitions.properties()) {
-        if (!entry.getValue().isIntegralNumber() || !entry.getKey().matches("[0-9]{1,9}")) {
+        JsonNode offset = entry.getValue();
+        if (!offset.isIntegralNumber() || !offset.canConvertToLong() || !entry.getKey().matches("[0-9]{1,9}")) {
           return null;
         }
       }
@@ -502,7 +503,7 @@ public final class BatchPlan {
       value = spec.asText().equals("earliest") ? EARLIEST : LATEST;
     } else {
       JsonNode given = spec.path(topic).path(Integer.toString(partition));
-      if (!given.isIntegralNumber()) {
+      if (!given.isIntegralNumber() || !given.canConvertToLong()) {
         return -1;
       }
       value = given.asLong();
