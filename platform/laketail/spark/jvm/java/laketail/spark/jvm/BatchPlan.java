@@ -73,8 +73,9 @@ import scala.Option;
  * Python planner would do, so that its answers and errors are the Python source's: an option this
  * plan does not handle ({@code subscribePattern}, timestamps, {@code minPartitions}, {@code
  * groupId}, client security), a JSON offset outside the partition's log or not naming exactly the
- * subscribed partitions, a gateway that does not answer 200, files with overlapping offsets, and a
- * read with no plain tiered range at all.
+ * subscribed partitions, a gateway that does not answer 200, a table Hadoop cannot open here or
+ * whose log this replay refuses, files with overlapping offsets, and a read with no plain tiered
+ * range at all.
  *
  * <p>Thread-safety: stateless but for the cache of table logs, which is synchronized.
  */
@@ -209,8 +210,16 @@ public final class BatchPlan {
         || !namesPartitions(ending, topic, partitions)) {
       return false;
     }
-    TopicTableLog log = log(doc.get("uri").asText());
-    TopicTableLog.Snapshot snapshot = TopicFileIndex.snapshot(log);
+    TopicTableLog log;
+    TopicTableLog.Snapshot snapshot;
+    try {
+      log = log(doc.get("uri").asText());
+      snapshot = TopicFileIndex.snapshot(log);
+    } catch (RuntimeException e) {
+      // A store Hadoop cannot open here (no connector for its scheme) or a table this replay
+      // refuses (reader features): the Python source reads it with its own file systems.
+      return false;
+    }
     tables.put(topic, log.table());
     for (int partition : partitions) {
       JsonNode p = offsets.get(partition);
@@ -525,6 +534,7 @@ public final class BatchPlan {
     }
   }
 
+  /** The cached log of the table at {@code uri}, opened on first use. */
   private TopicTableLog log(String uri) {
     synchronized (LOGS) {
       TopicTableLog log = LOGS.get(uri);
