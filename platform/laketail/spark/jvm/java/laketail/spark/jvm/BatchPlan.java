@@ -240,8 +240,8 @@ public final class BatchPlan {
 
   /** {@code range} cut into a head from the table's plain files and a tail; false: files overlap. */
   private boolean split(Range range, TopicTableLog.Snapshot snapshot) {
-    TopicTableLog.DataFile[] files = snapshot.partitions().getOrDefault(range.partition(), new TopicTableLog.DataFile[0]);
-    List<TopicTableLog.DataFile> sorted = new ArrayList<>(List.of(files));
+    List<TopicTableLog.DataFile> sorted =
+        new ArrayList<>(List.of(snapshot.partitions().getOrDefault(range.partition(), new TopicTableLog.DataFile[0])));
     sorted.sort((a, b) -> Long.compare(a.firstOffset(), b.firstOffset()));
     long x = Math.min(range.end(), snapshot.transaction("laketail.tier." + range.partition()));
     List<TopicTableLog.DataFile> head = new ArrayList<>();
