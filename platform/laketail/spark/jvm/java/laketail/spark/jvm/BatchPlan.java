@@ -364,8 +364,12 @@ public final class BatchPlan {
   @Override
   public String toString() {
     long files = heads.stream().mapToLong(h -> h.whole().size() + h.straddling().size()).sum();
-    return "laketail(" + heads.size() + " ranges by Spark's Parquet reader from " + files + " files, "
-        + tails.size() + " by the Python source)";
+    return "laketail(" + count(heads.size(), "range") + " by Spark's Parquet reader from " + count(files, "file")
+        + ", " + tails.size() + " by the Python source)";
+  }
+
+  private static String count(long n, String noun) {
+    return n + " " + noun + (n == 1 ? "" : "s");
   }
 
   // -- options and the gateway --------------------------------------------------------------------
