@@ -154,7 +154,7 @@ public final class BatchPlan {
       String isolation = options.getOrDefault("isolation.level",
           options.getOrDefault("kafka.isolation.level", "read_committed"));
       Map<String, List<Integer>> subscription = BatchPlan.subscription(options);
-      JsonNode starting = spec(options.getOrDefault("startingoffsets", "earliest"), "earliest", "latest");
+      JsonNode starting = spec(options.getOrDefault("startingoffsets", "earliest"), "earliest"); // latest: streaming only
       JsonNode ending = spec(options.getOrDefault("endingoffsets", "latest"), "latest");
       Boolean headers = bool(options.getOrDefault("includeheaders", "false"));
       if (servers == null || subscription == null || starting == null || ending == null || headers == null
