@@ -155,6 +155,26 @@ def test_a_checkpoint_starts_the_replay(spark: Any, broker: Any, make_topic: Any
     assert (Path(uri) / "_delta_log" / "_last_checkpoint").exists()
 
 
+def test_tiered_offsets_come_from_a_checkpoint_too(spark: Any, broker: Any, make_topic: Any) -> None:
+    """format("laketail") through the jar takes each partition's tiered offset from the
+    tierer's Delta transaction: partition 1's is only in the checkpoint here (the commit
+    after it moves partition 0 alone), and without it that partition's head would go to
+    the Python source."""
+    topic = make_topic(partitions=2)
+    produce(broker.url, topic, 0, [b"a0", b"a1"])
+    produce(broker.url, topic, 1, [b"b0", b"b1", b"b2"])
+    wait_tiered(broker.url, topic)
+    DeltaTable(_uri(broker, topic)).create_checkpoint()
+    produce(broker.url, topic, 0, [b"a2"])
+    wait_tiered(broker.url, topic)
+    frame = (spark.read.format("laketail").option("laketail.servers", broker.url)
+             .option("subscribe", topic).load())
+    plan = frame._jdf.queryExecution().executedPlan().toString()
+    assert "2 ranges by Spark's Parquet reader" in plan and "0 by the Python source" in plan
+    rows = sorted((r.partition, r.offset, bytes(r.value)) for r in frame.collect())
+    assert rows == [(0, 0, b"a0"), (0, 1, b"a1"), (0, 2, b"a2"), (1, 0, b"b0"), (1, 1, b"b1"), (1, 2, b"b2")]
+
+
 def test_a_topic_deleted_and_made_again_is_read_afresh(spark: Any, broker: Any, make_topic: Any) -> None:
     topic = make_topic()
     produce(broker.url, topic, 0, [b"old-1", b"old-2"])

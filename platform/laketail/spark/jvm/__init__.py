@@ -31,6 +31,8 @@ SOURCES = Path(__file__).with_name("java")
 SHORT_NAME = "laketail_table"
 SOURCE_CLASS = "laketail.spark.jvm.TopicTableSource"
 SCHEMA_RESOURCE = "laketail/spark/jvm/record-schema.ddl"
+#: The Kafka source's columns, without and with ``headers``, for ``format("laketail")``'s schema.
+SOURCE_RESOURCES = {False: "laketail/spark/jvm/source-schema.ddl", True: "laketail/spark/jvm/source-schema-headers.ddl"}
 
 
 class BuildError(RuntimeError):
@@ -57,7 +59,7 @@ def build(out: Path = JAR) -> Path:
     """Compile the Java sources against PySpark's jars into ``out`` (replaced atomically)."""
     import pyspark
 
-    from laketail.spark.columns import TABLE_COLUMNS
+    from laketail.spark.columns import TABLE_COLUMNS, source_ddl
 
     javac = find_javac()
     if javac is None:
@@ -82,6 +84,8 @@ def build(out: Path = JAR) -> Path:
                 if path.is_file():
                     archive.write(path, path.relative_to(SOURCES).as_posix())
             archive.writestr(SCHEMA_RESOURCE, TABLE_COLUMNS + "\n")
+            for headers, resource in SOURCE_RESOURCES.items():
+                archive.writestr(resource, source_ddl(headers) + "\n")
         os.replace(partial, out)
     return out
 

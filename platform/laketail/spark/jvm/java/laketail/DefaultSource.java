@@ -1,6 +1,7 @@
 package laketail;
 
 import java.util.Map;
+import laketail.spark.jvm.BatchPlan;
 import laketail.spark.jvm.SourceTable;
 import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.connector.catalog.Table;
@@ -47,9 +48,14 @@ public final class DefaultSource implements TableProvider {
     return python;
   }
 
+  /**
+   * The Kafka source's columns; the Python source is asked (a round trip to a Python worker) only
+   * for options the jar's plan leaves to it, so that it checks them as it always does.
+   */
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
-    return python().inferSchema(options);
+    StructType known = BatchPlan.schema(options);
+    return known != null ? known : python().inferSchema(options);
   }
 
   @Override

@@ -73,8 +73,9 @@ import scala.Option;
  * Python planner would do, so that its answers and errors are the Python source's: an option this
  * plan does not handle ({@code subscribePattern}, timestamps, {@code minPartitions}, {@code
  * groupId}, client security), a JSON offset outside the partition's log or not naming exactly the
- * subscribed partitions, a gateway that does not answer 200, files with overlapping offsets, and a
- * read with no plain tiered range at all.
+ * subscribed partitions, a gateway that does not answer 200, a table Hadoop cannot open here or
+ * whose log this replay refuses, files with overlapping offsets, and a read with no plain tiered
+ * range at all.
  *
  * <p>Thread-safety: stateless but for the cache of table logs, which is synchronized.
  */
@@ -88,6 +89,9 @@ public final class BatchPlan {
   private static final long LATEST = -1;
   private static final int MAX_LOGS = 64;
   private static final ObjectMapper JSON = new ObjectMapper();
+  /** The Kafka source's columns (laketail.spark.columns.source_ddl), written into the jar at build time. */
+  static final String SOURCE_RESOURCE = "laketail/spark/jvm/source-schema.ddl";
+  static final String SOURCE_HEADERS_RESOURCE = "laketail/spark/jvm/source-schema-headers.ddl";
   private static final HttpClient HTTP =
       HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(10)).build();
 
@@ -124,7 +128,7 @@ public final class BatchPlan {
       rows = python(spark, python, options);
       description = "laketail(every range by the Python source)";
     } else {
-      rows = plan.rows(python, options, includeHeaders(options));
+      rows = plan.rows(python, options, Read.of(options).headers());
       description = plan.toString();
     }
     List<Column> columns = new ArrayList<>();
@@ -136,28 +140,52 @@ public final class BatchPlan {
 
   // -- planning -----------------------------------------------------------------------------------
 
-  /** The plan of a read of {@code options}, or null when the Python source reads it all. */
-  static BatchPlan plan(SparkSession spark, CaseInsensitiveStringMap options) {
-    for (String key : options.keySet()) {
-      if (!UNDERSTOOD.contains(key)) {
+  /** The options of a read this plan resolves, parsed. */
+  record Read(List<URI> servers, boolean committed, Map<String, List<Integer>> subscription, JsonNode starting,
+      JsonNode ending, boolean headers) {
+    /** {@code options} parsed, or null when the Python source must read (and check) them. */
+    static Read of(CaseInsensitiveStringMap options) {
+      for (String key : options.keySet()) {
+        if (!UNDERSTOOD.contains(key)) {
+          return null;
+        }
+      }
+      List<URI> servers = BatchPlan.servers(options.get("laketail.servers"));
+      String isolation = options.getOrDefault("isolation.level",
+          options.getOrDefault("kafka.isolation.level", "read_committed"));
+      Map<String, List<Integer>> subscription = BatchPlan.subscription(options);
+      JsonNode starting = spec(options.getOrDefault("startingoffsets", "earliest"), "earliest"); // latest: streaming only
+      JsonNode ending = spec(options.getOrDefault("endingoffsets", "latest"), "latest");
+      Boolean headers = bool(options.getOrDefault("includeheaders", "false"));
+      if (servers == null || subscription == null || starting == null || ending == null || headers == null
+          || bool(options.getOrDefault("failondataloss", "true")) == null
+          || !Set.of("read_committed", "read_uncommitted").contains(isolation)
+          || !namesTopics(starting, subscription) || !namesTopics(ending, subscription)) {
         return null;
       }
+      return new Read(servers, isolation.equals("read_committed"), subscription, starting, ending, headers);
     }
-    List<URI> servers = servers(options.get("laketail.servers"));
-    String isolation = options.getOrDefault("isolation.level",
-        options.getOrDefault("kafka.isolation.level", "read_committed"));
-    Map<String, List<Integer>> subscription = subscription(options);
-    JsonNode starting = spec(options.getOrDefault("startingoffsets", "earliest"), "earliest", "latest");
-    JsonNode ending = spec(options.getOrDefault("endingoffsets", "latest"), "latest");
-    if (servers == null || subscription == null || starting == null || ending == null
-        || !Set.of("read_committed", "read_uncommitted").contains(isolation)
-        || !namesTopics(starting, subscription) || !namesTopics(ending, subscription)) {
+  }
+
+  /**
+   * The Kafka source's columns for {@code options} without asking the Python source, or null when
+   * it must say (and check the options).
+   */
+  public static StructType schema(CaseInsensitiveStringMap options) {
+    Read read = Read.of(options);
+    return read == null ? null : TopicTableSource.schema(read.headers() ? SOURCE_HEADERS_RESOURCE : SOURCE_RESOURCE);
+  }
+
+  /** The plan of a read of {@code options}, or null when the Python source reads it all. */
+  static BatchPlan plan(SparkSession spark, CaseInsensitiveStringMap options) {
+    Read read = Read.of(options);
+    if (read == null) {
       return null;
     }
     BatchPlan plan = new BatchPlan(spark);
-    for (Map.Entry<String, List<Integer>> topic : subscription.entrySet()) {
-      if (!plan.add(servers, topic.getKey(), topic.getValue(), starting, ending,
-          isolation.equals("read_committed"))) {
+    for (Map.Entry<String, List<Integer>> topic : read.subscription().entrySet()) {
+      if (!plan.add(read.servers(), topic.getKey(), topic.getValue(), read.starting(), read.ending(),
+          read.committed())) {
         return null;
       }
     }
@@ -182,8 +210,16 @@ public final class BatchPlan {
         || !namesPartitions(ending, topic, partitions)) {
       return false;
     }
-    TopicTableLog log = log(doc.get("uri").asText());
-    TopicTableLog.Snapshot snapshot = TopicFileIndex.snapshot(log);
+    TopicTableLog log;
+    TopicTableLog.Snapshot snapshot;
+    try {
+      log = log(doc.get("uri").asText());
+      snapshot = TopicFileIndex.snapshot(log);
+    } catch (RuntimeException e) {
+      // A store Hadoop cannot open here (no connector for its scheme) or a table this replay
+      // refuses (reader features): the Python source reads it with its own file systems.
+      return false;
+    }
     tables.put(topic, log.table());
     for (int partition : partitions) {
       JsonNode p = offsets.get(partition);
@@ -204,8 +240,8 @@ public final class BatchPlan {
 
   /** {@code range} cut into a head from the table's plain files and a tail; false: files overlap. */
   private boolean split(Range range, TopicTableLog.Snapshot snapshot) {
-    TopicTableLog.DataFile[] files = snapshot.partitions().getOrDefault(range.partition(), new TopicTableLog.DataFile[0]);
-    List<TopicTableLog.DataFile> sorted = new ArrayList<>(List.of(files));
+    List<TopicTableLog.DataFile> sorted =
+        new ArrayList<>(List.of(snapshot.partitions().getOrDefault(range.partition(), new TopicTableLog.DataFile[0])));
     sorted.sort((a, b) -> Long.compare(a.firstOffset(), b.firstOffset()));
     long x = Math.min(range.end(), snapshot.transaction("laketail.tier." + range.partition()));
     List<TopicTableLog.DataFile> head = new ArrayList<>();
@@ -328,14 +364,19 @@ public final class BatchPlan {
   @Override
   public String toString() {
     long files = heads.stream().mapToLong(h -> h.whole().size() + h.straddling().size()).sum();
-    return "laketail(" + heads.size() + " ranges by Spark's Parquet reader from " + files + " files, "
-        + tails.size() + " by the Python source)";
+    return "laketail(" + count(heads.size(), "range") + " by Spark's Parquet reader from " + count(files, "file")
+        + ", " + tails.size() + " by the Python source)";
+  }
+
+  private static String count(long n, String noun) {
+    return n + " " + noun + (n == 1 ? "" : "s");
   }
 
   // -- options and the gateway --------------------------------------------------------------------
 
-  private static boolean includeHeaders(CaseInsensitiveStringMap options) {
-    return options.getOrDefault("includeheaders", "false").strip().equalsIgnoreCase("true");
+  private static Boolean bool(String raw) {
+    String word = raw.strip().toLowerCase(java.util.Locale.ROOT);
+    return word.equals("true") ? Boolean.TRUE : word.equals("false") ? Boolean.FALSE : null;
   }
 
   /** {@code laketail.servers} as http URLs (as laketail.spark.gateway.parse_servers), or null. */
@@ -430,7 +471,8 @@ public final class BatchPlan {
         return null;
       }
       for (Map.Entry<String, JsonNode> entry : partitions.properties()) {
-        if (!entry.getValue().isIntegralNumber() || !entry.getKey().matches("[0-9]{1,9}")) {
+        JsonNode offset = entry.getValue();
+        if (!offset.isIntegralNumber() || !offset.canConvertToLong() || !entry.getKey().matches("[0-9]{1,9}")) {
           return null;
         }
       }
@@ -474,7 +516,7 @@ public final class BatchPlan {
       value = spec.asText().equals("earliest") ? EARLIEST : LATEST;
     } else {
       JsonNode given = spec.path(topic).path(Integer.toString(partition));
-      if (!given.isIntegralNumber()) {
+      if (!given.isIntegralNumber() || !given.canConvertToLong()) {
         return -1;
       }
       value = given.asLong();
@@ -496,6 +538,7 @@ public final class BatchPlan {
     }
   }
 
+  /** The cached log of the table at {@code uri}, opened on first use. */
   private TopicTableLog log(String uri) {
     synchronized (LOGS) {
       TopicTableLog log = LOGS.get(uri);

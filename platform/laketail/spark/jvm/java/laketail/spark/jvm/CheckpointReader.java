@@ -23,9 +23,9 @@ import org.apache.parquet.schema.Type;
  *
  * <p>A checkpoint is a Parquet file (or several parts) with one action per row: {@code add} rows
  * are the files live at its version ({@code remove} rows there are tombstones for VACUUM and are
- * not read), {@code txn} rows the applications' transaction versions, {@code protocol} and {@code metaData} are checked like a JSON commit's. Only the
- * columns used are read: {@code add.{path, partitionValues, size, modificationTime, stats}}, {@code txn.{appId,
- * version}}, {@code
+ * not read), {@code txn} rows the applications' transaction versions, {@code protocol} and {@code
+ * metaData} are checked like a JSON commit's. Only the columns used are read: {@code add.{path,
+ * partitionValues, size, modificationTime, stats}}, {@code txn.{appId, version}}, {@code
  * protocol.{minReaderVersion, readerFeatures}}, {@code metaData.{partitionColumns,
  * configuration}}. Maps and lists are read in both Parquet layouts (three-level and legacy).
  *

@@ -143,9 +143,10 @@ public final class SourceTable implements Table, SupportsRead, SupportsWrite {
       return required;
     }
 
+    /** The source's name only: options may hold client secrets (SASL, TLS), and plans get logged. */
     @Override
     public String description() {
-      return "laketail" + options.asCaseSensitiveMap();
+      return "laketail";
     }
 
     @Override

@@ -35,9 +35,10 @@ import org.apache.hadoop.fs.Path;
  * missing): an unchanged table costs three small file operations, a moved one only its new commits.
  * The first call, a call that finds the log cleaned up past what it knows, and one that finds the
  * commit it applied last gone or another file (the topic was deleted and made again) start from
- * the newest checkpoint ({@link CheckpointReader}) and replay the JSON commits after it. {@code add} actions
- * add files, {@code remove} actions remove them, {@code txn} actions set their application's version; {@code protocol} and {@code metaData} are checked;
- * everything else is skipped.
+ * the newest checkpoint ({@link CheckpointReader}) and replay the JSON commits after it. {@code
+ * add} actions add files, {@code remove} actions remove them, {@code txn} actions set their
+ * application's version; {@code protocol} and {@code metaData} are checked; everything else is
+ * skipped.
  *
  * <p>Invariants: a {@link Snapshot} is immutable and versions only move forward. A table whose
  * protocol needs a reader feature this replay does not implement (deletion vectors, column mapping,

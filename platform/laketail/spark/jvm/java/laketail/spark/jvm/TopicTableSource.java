@@ -81,9 +81,14 @@ public final class TopicTableSource implements RelationProvider, DataSourceRegis
 
   /** The record schema, {@code partition} included (Spark takes its values from the paths). */
   static StructType recordSchema() {
-    try (InputStream in = TopicTableSource.class.getClassLoader().getResourceAsStream(SCHEMA_RESOURCE)) {
+    return schema(SCHEMA_RESOURCE);
+  }
+
+  /** A schema the build wrote into the jar as DDL (laketail.spark.jvm.build). */
+  static StructType schema(String resource) {
+    try (InputStream in = TopicTableSource.class.getClassLoader().getResourceAsStream(resource)) {
       if (in == null) {
-        throw new IllegalStateException(SCHEMA_RESOURCE + " is missing from the laketail jar: rebuild it");
+        throw new IllegalStateException(resource + " is missing from the laketail jar: rebuild it");
       }
       return StructType.fromDDL(new String(in.readAllBytes(), StandardCharsets.UTF_8).strip());
     } catch (IOException e) {
