@@ -277,6 +277,34 @@ def test_a_tiered_head_and_an_untiered_tail(spark: Any, broker: Any, make_topic:
     assert rows(jar) == expected
 
 
+def test_headers_and_columns_across_head_and_tail(spark: Any, broker: Any, make_topic: Any) -> None:
+    """Partition 0 split between a tiered file and an untiered tail, partition 1 all tiered:
+    the tail's assign names partition 0 alone; headers and pruned columns line up in the union."""
+    topic = make_topic(partitions=2)
+    expected: list[tuple[int, bytes, list[tuple[str, bytes]]]] = []
+
+    def produce_with_headers(partition: int, prefix: str, n: int, first: int) -> None:
+        headers = [[(f"{prefix}-h", f"{first + i}".encode())] for i in range(n)]
+        produce_at(broker.url, topic, partition, values(prefix, n), first,
+                   headers=[[{"key": k, "value": v} for k, v in h] for h in headers])
+        expected.extend((partition, v, h) for v, h in zip(values(prefix, n), headers))
+
+    produce_with_headers(0, "cold", 4, 0)
+    produce_with_headers(1, "one", 3, 0)
+    wait_tiered(broker.url, topic)
+    set_config(broker.url, topic, "table.flush.interval.ms", "3600000")
+    produce_with_headers(0, "hot", 2, 4)
+    assert [p["tiered_offset"] for p in table_info(broker.url, topic)["partitions"]] == [4, 3]
+    jar, python = both(spark, broker.url, subscribe=topic, includeHeaders="true")
+    assert scan(jar) == parquet(2, 2, 1)
+    got = rows(jar)
+    assert got == rows(python)
+    assert [(r["partition"], r["value"], r["headers"]) for r in got] == sorted(expected, key=lambda e: e[0])
+    pruned = jar.select("partition", "offset", "headers")
+    assert rows(pruned) == rows(python.select("partition", "offset", "headers"))
+    assert scan(pruned) == parquet(2, 2, 1)
+
+
 def test_a_range_all_untiered_is_the_python_sources(spark: Any, broker: Any, make_topic: Any) -> None:
     topic = make_topic()
     expected = tiered_then_hot(broker.url, topic)
