@@ -16,6 +16,7 @@ import datetime as dt
 import json
 import re
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -221,6 +222,25 @@ def test_an_empty_topic_and_a_server_down(spark: Any, tiered: Tiered, topic: str
     assert scan(jar) == parquet(2, 4, 0)
 
 
+def test_concurrent_reads_from_threads(spark: Any, tiered: Tiered) -> None:
+    """Queries planned at once on several threads share the jar's cache of table logs."""
+    t = tiered.topic
+    reads = [({"subscribe": t}, tiered.expected),
+             ({"subscribe": t, "startingOffsets": json.dumps({t: {"0": 15, "1": 2}})},
+              tiered.between({0: 15, 1: 2}, {0: 30, 1: 12})),
+             ({"assign": json.dumps({t: [0]}), "endingOffsets": json.dumps({t: {"0": 21}})},
+              tiered.between({0: 0, 1: 12}, {0: 21, 1: 12}))] * 2
+
+    def read(options: dict[str, str]) -> tuple[str, list[dict[str, Any]]]:
+        frame = load(spark, JAR, tiered.url, **options)
+        return scan(frame), rows(frame)
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        got = list(pool.map(read, [options for options, _ in reads]))
+    assert [r for _, r in got] == [expected for _, expected in reads]
+    assert all("by Spark's Parquet reader" in plan and plan.endswith(", 0 by the Python source") for plan, _ in got)
+
+
 # -- 2: JSON offsets inside files ------------------------------------------------------------------
 
 
@@ -239,6 +259,10 @@ def test_json_offsets_in_the_middle_of_files(spark: Any, tiered: Tiered) -> None
                        endingOffsets=json.dumps({t: {"0": 20, "1": -1}}))
     assert rows(jar) == rows(python) == tiered.between({0: 10, 1: 5}, {0: 20, 1: 12})
     assert scan(jar) == parquet(2, 2, 0)
+    # One partition of two assigned.
+    jar, python = both(spark, tiered.url, assign=json.dumps({t: [1]}))
+    assert rows(jar) == rows(python) == [r for r in tiered.expected if r["partition"] == 1]
+    assert scan(jar) == parquet(1, 1, 0)
     # An empty range (start == end) reads nothing from its partition.
     jar, python = both(spark, tiered.url, subscribe=t,
                        startingOffsets=json.dumps({t: {"0": 7, "1": 12}}),
