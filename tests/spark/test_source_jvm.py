@@ -581,19 +581,9 @@ def test_a_view_using_laketail_is_fresh_at_every_query(spark: Any, broker: Any, 
     assert scan(again) == parquet(2, 4, 0)
 
 
-#: BatchPlan reads each tail through the one table DefaultSource got from its PythonDataSourceV2,
-#: and Spark's PythonDataSourceV2 keeps the Python data source (and its read info) made at its first
-#: scan, with that scan's options. A query planned again over the same relation (a view, or a new
-#: query on a DataFrame) reads its tail with the first scan's options: the first query's tail
-#: (records produced since and not tiered are missing: 15 rows, not 18), or, when the first read
-#: went to the Python source whole, the user's whole range (the head's rows twice: 25, not 15).
-#: laketail_python, and the jar's first query of each relation, read right.
-TAIL_OF_THE_FIRST_QUERY = pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="jar bug: a re-planned view/DataFrame reads its Python tail with its first scan's options")
-
-
-@TAIL_OF_THE_FIRST_QUERY
+#: Spark's PythonDataSourceV2 keeps the Python data source and read it made for its first scan's
+#: options; a tail read through one shared provider repeated the first query's tail (15 rows, not
+#: 18) or, after a first read by the Python source whole, the user's whole range (25, not 15).
 @pytest.mark.parametrize("how", ["view", "dataframe"])
 def test_a_python_tail_is_fresh_at_every_query(spark: Any, broker: Any, make_topic: Any, how: str) -> None:
     topic = make_topic()
@@ -619,7 +609,6 @@ def test_a_python_tail_is_fresh_at_every_query(spark: Any, broker: Any, make_top
     assert rows(again) == expected
 
 
-@TAIL_OF_THE_FIRST_QUERY
 def test_a_dataframe_read_whole_by_python_then_split(spark: Any, broker: Any, make_topic: Any) -> None:
     topic = make_topic(configs={"table.flush.interval.ms": "3600000"})
     produce_at(broker.url, topic, 0, values("a", 10), 0)

@@ -40,12 +40,22 @@ public final class DefaultSource implements TableProvider {
   /** The Python source, looked up in the active session by the first call. */
   private synchronized PythonDataSourceV2 python() {
     if (python == null) {
-      SparkSession spark = (SparkSession) SparkSession.active();
-      boolean renamed = spark.sessionState().dataSourceManager().dataSourceExists(PYTHON_SOURCE);
-      python = new PythonDataSourceV2();
-      python.setShortName(renamed ? PYTHON_SOURCE : STATIC_PYTHON_SOURCE);
+      python = newPython();
     }
     return python;
+  }
+
+  /**
+   * A provider of the Python source of its own. Spark's provider keeps the Python data source and
+   * read it made for the first scan's options, so a read with other options (a batch plan's tail)
+   * needs one of its own.
+   */
+  private static PythonDataSourceV2 newPython() {
+    SparkSession spark = (SparkSession) SparkSession.active();
+    boolean renamed = spark.sessionState().dataSourceManager().dataSourceExists(PYTHON_SOURCE);
+    PythonDataSourceV2 provider = new PythonDataSourceV2();
+    provider.setShortName(renamed ? PYTHON_SOURCE : STATIC_PYTHON_SOURCE);
+    return provider;
   }
 
   /**
@@ -65,7 +75,8 @@ public final class DefaultSource implements TableProvider {
 
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
-    return new SourceTable(python().getTable(schema, partitioning, properties));
+    return new SourceTable(python().getTable(schema, partitioning, properties),
+        () -> newPython().getTable(schema, partitioning, properties));
   }
 
   @Override

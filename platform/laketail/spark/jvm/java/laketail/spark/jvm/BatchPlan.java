@@ -23,6 +23,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.SortedMap;
 import java.util.TreeMap;
+import java.util.function.Supplier;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.Path;
 import org.apache.spark.rdd.RDD;
@@ -118,9 +119,13 @@ public final class BatchPlan {
     this.spark = spark;
   }
 
-  /** The relation a batch scan of {@code options} reads, with the {@code required} columns. */
-  static BaseRelation relation(SparkSession spark, Table python, CaseInsensitiveStringMap options,
-      StructType required) {
+  /**
+   * The relation a batch scan of {@code options} reads, with the {@code required} columns: the
+   * Python source's table {@code python} reads a whole read it gets; a tail, which has options of
+   * its own, reads through a table from {@code freshPython}.
+   */
+  static BaseRelation relation(SparkSession spark, Table python, Supplier<Table> freshPython,
+      CaseInsensitiveStringMap options, StructType required) {
     BatchPlan plan = plan(spark, options);
     Dataset<Row> rows;
     String description;
@@ -128,7 +133,7 @@ public final class BatchPlan {
       rows = python(spark, python, options);
       description = "laketail(every range by the Python source)";
     } else {
-      rows = plan.rows(python, options, Read.of(options).headers());
+      rows = plan.rows(freshPython.get(), options, Read.of(options).headers());
       description = plan.toString();
     }
     List<Column> columns = new ArrayList<>();

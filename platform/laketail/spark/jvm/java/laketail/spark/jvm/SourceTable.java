@@ -3,6 +3,7 @@ package laketail.spark.jvm;
 import java.util.EnumSet;
 import java.util.Map;
 import java.util.Set;
+import java.util.function.Supplier;
 import org.apache.spark.sql.SQLContext;
 import org.apache.spark.sql.connector.catalog.Column;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
@@ -38,9 +39,15 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  */
 public final class SourceTable implements Table, SupportsRead, SupportsWrite {
   private final Table python;
+  private final Supplier<Table> freshPython;
 
-  public SourceTable(Table python) {
+  /**
+   * {@code python}: the Python source's table; {@code freshPython}: one of a provider of its own
+   * each call, for reads with other options than the table's first scan (see {@link BatchPlan}).
+   */
+  public SourceTable(Table python, Supplier<Table> freshPython) {
     this.python = python;
+    this.freshPython = freshPython;
   }
 
   @Override
@@ -78,7 +85,7 @@ public final class SourceTable implements Table, SupportsRead, SupportsWrite {
 
   @Override
   public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-    return new Builder(python, options, schema());
+    return new Builder(python, freshPython, options, schema());
   }
 
   @Override
@@ -94,12 +101,14 @@ public final class SourceTable implements Table, SupportsRead, SupportsWrite {
   /** Builds a {@link SourceScan} of the columns the query reads. */
   private static final class Builder implements ScanBuilder, SupportsPushDownRequiredColumns {
     private final Table python;
+    private final Supplier<Table> freshPython;
     private final CaseInsensitiveStringMap options;
     private final StructType full;
     private StructType required;
 
-    Builder(Table python, CaseInsensitiveStringMap options, StructType full) {
+    Builder(Table python, Supplier<Table> freshPython, CaseInsensitiveStringMap options, StructType full) {
       this.python = python;
+      this.freshPython = freshPython;
       this.options = options;
       this.full = full;
       this.required = full;
@@ -112,7 +121,7 @@ public final class SourceTable implements Table, SupportsRead, SupportsWrite {
 
     @Override
     public Scan build() {
-      return new SourceScan(python, options, required);
+      return new SourceScan(python, freshPython, options, required);
     }
   }
 
@@ -121,12 +130,15 @@ public final class SourceTable implements Table, SupportsRead, SupportsWrite {
    */
   static final class SourceScan implements V1Scan {
     private final Table pythonTable;
+    private final Supplier<Table> freshPython;
     private final CaseInsensitiveStringMap options;
     private final StructType required;
     private Scan python; // built on first use: a batch query never needs it
 
-    SourceScan(Table pythonTable, CaseInsensitiveStringMap options, StructType required) {
+    SourceScan(Table pythonTable, Supplier<Table> freshPython, CaseInsensitiveStringMap options,
+        StructType required) {
       this.pythonTable = pythonTable;
+      this.freshPython = freshPython;
       this.options = options;
       this.required = required;
     }
@@ -152,7 +164,7 @@ public final class SourceTable implements Table, SupportsRead, SupportsWrite {
     @Override
     @SuppressWarnings("unchecked")
     public <T extends BaseRelation & TableScan> T toV1TableScan(SQLContext context) {
-      return (T) BatchPlan.relation(context.sparkSession(), pythonTable, options, required);
+      return (T) BatchPlan.relation(context.sparkSession(), pythonTable, freshPython, options, required);
     }
 
     @Override
