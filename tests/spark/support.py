@@ -5,7 +5,8 @@
   per-partition produce, commit / abort);
 * :func:`table_info` / :func:`wait_tiered` -- ``GET /v1/topics/{t}/table``, and polling
   it until the Delta table holds everything below the high watermark;
-* :func:`read` -- a ``format("laketail")`` batch read as sorted Python tuples.
+* :func:`read` -- a ``format("laketail")`` batch read as sorted Python tuples;
+* :func:`retain_after_first_file` -- retention of a partition's first table file.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from typing import Any, Callable
 
 import httpx
 import pyarrow as pa
+
+from laketail.maintenance.retention import RetentionPlan
+from laketail.maintenance.table_commit import TableSnapshot, commit_retention
 
 ARROW = "application/vnd.apache.arrow.stream"
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -147,3 +151,12 @@ def make_again(make_topic: Callable[..., str], topic: str) -> None:
 
     wait_until(made_again, "the topic to be created again", every_s=0.5)
 
+
+
+def retain_after_first_file(data_dir: Path, topic: str) -> None:
+    """Retention deletes partition 0's first table file, which must hold offsets 0-9: the
+    log then starts at 10 (the table's log start transaction)."""
+    snapshot = TableSnapshot.load(str(data_dir), topic, 1)
+    first = snapshot.files[0][0]
+    assert (first.first_offset, first.last_offset) == (0, 9)
+    commit_retention(snapshot, [RetentionPlan(0, (first,), 10)])

@@ -10,10 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from laketail.maintenance.retention import RetentionPlan
-from laketail.maintenance.table_commit import TableSnapshot, commit_retention
 from laketail.spark.columns import source_ddl
-from tests.spark.support import Txn, produce, read, table_info, wait_tiered
+from tests.spark.support import Txn, produce, read, retain_after_first_file, table_info, wait_tiered
 
 
 def values(prefix: str, n: int) -> list[bytes]:
@@ -149,10 +147,7 @@ def test_fail_on_data_loss_names_what_was_lost(spark: Any, broker: Any, topic: s
     wait_tiered(broker.url, topic)
     produce(broker.url, topic, 0, values("new", 5))
     wait_tiered(broker.url, topic)
-    snapshot = TableSnapshot.load(str(broker.data_dir), topic, 1)
-    first = snapshot.files[0][0]
-    assert (first.first_offset, first.last_offset) == (0, 9)
-    commit_retention(snapshot, [RetentionPlan(0, (first,), 10)])
+    retain_after_first_file(broker.data_dir, topic)
     start = json.dumps({topic: {"0": 3}})
     with pytest.raises(Exception, match=rf"{topic}-0 offsets \[3, 10\)"):
         read(spark, broker.url, topic, startingOffsets=start)

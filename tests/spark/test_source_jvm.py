@@ -23,8 +23,6 @@ import httpx
 import pytest
 
 from laketail.jobs import compaction
-from laketail.maintenance.retention import RetentionPlan
-from laketail.maintenance.table_commit import TableSnapshot, commit_retention
 from laketail.spark import jvm
 from tests.jobs.support import run_job
 from tests.spark.support import (
@@ -33,6 +31,7 @@ from tests.spark.support import (
     delete_topic,
     make_again,
     produce,
+    retain_after_first_file,
     table_info,
     wait_tiered,
 )
@@ -494,10 +493,7 @@ def test_data_loss_below_the_log_start(spark: Any, broker: Any, topic: str) -> N
     wait_tiered(broker.url, topic)
     produce_at(broker.url, topic, 0, values("new", 5), 10)
     wait_tiered(broker.url, topic)
-    snapshot = TableSnapshot.load(str(broker.data_dir), topic, 1)
-    first = snapshot.files[0][0]
-    assert (first.first_offset, first.last_offset) == (0, 9)
-    commit_retention(snapshot, [RetentionPlan(0, (first,), 10)])
+    retain_after_first_file(broker.data_dir, topic)
     start = json.dumps({topic: {"0": 3}})
     for source in (JAR, PYTHON):
         with pytest.raises(Exception, match=rf"{topic}-0 offsets \[3, 10\)"):
