@@ -111,12 +111,14 @@ public final class BatchPlan {
   record Head(Range range, List<FileStatus> whole, List<FileStatus> straddling) {}
 
   private final SparkSession spark;
+  private final Read read;
   private final List<Head> heads = new ArrayList<>();
   private final List<Range> tails = new ArrayList<>();
   private final Map<String, Path> tables = new HashMap<>();
 
-  private BatchPlan(SparkSession spark) {
+  private BatchPlan(SparkSession spark, Read read) {
     this.spark = spark;
+    this.read = read;
   }
 
   /**
@@ -133,7 +135,7 @@ public final class BatchPlan {
       rows = python(spark, python, options);
       description = "laketail(every range by the Python source)";
     } else {
-      rows = plan.rows(freshPython.get(), options, Read.of(options).headers());
+      rows = plan.rows(freshPython.get(), options);
       description = plan.toString();
     }
     List<Column> columns = new ArrayList<>();
@@ -187,10 +189,9 @@ public final class BatchPlan {
     if (read == null) {
       return null;
     }
-    BatchPlan plan = new BatchPlan(spark);
+    BatchPlan plan = new BatchPlan(spark, read);
     for (Map.Entry<String, List<Integer>> topic : read.subscription().entrySet()) {
-      if (!plan.add(read.servers(), topic.getKey(), topic.getValue(), read.starting(), read.ending(),
-          read.committed())) {
+      if (!plan.add(topic.getKey(), topic.getValue())) {
         return null;
       }
     }
@@ -201,9 +202,10 @@ public final class BatchPlan {
    * Plans one topic's partitions ({@code assigned} null: all of them); false when the Python source
    * must read the whole query.
    */
-  private boolean add(List<URI> servers, String topic, List<Integer> assigned, JsonNode starting,
-      JsonNode ending, boolean committed) {
-    JsonNode doc = get(servers, "/v1/topics/" + URLEncoder.encode(topic, StandardCharsets.UTF_8).replace("+", "%20")
+  private boolean add(String topic, List<Integer> assigned) {
+    JsonNode starting = read.starting();
+    JsonNode ending = read.ending();
+    JsonNode doc = get(read.servers(), "/v1/topics/" + URLEncoder.encode(topic, StandardCharsets.UTF_8).replace("+", "%20")
         + "/table");
     if (doc == null || !doc.path("uri").isTextual() || !doc.path("partitions").isArray()) {
       return false;
@@ -230,7 +232,7 @@ public final class BatchPlan {
       JsonNode p = offsets.get(partition);
       long logStart = Math.max(p.path("log_start_offset").asLong(),
           snapshot.transaction("laketail.logstart." + partition));
-      long latest = p.path(committed ? "last_stable_offset" : "high_watermark").asLong();
+      long latest = p.path(read.committed() ? "last_stable_offset" : "high_watermark").asLong();
       long start = resolve(starting, topic, partition, logStart, latest, false);
       long end = resolve(ending, topic, partition, logStart, latest, true);
       if (start < 0 || end < 0 || start > end) {
@@ -265,8 +267,6 @@ public final class BatchPlan {
       }
       head.add(file);
     }
-    final long until = x;
-    head.removeIf(f -> f.firstOffset() >= until);
     if (x > range.start()) {
       List<FileStatus> whole = new ArrayList<>();
       List<FileStatus> straddling = new ArrayList<>();
@@ -284,7 +284,8 @@ public final class BatchPlan {
 
   // -- the rows -----------------------------------------------------------------------------------
 
-  private Dataset<Row> rows(Table python, CaseInsensitiveStringMap options, boolean headers) {
+  private Dataset<Row> rows(Table python, CaseInsensitiveStringMap options) {
+    boolean headers = read.headers();
     Dataset<Row> out = null;
     Map<String, List<Head>> byTopic = new LinkedHashMap<>();
     heads.forEach(h -> byTopic.computeIfAbsent(h.range().topic(), t -> new ArrayList<>()).add(h));
@@ -521,7 +522,7 @@ public final class BatchPlan {
       value = spec.asText().equals("earliest") ? EARLIEST : LATEST;
     } else {
       JsonNode given = spec.path(topic).path(Integer.toString(partition));
-      if (!given.isIntegralNumber() || !given.canConvertToLong()) {
+      if (!given.isIntegralNumber()) { // not named (what is named, spec() checked fits a long)
         return -1;
       }
       value = given.asLong();

@@ -103,14 +103,12 @@ public final class SourceTable implements Table, SupportsRead, SupportsWrite {
     private final Table python;
     private final Supplier<Table> freshPython;
     private final CaseInsensitiveStringMap options;
-    private final StructType full;
-    private StructType required;
+    private StructType required; // every column until Spark prunes
 
     Builder(Table python, Supplier<Table> freshPython, CaseInsensitiveStringMap options, StructType full) {
       this.python = python;
       this.freshPython = freshPython;
       this.options = options;
-      this.full = full;
       this.required = full;
     }
 
