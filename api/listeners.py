@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -27,6 +28,7 @@ from laketail.api.authentication import Authenticate
 from laketail.api.connections import guarded_protocol
 from laketail.config import BrokerSettings
 from laketail.errors import InvalidConfig
+from laketail.request_processes import shared_socket
 from laketail.security.authenticator import Authenticator
 from laketail.security.listeners import Listener, ListenerPlan, listener_plan
 
@@ -41,6 +43,18 @@ class ListenerServer(uvicorn.Server):
         self.listener = listener
         self.primary = primary
         self.companions: list[ListenerServer] = []
+        #: A socket bound before serving (the shared client port of request processes).
+        self.prebound: socket.socket | None = None
+        #: Called when the primary server is told to stop (before the broker closes).
+        self.on_exit: list[Callable[[], None]] = []
+        #: Called when the primary server has stopped serving (the broker closed), before
+        #: uvicorn raises the signal that stopped it again.
+        self.on_stopped: list[Callable[[], None]] = []
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        if sockets is None and self.prebound is not None:
+            sockets = [self.prebound]
+        await super().serve(sockets)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -48,12 +62,18 @@ class ListenerServer(uvicorn.Server):
             yield  # the primary server owns the process's signal handlers
             return
         with super().capture_signals():
-            yield
+            try:
+                yield
+            finally:
+                for callback in self.on_stopped:
+                    callback()
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         super().handle_exit(sig, frame)
         for other in self.companions:
             other.should_exit = True
+        for callback in self.on_exit:
+            callback()
 
 
 def wrap(app: ASGIApp, settings: BrokerSettings, plan: ListenerPlan) -> list[tuple[Listener, ASGIApp]]:
@@ -89,7 +109,10 @@ def listener_servers(app: ASGIApp, settings: BrokerSettings, *, log_level: str =
             timeout_keep_alive=settings.connections_max_idle_ms / 1000,
             **tls,
         )
-        servers.append(ListenerServer(config, lst, primary=i == 0))
+        server = ListenerServer(config, lst, primary=i == 0)
+        if settings.request_processes > 1 and not lst.inter_broker:
+            server.prebound = shared_socket(lst.host, lst.port)  # SO_REUSEPORT: every process binds it
+        servers.append(server)
     servers[0].companions = servers[1:]
     return servers
 

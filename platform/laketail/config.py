@@ -226,6 +226,9 @@ class BrokerSettings:
     maintenance_enabled: bool = True
     maintenance_interval_ms: int = 300_000
     fetch_cache_bytes: int = 134_217_728
+    # Request processes of this broker (laketail.request_processes): 1 serves every
+    # partition from this process; N > 1 runs N processes, each leading its own share.
+    request_processes: int = 1
     # Slow clients and resource bounds (laketail.api.connections; partition limits).
     max_connections: int = 1000
     connections_max_idle_ms: int = 30_000
@@ -335,6 +338,7 @@ _BROKER_KEYS = {
     "laketail.maintenance.enable": "maintenance_enabled",
     "laketail.maintenance.interval.ms": "maintenance_interval_ms",
     "laketail.fetch.cache.bytes": "fetch_cache_bytes",
+    "laketail.request.processes": "request_processes",
     "max.connections": "max_connections",
     "connections.max.idle.ms": "connections_max_idle_ms",
     "laketail.request.header.timeout.ms": "request_header_timeout_ms",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Sequence
 
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -64,4 +65,15 @@ class StickyPartitioner:
             else:
                 step = random.randrange(1, num_partitions)
                 self._current = (self._current + step) % num_partitions
+            return self._current
+
+    def next_batch_among(self, choices: Sequence[int]) -> int:
+        """As :meth:`next_batch`, choosing only among ``choices`` (the partitions one
+        request process leads, :mod:`laketail.request_processes`)."""
+        with self._lock:
+            if self._current in choices and len(choices) > 1:
+                others = [p for p in choices if p != self._current]
+                self._current = others[random.randrange(len(others))]
+            else:
+                self._current = choices[random.randrange(len(choices))]
             return self._current

@@ -364,6 +364,19 @@ class ProducePath:
                 f"record {index} is {biggest} bytes, above max.message.bytes={limit}"
             )
 
+    def _sticky(self, runtime: TopicRuntime) -> int:
+        """The partition of a request's keyless records. One of several request
+        processes of a broker keeps them to partitions it leads, when it leads any:
+        the request's connection reached it by the kernel's choice, and a partition it
+        leads costs no forwarding (:mod:`laketail.request_processes`)."""
+        info = runtime.info
+        if self.settings.request_processes > 1:
+            leading = self.cluster.replicas.leading
+            own = [p for p in range(info.partitions) if (info.name, p) in leading]
+            if own:
+                return runtime.sticky.next_batch_among(own)
+        return runtime.sticky.next_batch(info.partitions)
+
     def _assign_partitions(
         self, runtime: TopicRuntime, keys: pa.Array, explicit: pa.Array | None
     ) -> pa.Array | int:
@@ -377,7 +390,7 @@ class ProducePath:
                 raise UnknownTopicOrPartition.partition(info.name, low if low < 0 else high)
             return low if low == high else explicit.cast(pa.int32())
         if (explicit is None or explicit.null_count == n) and keys.null_count == n:
-            return runtime.sticky.next_batch(info.partitions)
+            return self._sticky(runtime)
         explicit_list = explicit.to_pylist() if explicit is not None else [None] * n
         sticky = None
         out = []
@@ -389,7 +402,7 @@ class ProducePath:
                 p = partition_for_key(key, info.partitions)
             else:
                 if sticky is None:
-                    sticky = runtime.sticky.next_batch(info.partitions)
+                    sticky = self._sticky(runtime)
                 p = sticky
             out.append(p)
         return pa.array(out, pa.int32())

@@ -9,16 +9,21 @@ Safe by default: a listener bound beyond loopback (``--host 0.0.0.0``, or a
 ``listeners`` entry) must authenticate its clients (``SASL_SSL`` / ``SASL_PLAINTEXT``,
 or ``SSL`` with ``ssl.client.auth=required``), else ``serve`` refuses to start unless
 told ``--allow-anonymous``. Several listeners are served by one process
-(:mod:`laketail.api.listeners`).
+(:mod:`laketail.api.listeners`). ``--processes N`` runs N request processes that share
+the port, each leading its share of the partitions (:mod:`laketail.request_processes`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from laketail.cli.options import CommandError
+
+if TYPE_CHECKING:
+    from laketail.config import BrokerSettings
 
 DEFAULT_CONFIG = Path("conf") / "laketail.toml"
 
@@ -47,6 +52,10 @@ DEFAULT_CONFIG = Path("conf") / "laketail.toml"
               help="Log every request: method, path, status, duration, principal (logger laketail.access).")
 @click.option("--allow-anonymous", is_flag=True, envvar="LAKETAIL_ALLOW_ANONYMOUS",
               help="Listen beyond loopback even where no client is authenticated (everyone is User:ANONYMOUS).")
+@click.option("--processes", type=click.IntRange(1, 64),
+              help="Request processes, each leading its share of the partitions on the same port "
+                   "(laketail.request.processes) [default: 1].")
+@click.option("--request-process", type=click.IntRange(min=0), default=0, hidden=True)
 @click.option(
     "--no-maintenance",
     is_flag=True,
@@ -63,6 +72,8 @@ def serve(
     log_level: str,
     access_log: bool,
     allow_anonymous: bool,
+    processes: int | None,
+    request_process: int,
     no_maintenance: bool,
 ) -> None:
     """Run a laketail broker until Ctrl-C."""
@@ -83,7 +94,14 @@ def serve(
             log_dir=log_dir,
             advertised_url=advertised_url,
             maintenance_enabled=False if no_maintenance else None,
+            request_processes=processes,
         )
+        from laketail import request_processes
+
+        request_processes.check(settings)
+        group = settings
+        if settings.request_processes > 1:
+            settings = request_processes.process_settings(group, request_process)
         from laketail.security.listeners import exposure_problems, listener_plan
 
         plan = listener_plan(settings)
@@ -125,6 +143,8 @@ def serve(
         servers = listener_servers(app, settings, log_level=log_level)
     except LaketailError as exc:
         raise CommandError(exc.message) from exc
+    except OSError as exc:  # the shared client port of request processes, bound here
+        raise CommandError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror}") from exc
     shown = ", ".join(f"{s.listener.name} {s.listener.protocol} {s.listener.host}:{s.listener.port}"
                       + (" (inter-broker)" if s.listener.inter_broker and len(servers) > 1 else "")
                       for s in servers)
@@ -137,11 +157,50 @@ def serve(
     # uvicorn set up its handlers in Config(): escape what they log, as laketail's own
     escape_handlers("uvicorn", "uvicorn.error", "uvicorn.access")
     _settle_heap()
+    supervisor = None
+    if settings.request_processes > 1 and request_process == 0:
+        def command(index: int) -> list[str]:
+            return _process_command(group, index, config_path, log_level, access_log, allow_anonymous)
+
+        supervisor = request_processes.Supervisor(settings.request_processes, command,
+                                                  request_processes.child_env(settings))
+        supervisor.start()
+        servers[0].on_exit.append(supervisor.begin_stop)
+        servers[0].on_stopped.append(supervisor.stop)  # before uvicorn raises SIGTERM again
     loop_factory = servers[0].config.get_loop_factory()
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
-        started = runner.run(run_servers(servers))
+    try:
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            started = runner.run(run_servers(servers))
+    finally:
+        if supervisor is not None:
+            supervisor.stop()
     if not started:
         raise SystemExit(3)  # as uvicorn.run: the socket could not be bound
+
+
+def _process_command(group: BrokerSettings, index: int, config_path: Path | None, log_level: str,
+                     access_log: bool, allow_anonymous: bool) -> list[str]:
+    """``serve`` for request process ``index`` of ``group`` (the first process's settings
+    before its own share was taken): the same settings, given as flags so that they win
+    over the environment and the settings file as they did here."""
+    import sys
+
+    argv = [sys.executable, "-m", "laketail.cli", "serve", "--request-process", str(index),
+            "--processes", str(group.request_processes), "--data", group.data, "--host", group.host,
+            "--port", str(group.port), "--broker-id", str(group.broker_id), "--log-level", log_level]
+    if group.log_dir:
+        argv += ["--log-dir", group.log_dir]
+    if group.advertised_url:
+        argv += ["--advertised-url", group.advertised_url]
+    if config_path is not None:
+        argv += ["--config", str(config_path.resolve())]
+    if access_log:
+        argv.append("--access-log")
+    if allow_anonymous:
+        argv.append("--allow-anonymous")
+    if not group.maintenance_enabled:
+        argv.append("--no-maintenance")
+    return argv
 
 
 #: The collector's first threshold for the broker process: allocations of container

@@ -1,0 +1,221 @@
+"""Request processes: one machine's broker served by several processes (issue 18).
+
+One Python process serves requests on about one core: its event loop holds the GIL
+while it parses, plans, frames and answers (bench/README.md, "The lean produce path").
+With ``laketail.request.processes=N`` (``laketail serve --processes N``) the broker runs
+N processes, and each one owns what it leads outright: its partitions' hot logs, group
+commits, producer state and tier child. Nothing is shared between them but the data root
+and the client port.
+
+How they divide the work:
+
+* **Each process is a member of the cluster on the data root**, with an id of its own
+  (process ``k`` is ``broker.id + k``), its own hot-log directory (``log.dirs`` of the
+  first, with ``-k`` appended for the others, when set) and its own tier child. The
+  controller spreads new topics' leaders round-robin over live brokers, so each process
+  leads its share of the partitions. ``GET /brokers`` lists every process.
+* **They share the client port** through ``SO_REUSEPORT``: the kernel spreads client
+  connections over the processes. A keyless produce lands on a partition that the
+  process it reached leads (the sticky partitioner choosing among those,
+  :meth:`laketail.partitioner.StickyPartitioner.next_batch_among`), so it is never
+  forwarded. Everything else (keyed records and explicit partitions led by another
+  process, fetches of those, the coordinators on the controller) is forwarded over the
+  inter-broker listener exactly as between the brokers of any cluster.
+* **Each process listens for its peers on a loopback port of its own**
+  (``inter.broker.listener.name=BROKER``), where they authenticate with
+  ``laketail.inter.broker.secret``: the configured one, else a random one the first
+  process makes and hands to the others in their environment.
+
+The first process (the one ``serve`` started) supervises the others
+(:class:`Supervisor`): it starts them, starts again one that exits, and stops them
+(SIGTERM, then SIGKILL after :data:`STOP_TIMEOUT_S`) when it stops itself. Killed with
+``kill -9`` it takes them along (:mod:`laketail.parent_death`); ``serve`` again starts
+all of them on the same ids and directories.
+
+Not split yet: explicit ``listeners`` (TLS, SASL), which ``serve`` refuses to combine
+with more than one process, and port 0 (every process must bind the same port).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+
+from laketail.config import BrokerSettings
+from laketail.errors import InvalidConfig
+from laketail.parent_death import die_with_parent_preexec
+
+log = logging.getLogger("laketail.request_processes")
+
+#: More processes than this on one machine is a typing error, not a plan.
+MAX_PROCESSES = 64
+#: How long a stopping process waits for the others' orderly shutdown before SIGKILL.
+STOP_TIMEOUT_S = 30.0
+#: Pause before starting a process again that exited; doubles while it keeps exiting
+#: within :data:`HEALTHY_AFTER_S`, up to :data:`MAX_BACKOFF_S`.
+RESTART_BACKOFF_S = 0.5
+MAX_BACKOFF_S = 10.0
+HEALTHY_AFTER_S = 30.0
+
+CLIENT_LISTENER = "CLIENT"
+BROKER_LISTENER = "BROKER"
+
+
+def check(settings: BrokerSettings) -> None:
+    """Refuse what the processes cannot share (raised before anything starts)."""
+    n = settings.request_processes
+    if not 1 <= n <= MAX_PROCESSES:
+        raise InvalidConfig(f"laketail.request.processes={n}: between 1 and {MAX_PROCESSES}")
+    if n == 1:
+        return
+    if settings.listeners:
+        raise InvalidConfig(
+            "laketail.request.processes > 1 splits the default listener (host and port) only; "
+            "explicit listeners (TLS, SASL) are served by one process"
+        )
+    if settings.port == 0:
+        raise InvalidConfig("laketail.request.processes > 1 needs a fixed port: every process binds the same one")
+
+
+def process_settings(settings: BrokerSettings, index: int) -> BrokerSettings:
+    """Process ``index``'s settings: its broker id and hot logs, the shared client
+    listener and an inter-broker listener on a free loopback port of its own."""
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    log_dir = settings.log_dir
+    if log_dir and index:
+        log_dir = f"{log_dir.rstrip('/')}-{index}"
+    return dataclasses.replace(
+        settings,
+        broker_id=settings.broker_id + index,
+        log_dir=log_dir,
+        advertised_url=settings.advertised_url or f"http://{host}:{settings.port}",
+        listeners=f"{CLIENT_LISTENER}://{host}:{settings.port},{BROKER_LISTENER}://127.0.0.1:{_free_loopback_port()}",
+        listener_security_protocol_map=f"{CLIENT_LISTENER}:PLAINTEXT,{BROKER_LISTENER}:PLAINTEXT",
+        inter_broker_listener_name=BROKER_LISTENER,
+        inter_broker_secret=settings.inter_broker_secret or secrets.token_urlsafe(32),
+    )
+
+
+def _free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def shared_socket(host: str, port: int) -> socket.socket:
+    """The client port, bound with ``SO_REUSEPORT`` so that every request process can
+    bind it too (uvicorn listens on it when it serves)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class Supervisor:
+    """The first process's keeper of the others: processes ``1 .. count-1``, each run
+    with ``command(index)`` in ``env``, started again when one exits, stopped with it.
+
+    One thread does all of it: children are forked from that thread, so their parent
+    death signal (which the kernel sends when the forking *thread* ends) fires only when
+    the first process is gone."""
+
+    def __init__(self, count: int, command: Callable[[int], list[str]], env: dict[str, str]) -> None:
+        self.count = count
+        self.command = command
+        self.env = env
+        self.restarts = 0
+        self._stopping = threading.Event()
+        self._procs: dict[int, subprocess.Popen] = {}
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="laketail-request-processes", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def pids(self) -> dict[int, int]:
+        with self._lock:
+            return {i: p.pid for i, p in self._procs.items() if p.poll() is None}
+
+    def _spawn(self, index: int) -> None:
+        proc = subprocess.Popen(
+            self.command(index),
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C reaches the first process only; it stops the others
+            preexec_fn=die_with_parent_preexec(),  # gone with the first process, even after kill -9
+        )
+        with self._lock:
+            self._procs[index] = proc
+        log.info("request process %d started (pid %d)", index, proc.pid)
+
+    def _run(self) -> None:
+        started: dict[int, float] = {}
+        backoff: dict[int, float] = {}
+        clock = time.monotonic
+        for index in range(1, self.count):
+            self._spawn(index)
+            started[index] = clock()
+        while not self._stopping.wait(0.2):
+            with self._lock:
+                exited = [(i, p.returncode) for i, p in self._procs.items() if p.poll() is not None]
+            for index, code in exited:
+                ran = clock() - started[index]
+                delay = RESTART_BACKOFF_S if ran >= HEALTHY_AFTER_S else min(
+                    MAX_BACKOFF_S, 2 * backoff.get(index, RESTART_BACKOFF_S / 2))
+                backoff[index] = delay
+                log.warning("request process %d exited (code %s) after %.1f s; starting it again in %.1f s",
+                            index, code, ran, delay)
+                if self._stopping.wait(delay):
+                    break
+                self.restarts += 1
+                self._spawn(index)
+                started[index] = clock()
+        self._stop_children()
+
+    def _stop_children(self) -> None:
+        with self._lock:
+            procs = list(self._procs.values())
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("request process pid %d did not stop in %.0f s: killed", proc.pid, STOP_TIMEOUT_S)
+                proc.kill()
+                proc.wait()
+
+    def begin_stop(self) -> None:
+        """Tell the others to stop (orderly), without waiting: called when this process
+        is told to stop, so that all of them close at once."""
+        self._stopping.set()
+
+    def stop(self) -> None:
+        """Stop the others (orderly) and wait until they have exited."""
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
+def child_env(settings: BrokerSettings) -> dict[str, str]:
+    """The environment of the other processes: this one's, with the group's secret."""
+    env = dict(os.environ)
+    env["LAKETAIL_INTER_BROKER_SECRET"] = settings.inter_broker_secret
+    return env
+

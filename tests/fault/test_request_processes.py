@@ -1,0 +1,262 @@
+"""Request processes (issue 18): ``laketail.request.processes=2`` serves one port from
+two processes, each leading its share of the partitions.
+
+Real processes on one port (``SO_REUSEPORT``), a fresh connection per request wherever
+the process that answers matters (the kernel picks a process per connection), real
+``kill -9``. What must hold: a connection's keyless records stay on partitions the
+process it reached leads; keyed records, explicit partitions, fetches and consumer
+groups work from either process; a killed request process is started again and loses
+nothing; the group stops on SIGTERM, dies with its first process and starts again on
+the same data.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from laketail.partitioner import partition_for_key
+from tests.integration.support import process_alive, wait_until
+
+V2 = "application/vnd.kafka.v2+json"
+BINARY = "application/vnd.kafka.binary.v2+json"
+PROCESSES = {"LAKETAIL_REQUEST_PROCESSES": "2"}
+
+
+def _group(broker_factory):
+    broker = broker_factory(env=PROCESSES)
+    _wait_for_both(broker)
+    return broker
+
+
+def _wait_for_both(broker) -> None:
+    """Until both processes are cluster members, as any connection sees it."""
+
+    def listed() -> bool:
+        return all(_fresh(broker, "GET", "/brokers").json().get("brokers") == [0, 1] for _ in range(4))
+
+    wait_until(listed, "both request processes to be listed by GET /brokers")
+
+
+def _fresh(broker, method: str, path: str, **kwargs) -> httpx.Response:
+    """One request on a connection of its own (so on whichever process the kernel picks)."""
+    with httpx.Client(base_url=broker.url, timeout=30) as client:
+        return client.request(method, path, **kwargs)
+
+
+def _leaders(broker, topic: str) -> dict[int, int]:
+    resp = _fresh(broker, "GET", f"/topics/{topic}/partitions", headers={"Accept": V2})
+    assert resp.status_code == 200, resp.text
+    return {p["partition"]: p["leader"] for p in resp.json()}
+
+
+def _topic(broker, name: str, partitions: int) -> dict[int, int]:
+    """Create ``name``; its leaders once every partition has a live one."""
+    resp = broker.rest.create_topic(name, partitions)
+    assert resp.status_code in (200, 201), resp.text
+    return wait_until(lambda: (lambda ls: ls if set(ls.values()) <= {0, 1} and len(ls) == partitions else None)(
+        _leaders(broker, name)), f"leaders for {name}")
+
+
+def _produce(client: httpx.Client, topic: str, records: list[dict], partition: int | None = None) -> list[dict]:
+    path = f"/topics/{topic}" if partition is None else f"/topics/{topic}/partitions/{partition}"
+    body = {"records": [{k: base64.b64encode(v).decode() for k, v in r.items()} for r in records]}
+    resp = client.post(path, json=body, headers={"Content-Type": BINARY})
+    assert resp.status_code == 200, resp.text
+    offsets = resp.json()["offsets"]
+    assert all(o.get("error_code") is None for o in offsets), resp.text
+    return offsets
+
+
+def _values(broker, topic: str, partition: int) -> list[tuple[int, bytes]]:
+    """Every record of the partition, ``(offset, value)``, fetched on fresh connections."""
+    out: list[tuple[int, bytes]] = []
+    while True:
+        resp = _fresh(broker, "GET", f"/topics/{topic}/partitions/{partition}/records",
+                      params={"offset": len(out), "timeout": 0}, headers={"Accept": BINARY})
+        assert resp.status_code == 200, resp.text
+        batch = resp.json()
+        if not batch:
+            return out
+        out.extend((r["offset"], base64.b64decode(r["value"])) for r in batch)
+
+
+def _children(pid: int, marker: bytes) -> list[int]:
+    """Live processes whose parent is ``pid`` and whose command line holds ``marker``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid and fields[0] != "Z" and marker in cmdline:
+            out.append(int(entry))
+    return out
+
+
+def _request_process(broker, not_in: frozenset[int] = frozenset()) -> int:
+    def one() -> int | None:
+        kids = [k for k in _children(broker.proc.pid, b"--request-process") if k not in not_in]
+        return kids[0] if len(kids) == 1 else None
+
+    return wait_until(one, f"the second request process of {broker.proc.pid}")
+
+
+def test_a_connections_keyless_records_stay_on_the_partitions_its_process_leads(broker_factory):
+    broker = _group(broker_factory)
+    leaders = _topic(broker, "keyless", 4)
+    assert sorted(leaders.values()) == [0, 0, 1, 1], leaders  # each process leads two
+    reached = []
+    sent: dict[bytes, int] = {}
+    for c in range(24):
+        with httpx.Client(base_url=broker.url, timeout=30) as client:  # one connection, one process
+            partitions = set()
+            for i in range(6):
+                value = f"c{c}-r{i}".encode()
+                (offset,) = _produce(client, "keyless", [{"value": value}])
+                partitions.add(offset["partition"])
+                sent[value] = offset["partition"]
+        owners = {leaders[p] for p in partitions}
+        assert len(owners) == 1, f"connection {c} wrote to partitions {sorted(partitions)} led by {owners}"
+        reached.append(owners.pop())
+    assert set(reached) == {0, 1}, f"24 connections all reached process {reached[0]}"
+    got = {}
+    for p in range(4):
+        records = _values(broker, "keyless", p)
+        assert [o for o, _ in records] == list(range(len(records)))
+        got.update({v: p for _, v in records})
+    assert got == sent  # every record once, on the partition its answer named
+
+
+def test_keyed_records_explicit_partitions_and_groups_work_from_either_process(broker_factory):
+    broker = _group(broker_factory)
+    _topic(broker, "routed", 4)
+    expected: dict[int, list[bytes]] = {p: [] for p in range(4)}
+    for i in range(24):  # a connection each: half of them reach the process that leads none of these
+        key, value = f"key-{i}".encode(), f"keyed-{i}".encode()
+        with httpx.Client(base_url=broker.url, timeout=30) as client:
+            (keyed,) = _produce(client, "routed", [{"key": key, "value": value}])
+            assert keyed["partition"] == partition_for_key(key, 4)
+            expected[keyed["partition"]].append(value)
+            (explicit,) = _produce(client, "routed", [{"value": f"explicit-{i}".encode()}], partition=i % 4)
+            assert explicit["partition"] == i % 4
+            expected[i % 4].append(f"explicit-{i}".encode())
+    for p in range(4):
+        assert [v for _, v in _values(broker, "routed", p)] == expected[p]
+
+    # A v2 consumer through fresh connections: the instance lives where the coordinator runs.
+    created = _fresh(broker, "POST", "/consumers/g1", json={"name": "c1", "auto.offset.reset": "earliest"},
+                     headers={"Content-Type": V2})
+    assert created.status_code == 200, created.text
+    base = "/consumers/g1/instances/c1"
+    resp = _fresh(broker, "POST", base + "/subscription", json={"topics": ["routed"]}, headers={"Content-Type": V2})
+    assert resp.status_code == 204, resp.text
+    seen: list[bytes] = []
+
+    def consumed() -> bool:
+        resp = _fresh(broker, "GET", base + "/records", params={"timeout": 200}, headers={"Accept": BINARY})
+        assert resp.status_code == 200, resp.text
+        seen.extend(base64.b64decode(r["value"]) for r in resp.json())
+        return len(seen) >= 48
+
+    wait_until(consumed, "the consumer to read all 48 records")
+    assert sorted(seen) == sorted(v for vs in expected.values() for v in vs)
+    resp = _fresh(broker, "POST", base + "/offsets", headers={"Content-Type": V2})
+    assert resp.status_code == 200, resp.text
+    committed = _fresh(broker, "GET", base + "/offsets", headers={"Content-Type": V2},
+                       content=b'{"partitions": [' + b",".join(
+                           b'{"topic": "routed", "partition": %d}' % p for p in range(4)) + b"]}")
+    assert committed.status_code == 200, committed.text
+    assert {o["partition"]: o["offset"] for o in committed.json()["offsets"]} == {
+        p: len(vs) for p, vs in expected.items()}
+
+
+def test_a_killed_request_process_is_started_again_and_loses_nothing(broker_factory):
+    broker = _group(broker_factory)
+    leaders = _topic(broker, "survive", 2)
+    theirs = next(p for p, b in leaders.items() if b == 1)  # the partition the second process leads
+    with httpx.Client(base_url=broker.url, timeout=30) as client:
+        for p in (0, 1):
+            _produce(client, "survive", [{"value": f"before-{p}-{i}".encode()} for i in range(50)], partition=p)
+    child = _request_process(broker)
+    tier_children = _children(child, b"laketail.storage.tier_child")
+    assert len(tier_children) == 1
+    os.kill(child, signal.SIGKILL)
+    wait_until(lambda: not process_alive(tier_children[0]), "the killed process's tier child to die with it")
+    replacement = _request_process(broker, frozenset({child}))
+    assert replacement != child
+
+    def produced_again() -> bool:
+        with httpx.Client(base_url=broker.url, timeout=30) as client:
+            resp = client.post(f"/topics/survive/partitions/{theirs}", headers={"Content-Type": BINARY},
+                               json={"records": [{"value": base64.b64encode(b"after").decode()}]})
+        return resp.status_code == 200 and resp.json()["offsets"][0].get("error_code") is None
+
+    wait_until(produced_again, f"partition {theirs} to take records again after its process was killed")
+    for p in (0, 1):
+        values = [v for _, v in _values(broker, "survive", p)]
+        befores = [f"before-{p}-{i}".encode() for i in range(50)]
+        assert values[:50] == befores and set(values[50:]) <= {b"after"}
+    assert _leaders(broker, "survive") == leaders  # the same process leads it again
+
+
+def test_the_processes_stop_together_die_with_the_first_and_start_again(broker_factory):
+    broker = _group(broker_factory)
+    _topic(broker, "lifecycle", 2)
+    with httpx.Client(base_url=broker.url, timeout=30) as client:
+        for p in (0, 1):
+            _produce(client, "lifecycle", [{"value": f"one-{p}".encode()}], partition=p)
+    child = _request_process(broker)
+    os.kill(broker.proc.pid, signal.SIGKILL)  # the first process alone: the second is in a session of its own
+    broker.proc.wait()
+    wait_until(lambda: not process_alive(child), "the second process to die with the first")
+
+    broker.start()
+    _wait_for_both(broker)
+    child = _request_process(broker)
+
+    def both_partitions_answer() -> bool:
+        return all(len(_values(broker, "lifecycle", p)) == 1 for p in (0, 1))
+
+    wait_until(both_partitions_answer, "both partitions to be served again")
+    with httpx.Client(base_url=broker.url, timeout=30) as client:
+        for p in (0, 1):
+            _produce(client, "lifecycle", [{"value": f"two-{p}".encode()}], partition=p)
+    assert broker.stop() is not None  # SIGTERM: an orderly stop of both, without SIGKILL
+    assert not process_alive(child)
+    assert f"Finished server process [{child}]" in broker.output()  # the second one shut down, not killed
+
+    broker.start()
+    _wait_for_both(broker)
+    wait_until(lambda: all(len(_values(broker, "lifecycle", p)) == 2 for p in (0, 1)),
+               "both partitions with both records after an orderly restart")
+    for p in (0, 1):
+        assert [v for _, v in _values(broker, "lifecycle", p)] == [f"one-{p}".encode(), f"two-{p}".encode()]
+
+
+def _serve_error(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("LAKETAIL_")}
+    environment.update(env or {})
+    done = subprocess.run([sys.executable, "-m", "laketail.cli", "serve", "--data", str(tmp_path / "d"), *args],
+                          cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0, done.stderr
+    return done.stderr
+
+
+def test_serve_refuses_request_processes_it_cannot_split(tmp_path):
+    assert "needs a fixed port" in _serve_error(tmp_path, "--processes", "2", "--port", "0")
+    err = _serve_error(tmp_path, "--processes", "2", env={
+        "LAKETAIL_LISTENERS": "PLAINTEXT://127.0.0.1:0"})
+    assert "explicit listeners" in err, err
+    assert "--processes" in _serve_error(tmp_path, "--processes", "0")
+    assert "laketail.request.processes=99" in _serve_error(tmp_path, env={"LAKETAIL_REQUEST_PROCESSES": "99"})
