@@ -4,7 +4,7 @@ both driven from Python on this machine with 100-byte records.
 NATS: a file-storage stream, ``js.publish`` (one message, wait for its ack) and
 ``js.publish_async`` (NATS's batching: many publishes in flight, acks collected), once
 with NATS's default (the file store syncs every two minutes) and once with
-``sync_interval: always`` (a sync per write, as laketail's default flush policy).
+``sync_interval: always`` (a sync per write, as laketail's ``flush.messages=1``).
 
 laketail: one record per request (acks=all, 4 connections) and batches of 100 records
 per request (v2 binary and Arrow IPC, 4 requests in flight), each request built in the

@@ -203,7 +203,7 @@ class NatsServer(Server):
     """``nats-server`` with JetStream on a file store in the work directory.
 
     ``sync_always`` sets JetStream's ``sync_interval: always`` (fsync per write, as
-    laketail's default flush policy); NATS's own default syncs every two minutes."""
+    laketail's ``flush.messages=1``); NATS's own default syncs every two minutes."""
 
     name = "nats"
 

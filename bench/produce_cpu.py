@@ -10,7 +10,8 @@ throughput on a shared machine), the CPU of a few stages (functions wrapped by n
 and the time the garbage collector spent, from ``gc.callbacks``. The heap is settled as
 ``laketail serve`` does (``_settle_heap``) when this checkout has it.
 
-``.venv/bin/python -m bench.produce_cpu [batch] [requests] [nofsync]``; run it from two
+``.venv/bin/python -m bench.produce_cpu [batch] [requests] [fsync]`` (``fsync``:
+``flush.messages=1``); run it from two
 checkouts in turn to compare them. Not part of ``make bench``.
 """
 
@@ -66,7 +67,7 @@ async def measure(batch: int, requests: int, fsync: bool) -> dict:
     body = bodies.v2_binary(bodies.values(batch, 100))
     app = create_app(BrokerSettings(data=tempfile.mkdtemp(prefix="laketail-produce-cpu-")))
     async with app.router.lifespan_context(app):
-        await app.state.broker.create_topic("cpu", 4, configs={} if fsync else {"flush.messages": str(2**63 - 1)})
+        await app.state.broker.create_topic("cpu", 4, configs={"flush.messages": "1"} if fsync else {})
         scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
                  "scheme": "http", "path": "/topics/cpu", "raw_path": b"/topics/cpu", "query_string": b"acks=1",
                  "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2),
@@ -129,5 +130,5 @@ async def measure(batch: int, requests: int, fsync: bool) -> dict:
 if __name__ == "__main__":
     args = sys.argv[1:]
     result = asyncio.run(measure(int(args[0]) if args else 100, int(args[1]) if len(args) > 1 else 2000,
-                                 "nofsync" not in args[2:]))
+                                 "fsync" in args[2:]))
     print({**result, "load": [round(x, 1) for x in os.getloadavg()]})

@@ -89,10 +89,10 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = {
                   _at_least(-1)),
         ConfigKey("segment.bytes", int, 1_073_741_824, "Roll a hot segment at this size.", _at_least(14)),
         ConfigKey("segment.ms", int, 604_800_000, "Roll a hot segment at this age.", _at_least(1)),
-        ConfigKey("flush.messages", int, 1,
-                  "fsync after this many appended records. laketail's default is 1 (fsync at every "
-                  "group commit), not Kafka's Long.MAX: with one replica nothing else protects an "
-                  "acknowledged record.", _at_least(1)),
+        ConfigKey("flush.messages", int, LONG_MAX,
+                  "fsync after this many appended records. Kafka's default: the OS writes the page "
+                  "cache back and replication protects acknowledged records; 1 fsyncs every group "
+                  "commit, which a topic with one replica needs to survive a power loss.", _at_least(1)),
         ConfigKey("flush.ms", int, LONG_MAX, "fsync when the oldest unflushed append is this old.",
                   _at_least(0)),
         ConfigKey("max.message.bytes", int, 1_048_588,
@@ -132,7 +132,7 @@ class TopicConfig:
     retention_bytes: int = -1
     segment_bytes: int = 1_073_741_824
     segment_ms: int = 604_800_000
-    flush_messages: int = 1
+    flush_messages: int = LONG_MAX
     flush_ms: int = LONG_MAX
     max_message_bytes: int = 1_048_588
     message_timestamp_type: str = "CreateTime"

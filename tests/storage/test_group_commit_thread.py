@@ -63,7 +63,7 @@ def test_without_fsync_the_group_commit_writes_on_the_loop(tmp_path: Path, write
 
 def test_an_fsync_sends_the_write_to_a_worker_thread(tmp_path: Path, writers: list[int]) -> None:
     async def run() -> tuple[list[int], list[int], int]:
-        plog = PartitionLog.open(tmp_path, "t", 0, TopicConfig(), ManualClock())  # flush.messages=1
+        plog = PartitionLog.open(tmp_path, "t", 0, TopicConfig(flush_messages=1), ManualClock())
         bases = await _append_all(plog, [[b"a"], [b"b", b"c"]])
         await plog.close()
         return bases, list(writers), threading.get_ident()
