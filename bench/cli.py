@@ -54,6 +54,9 @@ def parse(argv: list[str]) -> tuple[Params, argparse.Namespace]:
     ap.add_argument("--memory-seconds", type=float, help="sustained produce for benchmark 8")
     ap.add_argument("--spark-records", type=int, help="records in benchmark 6's topic (default 10M)")
     ap.add_argument("--group-records", type=int, help="records per run in benchmark 10 (default 200,000)")
+    ap.add_argument("--request-processes", type=int,
+                    help="benchmark 1 again with the broker split into N request processes (default: CPUs, "
+                         "at most 4; 1 leaves those figures out)")
     ap.add_argument("--no-profile", action="store_true", help="do not re-run missed targets under py-spy")
     ap.add_argument("--results", type=Path, default=HERE / "results")
     ap.add_argument("--readme", type=Path, default=HERE / "README.md")
@@ -63,7 +66,7 @@ def parse(argv: list[str]) -> tuple[Params, argparse.Namespace]:
     args = ap.parse_args(argv)
     overrides = {}
     for flag in ("seconds", "flat_commits", "flat_records", "naive_commits", "latency_seconds",
-                 "memory_seconds", "spark_records", "group_records"):
+                 "memory_seconds", "spark_records", "group_records", "request_processes"):
         if getattr(args, flag) is not None:
             overrides[flag] = getattr(args, flag)
     if args.only:

@@ -8,6 +8,7 @@ target under py-spy (:meth:`Context.explain`).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -29,6 +30,9 @@ class Params:
     seconds: float = 5.0  # each wrk measurement
     warmup_s: float = 1.0
     repeats: int = 3  # baseline and laketail alternate this many times; medians kept
+    #: Benchmark 1 again with the broker split into this many request processes (issue
+    #: 18): one per core of this machine; 1 leaves the figures out.
+    request_processes: int = field(default_factory=lambda: min(os.cpu_count() or 1, 4))
     connections: int = 8
     batches: tuple[int, ...] = (1, 100, 1000)
     value_bytes: int = 100
@@ -83,9 +87,10 @@ class Context:
 
     # -- servers ---------------------------------------------------------------------
 
-    def laketail(self, name: str) -> LaketailServer:
-        """A fresh broker on its own data root, stopped when the suite ends."""
-        server = LaketailServer(self.workdir / f"laketail-{name}")
+    def laketail(self, name: str, processes: int = 1) -> LaketailServer:
+        """A fresh broker on its own data root (``processes`` request processes),
+        stopped when the suite ends."""
+        server = LaketailServer(self.workdir / f"laketail-{name}", processes=processes)
         self.status(f"starting laketail ({name})")
         server.start()
         self._stack.callback(server.stop)

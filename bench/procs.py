@@ -41,11 +41,40 @@ def rss_bytes(pid: int) -> int:
         return int(fh.read().split()[1]) * _PAGE
 
 
-def cpu_seconds(pid: int) -> float:
+def own_cpu_seconds(pid: int) -> float:
     """User + system CPU time of ``pid`` (its threads included)."""
     with open(f"/proc/{pid}/stat") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def children(pid: int, marker: bytes) -> list[int]:
+    """Live processes whose parent is ``pid`` and whose command line holds ``marker``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    cmdline = fh.read()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z" and marker in cmdline:
+                out.append(int(entry))
+    return sorted(out)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` (its threads included) and of the request
+    processes it started (``laketail serve --processes N``); not of tier children."""
+    total = own_cpu_seconds(pid)
+    for child in children(pid, b"--request-process"):
+        try:
+            total += own_cpu_seconds(child)
+        except OSError:  # exited since it was listed
+            pass
+    return total
 
 
 class Server:
@@ -151,17 +180,26 @@ class LaketailServer(Server):
     name = "laketail"
     ready_path = "/v3/clusters"
 
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
+    def __init__(self, workdir: Path, port: int | None = None, processes: int = 1) -> None:
         super().__init__(workdir, port)
         self.data = workdir / "data"
         self.cluster_id = ""
+        self.processes = processes
 
     def command(self) -> list[str]:
+        more = ["--processes", str(self.processes)] if self.processes > 1 else []
         return [sys.executable, "-m", "laketail.cli", "serve", "--data", str(self.data),
-                "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"]
+                "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning", *more]
 
     def start(self, timeout_s: float = 60.0) -> "LaketailServer":
         super().start(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while self.processes > 1 and httpx.get(self.url + "/brokers").json().get("brokers") != list(
+                range(self.processes)):
+            if time.monotonic() > deadline:  # every request process leads its share of new topics
+                self.stop()
+                raise ServerError(f"{self.name}: not all {self.processes} request processes registered")
+            time.sleep(0.1)
         self.cluster_id = httpx.get(self.url + "/v3/clusters").json()["data"][0]["cluster_id"]
         return self
 
