@@ -137,18 +137,12 @@ class Supervisor:
         self.count = count
         self.command = command
         self.env = env
-        self.restarts = 0
         self._stopping = threading.Event()
-        self._procs: dict[int, subprocess.Popen] = {}
-        self._lock = threading.Lock()
+        self._procs: dict[int, subprocess.Popen] = {}  # the supervising thread's alone
         self._thread = threading.Thread(target=self._run, name="laketail-request-processes", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
-
-    def pids(self) -> dict[int, int]:
-        with self._lock:
-            return {i: p.pid for i, p in self._procs.items() if p.poll() is None}
 
     def _spawn(self, index: int) -> None:
         proc = subprocess.Popen(
@@ -158,22 +152,19 @@ class Supervisor:
             start_new_session=True,  # Ctrl-C reaches the first process only; it stops the others
             preexec_fn=die_with_parent_preexec(),  # gone with the first process, even after kill -9
         )
-        with self._lock:
-            self._procs[index] = proc
+        self._procs[index] = proc
         log.info("request process %d started (pid %d)", index, proc.pid)
 
     def _run(self) -> None:
         started: dict[int, float] = {}
         backoff: dict[int, float] = {}
-        clock = time.monotonic
         for index in range(1, self.count):
             self._spawn(index)
-            started[index] = clock()
+            started[index] = time.monotonic()
         while not self._stopping.wait(0.2):
-            with self._lock:
-                exited = [(i, p.returncode) for i, p in self._procs.items() if p.poll() is not None]
+            exited = [(i, p.returncode) for i, p in self._procs.items() if p.poll() is not None]
             for index, code in exited:
-                ran = clock() - started[index]
+                ran = time.monotonic() - started[index]
                 delay = RESTART_BACKOFF_S if ran >= HEALTHY_AFTER_S else min(
                     MAX_BACKOFF_S, 2 * backoff.get(index, RESTART_BACKOFF_S / 2))
                 backoff[index] = delay
@@ -181,14 +172,12 @@ class Supervisor:
                             index, code, ran, delay)
                 if self._stopping.wait(delay):
                     break
-                self.restarts += 1
                 self._spawn(index)
-                started[index] = clock()
+                started[index] = time.monotonic()
         self._stop_children()
 
     def _stop_children(self) -> None:
-        with self._lock:
-            procs = list(self._procs.values())
+        procs = list(self._procs.values())
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
