@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 from laketail.partitioner import partition_for_key
-from tests.integration.support import process_alive, wait_until
+from tests.integration.support import child_processes, process_alive, wait_until
 
 V2 = "application/vnd.kafka.v2+json"
 BINARY = "application/vnd.kafka.binary.v2+json"
@@ -87,26 +87,9 @@ def _values(broker, topic: str, partition: int) -> list[tuple[int, bytes]]:
         out.extend((r["offset"], base64.b64decode(r["value"])) for r in batch)
 
 
-def _children(pid: int, marker: bytes) -> list[int]:
-    """Live processes whose parent is ``pid`` and whose command line holds ``marker``."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == pid and fields[0] != "Z" and marker in cmdline:
-            out.append(int(entry))
-    return out
-
-
 def _request_process(broker, not_in: frozenset[int] = frozenset()) -> int:
     def one() -> int | None:
-        kids = [k for k in _children(broker.proc.pid, b"--request-process") if k not in not_in]
+        kids = [k for k in child_processes(broker.proc.pid, b"--request-process") if k not in not_in]
         return kids[0] if len(kids) == 1 else None
 
     return wait_until(one, f"the second request process of {broker.proc.pid}")
@@ -189,7 +172,7 @@ def test_a_killed_request_process_is_started_again_and_loses_nothing(broker_fact
         for p in (0, 1):
             _produce(client, "survive", [{"value": f"before-{p}-{i}".encode()} for i in range(50)], partition=p)
     child = _request_process(broker)
-    tier_children = _children(child, b"laketail.storage.tier_child")
+    tier_children = child_processes(child, b"laketail.storage.tier_child")
     assert len(tier_children) == 1
     os.kill(child, signal.SIGKILL)
     wait_until(lambda: not process_alive(tier_children[0]), "the killed process's tier child to die with it")

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
 from tests.integration.support import (
+    child_processes,
     process_alive,
     prom_sample,
     read_table,
@@ -21,29 +21,11 @@ from tests.integration.support import (
 )
 
 
-def _children(pid: int) -> list[int]:
-    """Live (not zombie) processes whose parent is ``pid`` and that run the tier child."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        state, ppid = fields[0], int(fields[1])
-        if ppid == pid and state != "Z" and b"laketail.storage.tier_child" in cmdline:
-            out.append(int(entry))
-    return out
-
-
 def _tier_child(broker, not_in: set[int] = frozenset()) -> int:
     """The broker's one tier child (polled until it runs), other than ``not_in``."""
 
     def one() -> int | None:
-        kids = [k for k in _children(broker.proc.pid) if k not in not_in]
+        kids = [k for k in child_processes(broker.proc.pid, b"laketail.storage.tier_child") if k not in not_in]
         return kids[0] if len(kids) == 1 else None
 
     return wait_until(one, f"a tier child of broker {broker.proc.pid} other than {sorted(not_in)}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -39,6 +40,24 @@ def wait_until(check: Callable[[], T], what: str, timeout_s: float = 60.0, every
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}; last: {last!r}")
         time.sleep(every_s)
+
+
+def child_processes(pid: int, marker: bytes) -> list[int]:
+    """Live (not zombie) processes whose parent is ``pid`` and whose command line holds
+    ``marker`` (read from ``/proc``)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid and fields[0] != "Z" and marker in cmdline:
+            out.append(int(entry))
+    return out
 
 
 def process_alive(pid: int) -> bool:
