@@ -305,7 +305,13 @@ class ReplicaManager:
         budget = max_bytes
         for i, plog, offset in wanted:
             try:
-                data = await asyncio.to_thread(plog.read_raw, offset, budget)
+                if offset >= plog.high_watermark:
+                    # Records not yet replicated were appended moments ago: their bytes are
+                    # in the page cache, and a caught-up follower's fetch (the one acks=all
+                    # waits for) reads them without a hop to a worker thread.
+                    data = plog.read_raw(offset, budget)
+                else:
+                    data = await asyncio.to_thread(plog.read_raw, offset, budget)
             except OffsetBelowHotTier:
                 answers[i]["error"] = "OFFSET_OUT_OF_RANGE"
                 answers[i]["hot_start"] = plog.hot_start_offset
@@ -443,8 +449,9 @@ class ReplicaManager:
             return True
         if error:
             return False
-        if data:
-            await plog.append_raw(data)
+        if data:  # the leader's LEO bounds how many records the frames hold
+            bound = answer["leo"] - plog.log_end_offset if "leo" in answer else None
+            await plog.append_raw(data, at_most_records=bound)
         if "hw" in answer:
             hw = min(answer["hw"], plog.log_end_offset)
             if hw > plog.high_watermark:

@@ -610,60 +610,76 @@ class PartitionLog:
     def append_raw_sync(self, data: bytes, now_ms: int | None = None) -> int:
         """Follower side: append frames copied from the leader (same offsets, same
         leader epochs, same bytes) after checking each CRC and that the first continues
-        LEO. Returns the new LEO. Runs in a worker thread."""
+        LEO. Returns the new LEO. Runs in a worker thread (:meth:`append_raw` says when
+        the event loop runs it instead)."""
         now = self.clock.now_ms() if now_ms is None else now_ms
+        with self._lock:
+            return self._append_raw_locked(data, now)
+
+    def _append_raw_locked(self, data: bytes, now: int) -> int:
         view = memoryview(data)
         frames = []
         position = 0
-        with self._lock:
-            expected = self.log_end_offset
-            while position < len(data):
-                header = frame.decode_header(view, position)
-                frame.verify(view, position, header)
-                if header.base_offset != expected:
-                    raise frame.CorruptFrame(
-                        f"{self.topic}-{self.partition}: leader sent offset {header.base_offset}, expected {expected}"
-                    )
-                head = bytes(view[position:position + frame.HEADER_SIZE])
-                payload = view[position + frame.HEADER_SIZE:position + header.size]
-                frames.append((head, payload, header))
-                expected = header.next_offset
-                position += header.size
-            if not frames:
-                return self.log_end_offset
-            self._maybe_roll(now, len(data))
-            segment = self._segments[-1]
-            size_before = segment.size
-            try:
-                segment.append(frames, now)
-            except OSError:
-                segment.truncate_to(size_before)
-                raise
-            for _head, payload, header in frames:
-                self._note_epoch(header.leader_epoch, header.base_offset)
-                if header.attributes:
-                    batch = pa.ipc.read_record_batch(pa.py_buffer(payload), frame.FRAME_SCHEMA)
-                    self.producer_state.apply(
-                        batch.column("producer_id")[0].as_py(),
-                        batch.column("producer_epoch")[0].as_py(),
-                        batch.column("sequence")[0].as_py(),
-                        header.record_count,
-                        header.base_offset,
-                        header.max_timestamp // 1000,
-                        bool(header.attributes & frame.ATTR_TRANSACTIONAL),
-                        batch.column("control")[0].as_py(),
-                    )
-            self._unflushed += expected - self.log_end_offset
-            if self._flush_due(now, self._unflushed):
-                segment.flush()
-                self._unflushed = 0
-                self._last_flush_ms = now
-            self.untiered_bytes += len(data)
-            self.log_end_offset = expected
-            return expected
+        expected = self.log_end_offset
+        while position < len(data):
+            header = frame.decode_header(view, position)
+            frame.verify(view, position, header)
+            if header.base_offset != expected:
+                raise frame.CorruptFrame(
+                    f"{self.topic}-{self.partition}: leader sent offset {header.base_offset}, expected {expected}"
+                )
+            head = bytes(view[position:position + frame.HEADER_SIZE])
+            payload = view[position + frame.HEADER_SIZE:position + header.size]
+            frames.append((head, payload, header))
+            expected = header.next_offset
+            position += header.size
+        if not frames:
+            return self.log_end_offset
+        self._maybe_roll(now, len(data))
+        segment = self._segments[-1]
+        size_before = segment.size
+        try:
+            segment.append(frames, now)
+        except OSError:
+            segment.truncate_to(size_before)
+            raise
+        for _head, payload, header in frames:
+            self._note_epoch(header.leader_epoch, header.base_offset)
+            if header.attributes:
+                batch = pa.ipc.read_record_batch(pa.py_buffer(payload), frame.FRAME_SCHEMA)
+                self.producer_state.apply(
+                    batch.column("producer_id")[0].as_py(),
+                    batch.column("producer_epoch")[0].as_py(),
+                    batch.column("sequence")[0].as_py(),
+                    header.record_count,
+                    header.base_offset,
+                    header.max_timestamp // 1000,
+                    bool(header.attributes & frame.ATTR_TRANSACTIONAL),
+                    batch.column("control")[0].as_py(),
+                )
+        self._unflushed += expected - self.log_end_offset
+        if self._flush_due(now, self._unflushed):
+            segment.flush()
+            self._unflushed = 0
+            self._last_flush_ms = now
+        self.untiered_bytes += len(data)
+        self.log_end_offset = expected
+        return expected
 
-    async def append_raw(self, data: bytes) -> int:
-        leo = await asyncio.to_thread(self.append_raw_sync, data)
+    async def append_raw(self, data: bytes, at_most_records: int | None = None) -> int:
+        """Follower side, on the event loop: :meth:`append_raw_sync` right here when, as
+        for :meth:`_write_on_loop`, it costs no more than a copy into the page cache (no
+        fsync even for ``at_most_records`` more records, no segment to roll, the lock
+        free); in a worker thread otherwise."""
+        now = self.clock.now_ms()
+        if (at_most_records is not None and not self._flush_due(now, self._unflushed + at_most_records)
+                and not self._roll_due(now, len(data)) and self._lock.acquire(blocking=False)):
+            try:
+                leo = self._append_raw_locked(data, now)
+            finally:
+                self._lock.release()
+        else:
+            leo = await asyncio.to_thread(self.append_raw_sync, data)
         self._appended()
         return leo
 
