@@ -111,3 +111,42 @@ def test_a_due_roll_sends_the_write_to_a_worker_thread(tmp_path: Path, writers: 
     assert first == [loop_thread]
     assert second and loop_thread not in second
     assert _reopened_values(tmp_path, config) == [b"v" * 200, b"w" * 200]
+
+
+def _leader_frames(directory: Path, config: TopicConfig, batches: list[list[bytes]]) -> bytes:
+    """The frames a leader's log holds for ``batches``, as a replica fetch copies them."""
+
+    async def run() -> bytes:
+        leader = PartitionLog.open(directory, "t", 0, config, ManualClock())
+        await _append_all(leader, batches)
+        data = leader.read_raw(0, 1 << 20)
+        await leader.close()
+        return data
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("config", "bound", "on_loop"),
+    [
+        (NO_FSYNC, 3, True),  # no fsync due: a copy into the page cache, on the loop
+        (TopicConfig(flush_messages=1), 3, False),  # an fsync: a worker thread
+        (NO_FSYNC, None, False),  # no bound on the records: a worker thread, as before
+    ],
+)
+def test_a_follower_appends_on_the_loop_only_when_no_fsync_is_due(
+    tmp_path: Path, writers: list[int], config: TopicConfig, bound: int | None, on_loop: bool
+) -> None:
+    data = _leader_frames(tmp_path / "leader", NO_FSYNC, [[b"a"], [b"b", b"c"]])
+    writers.clear()
+
+    async def run() -> tuple[int, list[int], int]:
+        follower = PartitionLog.open(tmp_path / "follower", "t", 0, config, ManualClock())
+        leo = await follower.append_raw(data, at_most_records=bound)
+        await follower.close()
+        return leo, list(writers), threading.get_ident()
+
+    leo, seen, loop_thread = asyncio.run(run())
+    assert leo == 3
+    assert seen and (set(seen) == {loop_thread}) is on_loop
+    assert _reopened_values(tmp_path / "follower", config) == [b"a", b"b", b"c"]
