@@ -272,16 +272,20 @@ class PartitionLog:
                 if base < start:
                     continue
                 for header, _, batch in segment.read_frames(position, position + 1):
-                    self.producer_state.apply(
-                        batch.column("producer_id")[0].as_py(),
-                        batch.column("producer_epoch")[0].as_py(),
-                        batch.column("sequence")[0].as_py(),
-                        header.record_count,
-                        header.base_offset,
-                        header.max_timestamp // 1000,
-                        bool(header.attributes & frame.ATTR_TRANSACTIONAL),
-                        batch.column("control")[0].as_py(),
-                    )
+                    self._apply_producer_frame(header, batch)
+
+    def _apply_producer_frame(self, header: frame.FrameHeader, batch: pa.RecordBatch) -> None:
+        """Producer state after one frame of a producer's batch (recovery, follower appends)."""
+        self.producer_state.apply(
+            batch.column("producer_id")[0].as_py(),
+            batch.column("producer_epoch")[0].as_py(),
+            batch.column("sequence")[0].as_py(),
+            header.record_count,
+            header.base_offset,
+            header.max_timestamp // 1000,
+            bool(header.attributes & frame.ATTR_TRANSACTIONAL),
+            batch.column("control")[0].as_py(),
+        )
 
     # -- offsets ------------------------------------------------------------------------------
 
@@ -646,17 +650,8 @@ class PartitionLog:
         for _head, payload, header in frames:
             self._note_epoch(header.leader_epoch, header.base_offset)
             if header.attributes:
-                batch = pa.ipc.read_record_batch(pa.py_buffer(payload), frame.FRAME_SCHEMA)
-                self.producer_state.apply(
-                    batch.column("producer_id")[0].as_py(),
-                    batch.column("producer_epoch")[0].as_py(),
-                    batch.column("sequence")[0].as_py(),
-                    header.record_count,
-                    header.base_offset,
-                    header.max_timestamp // 1000,
-                    bool(header.attributes & frame.ATTR_TRANSACTIONAL),
-                    batch.column("control")[0].as_py(),
-                )
+                self._apply_producer_frame(
+                    header, pa.ipc.read_record_batch(pa.py_buffer(payload), frame.FRAME_SCHEMA))
         self._unflushed += expected - self.log_end_offset
         if self._flush_due(now, self._unflushed):
             segment.flush()
