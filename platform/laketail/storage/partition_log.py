@@ -384,16 +384,21 @@ class PartitionLog:
         writes in a worker thread (an fsync, a new segment file or a wait for the lock
         would stall every request on the loop)."""
         now = self.clock.now_ms()
-        if self._flush_due(now, self._unflushed + sum(item.count for item in group)):
-            return None
-        if self._roll_due(now, sum(frame.HEADER_SIZE + len(item.payload) for item in group)):
-            return None
-        if not self._lock.acquire(blocking=False):
+        records = sum(item.count for item in group)
+        nbytes = sum(frame.HEADER_SIZE + len(item.payload) for item in group)
+        if not self._lock_for_loop_write(now, records, nbytes):
             return None
         try:
             return self._write_group_locked(group)
         finally:
             self._lock.release()
+
+    def _lock_for_loop_write(self, now: int, records: int, nbytes: int) -> bool:
+        """Whether a write of ``records`` records in ``nbytes`` bytes may run on the event
+        loop, taking the lock if so (the caller releases it): the flush policy asks no
+        fsync of it, no segment is due to roll and no other thread holds the lock."""
+        return (not self._flush_due(now, self._unflushed + records) and not self._roll_due(now, nbytes)
+                and self._lock.acquire(blocking=False))
 
     def _write_group(self, group: list[_PendingAppend]) -> list[int | Exception]:
         """Validate producer batches, assign offsets, write, fsync per policy. A batch a
@@ -667,8 +672,7 @@ class PartitionLog:
         fsync even for ``at_most_records`` more records, no segment to roll, the lock
         free); in a worker thread otherwise."""
         now = self.clock.now_ms()
-        if (at_most_records is not None and not self._flush_due(now, self._unflushed + at_most_records)
-                and not self._roll_due(now, len(data)) and self._lock.acquire(blocking=False)):
+        if at_most_records is not None and self._lock_for_loop_write(now, at_most_records, len(data)):
             try:
                 leo = self._append_raw_locked(data, now)
             finally:
