@@ -86,6 +86,36 @@ def test_a_fetch_after_optimize_is_served_in_order_and_the_table_keeps_tiering(t
     asyncio.run(run())
 
 
+def test_the_tier_childs_commits_are_not_reread_but_an_outside_one_is(tmp_path):
+    """The broker learns the tier child's files from its answers. Following the table at
+    each pass used to load every such commit into the broker's DeltaTable as well: a log
+    listing and replay per pass, costing more as the table grows (benchmark 4)."""
+
+    async def run():
+        broker = await _broker_with_files(tmp_path)
+        assert broker.tierer.child is not None
+        dt, _ = broker.tables.delta_table("t")
+        loaded, latest = dt.version(), DeltaTable(broker.tables.table_uri("t")).version()
+        assert latest == loaded + 5  # the five commits of _broker_with_files, none read back
+        for b in range(5, 8):
+            values = [f"v{b * 4 + i}".encode() for i in range(4)]
+            await broker.produce("t", pa.RecordBatch.from_pydict({"value": values}))
+            await broker.tierer.tier_now("t")
+            assert not broker.tables.refresh("t")
+        assert dt.version() == loaded
+        assert DeltaTable(broker.tables.table_uri("t")).version() == latest + 3
+        _every_read(broker, end=N + 12)
+
+        DeltaTable(broker.tables.table_uri("t")).optimize.compact()  # another writer
+        assert broker.tables.refresh("t")
+        assert dt.version() == latest + 4
+        _every_read(broker, end=N + 12)
+        assert broker.tables.damage("t") == {}
+        await broker.close()
+
+    asyncio.run(run())
+
+
 def test_overlapping_files_are_merged_in_offset_order(tmp_path):
     """Two files whose offset ranges interleave (an outside rewrite that split rows by
     something other than offset): reads merge them."""

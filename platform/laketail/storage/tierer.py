@@ -48,7 +48,7 @@ from laketail.storage import frame
 from laketail.storage.data_files import write_data_file
 from laketail.storage.frame import CorruptFrame
 from laketail.storage.partition_log import OffsetBelowHotTier, _spans, _window
-from laketail.storage.table_reader import DataFile, TableReader, tier_app_id
+from laketail.storage.table_reader import DataFile, TableReader, catch_up, tier_app_id
 from laketail.storage.tier_child import TierChild
 
 if TYPE_CHECKING:
@@ -400,7 +400,7 @@ def execute_pass(dt: DeltaTable, lock: threading.Lock | contextlib.nullcontext, 
         if not adds:
             return {"version": None, "ends": {}, "files": {}}
         with lock:
-            dt.update_incremental()
+            catch_up(dt, uri)  # another writer's commits (our own are loaded after each commit)
             ahead = {}
             for part in parts:
                 partition = part["partition"]
