@@ -10,10 +10,12 @@ response (offsets 0, m, 2m, ... through the 40 m records, then again), as v2 JSO
 (Redpanda's shape, binary embedded format) and as an Arrow IPC stream (``/v1``); each
 wrk thread is one such consumer. The baseline serves the bytes laketail answered for
 offset 0 (``GET /blob/{name}``); the two alternate ``repeats`` times and each side's
-median run is kept. The 40 m records fit laketail's block cache, so after the first
-pass every block is read decoded: the figure is what fetches from decoded blocks cost
-(a second group reading what a first read, the next fetches from one block); the
-first read of a block adds one decode of it, which this figure does not isolate.
+median run is kept. With ``request_processes`` above 1 the four figures are measured
+again on the broker split into that many request processes. The 40 m records fit
+laketail's block cache, so after the first pass every block is read decoded: the figure
+is what fetches from decoded blocks cost (a second group reading what a first read, the
+next fetches from one block); the first read of a block adds one decode of it, which
+this figure does not isolate.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from bench import bodies, wrk
 from bench.context import Context
 from bench.figures import AT_LEAST, Figure
 from bench.procs import ServerError
+from bench.produce_rest import cpu_per_request
 
 BENCH = "3 Fetch"
 
@@ -56,8 +59,20 @@ def wait_until(ctx: Context, what: str, check, timeout_s: float = 120.0) -> None
 
 def run(ctx: Context) -> list[Figure]:
     p = ctx.params
+    figures = measure(ctx, ctx.laketail("fetch"), "")
+    if p.request_processes > 1:  # the same broker split into request processes (issue 18)
+        figures += measure(ctx, ctx.laketail("fetch-processes", processes=p.request_processes),
+                           f", {p.request_processes} request processes")
+    return figures
+
+
+def measure(ctx: Context, broker, suffix: str) -> list[Figure]:
+    """Fill both topics on ``broker`` and measure the four figures against the bare
+    endpoint. With request processes, each topic's one partition is led by one process
+    and the kernel spreads wrk's connections over all of them: the others read the
+    leader's segments (or the table) from disk (``storage/sibling_log.py``)."""
+    p = ctx.params
     base = ctx.baseline()
-    broker = ctx.laketail("fetch")
     m = p.fetch_records
     total = 40 * m
     tiers = {
@@ -67,7 +82,7 @@ def run(ctx: Context) -> list[Figure]:
     }
     for topic, configs in tiers.values():
         broker.create_topic(topic, 1, configs)
-        ctx.status(f"filling {topic}")
+        ctx.status(f"filling {topic}{suffix}")
         fill(broker, topic, total, p.value_bytes)
     delta_topic = tiers["Delta"][0]
     wait_until(ctx, "the Delta tier to hold the first records",
@@ -92,15 +107,17 @@ def run(ctx: Context) -> list[Figure]:
                                headers={"Accept": accept}, connections=p.connections,
                                server_pid=server_pid, walk=walk)
 
-            ctx.status(f"baseline and laketail, {tier} tier, {fmt} (x{p.repeats})")
+            ctx.status(f"baseline and laketail, {tier} tier, {fmt}{suffix} (x{p.repeats})")
             b, r, spread = wrk.interleaved(lambda name=name, drive=drive: drive(f"{base.url}/blob/{name}", base.pid),
                                            lambda url=url, drive=drive, walk=walk: drive(url, broker.pid, walk=walk),
                                            p.repeats)
             fig = Figure(
-                BENCH, f"{tier} tier, {fmt}, {m} records/response", r.requests_per_s * m, "records/s",
+                BENCH, f"{tier} tier, {fmt}, {m} records/response{suffix}", r.requests_per_s * m, "records/s",
                 "bare endpoint, same bytes", b.requests_per_s * m, AT_LEAST(0.7),
                 details={"laketail": r.as_dict(), "baseline": b.as_dict(), "runs": spread,
-                         "response_bytes": len(sample.content)},
+                         "response_bytes": len(sample.content),
+                         "cpu_ms_per_request": cpu_per_request(r),
+                         "baseline_cpu_ms_per_request": cpu_per_request(b)},
             )
             figures.append(fig)
             ctx.explain(fig, broker.pid, p.seconds,

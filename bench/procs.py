@@ -229,7 +229,10 @@ class LaketailServer(Server):
         return self.data / "topics" / topic
 
     def hot_dir(self, topic: str, partition: int) -> Path:
-        return self.data / "logs" / "broker-0" / f"{topic}-{partition}"
+        """The partition's hot log folder on its leader (with request processes, the
+        process that leads it: only it has one for a single replica)."""
+        found = sorted(self.data.glob(f"logs/broker-*/{topic}-{partition}"))
+        return found[0] if found else self.data / "logs" / "broker-0" / f"{topic}-{partition}"
 
     def hot_start_offset(self, topic: str, partition: int) -> int:
         """The base offset of the oldest hot segment left on disk (docs/architecture.md §4.3)."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Coroutine
 
 import httpx
@@ -65,6 +66,7 @@ from laketail.records import (
 from laketail.storage.block_cache import BLOCKS
 from laketail.storage.log_manager import LogManager
 from laketail.storage.partition_log import PartitionLog, ProducerBatch
+from laketail.storage.sibling_log import SiblingLog, SiblingLogs
 from laketail.storage.table_reader import TableReader
 from laketail.storage.tierer import Tierer
 from laketail.storage.topic_check import check_partition
@@ -132,7 +134,13 @@ class Broker:
         self.clock: Clock = clock or SystemClock()
         self.broker_id = settings.broker_id
         self.catalog = Catalog(settings.data)
-        self.logs = LogManager(settings.hot_log_dir, clock=self.clock)
+        self.logs = LogManager(settings.hot_log_dir, clock=self.clock,
+                               share_offsets=bool(settings.request_process_log_dirs))
+        #: request-process mode: partitions a sibling process leads, read from its files
+        self.sibling_logs = SiblingLogs(
+            {broker: Path(d) for broker, d in settings.request_process_log_dirs.items() if broker != self.broker_id}
+        ) if settings.request_process_log_dirs else None
+        self.logs.siblings = self.sibling_logs
         BLOCKS.resize(settings.fetch_cache_bytes)  # decoded blocks of both tiers, kept for fetches
         self.tables = TableReader(settings.data)
         self.tables.gaps_allowed = self._gaps_allowed
@@ -168,7 +176,8 @@ class Broker:
         self.produce_path = ProducePath(
             settings, self.clock, self.cluster, self.tierer, self.transactions, self._runtime, self.check_partition
         )
-        self.fetch_path = FetchPath(settings, self.logs, self.tables, self.cluster, self.leads, self.check_partition)
+        self.fetch_path = FetchPath(settings, self.logs, self.tables, self.cluster, self.leads, self.check_partition,
+                                    self._sibling_log)
         self._background: list[asyncio.Task] = []
         self.maintenance: MaintenanceScheduler | None = None  # set by start() when maintenance is enabled
         self._admin_lock = asyncio.Lock()
@@ -214,6 +223,8 @@ class Broker:
         await self.tierer.stop()
         await self.cluster.close()
         await self.logs.close()
+        if self.sibling_logs is not None:
+            self.sibling_logs.close()
 
     async def _transaction_timeouts(self) -> None:
         """Abort transactions open past transaction.timeout.ms; forget idle producers."""
@@ -509,6 +520,17 @@ class Broker:
 
     def leads(self, topic: str, partition: int) -> bool:
         return (topic, partition) in self.cluster.replicas.leading and not self.cluster.fenced
+
+    def _sibling_log(self, topic: str, partition: int) -> SiblingLog | None:
+        """The partition's log as another request process of this broker leads it, when
+        this process may read it from disk: a single replica (no leader elections,
+        nothing below the high watermark ever truncated)."""
+        if self.sibling_logs is None:
+            return None
+        reg = self.cluster.image.partitions.get((topic, partition))
+        if reg is None or len(reg.replicas) != 1 or not reg.online:
+            return None
+        return self.sibling_logs.get(reg.leader, topic, partition)
 
     def check_leads(self, topic: str, partition: int) -> None:
         """Return when this broker leads the partition; else raise Kafka's answer: a

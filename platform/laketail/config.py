@@ -229,6 +229,9 @@ class BrokerSettings:
     # Request processes of this broker (laketail.request_processes): 1 serves every
     # partition from this process; N > 1 runs N processes, each leading its own share.
     request_processes: int = 1
+    #: set by ``request_processes.process_settings``, not a key: every request process's
+    #: hot log directory, by broker id (a process reads its siblings' partitions there)
+    request_process_log_dirs: dict[int, str] = field(default_factory=dict)
     # Slow clients and resource bounds (laketail.api.connections; partition limits).
     max_connections: int = 1000
     connections_max_idle_ms: int = 30_000

@@ -18,6 +18,7 @@ only a cache miss goes to a worker thread. Thread-safety: event loop thread only
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
@@ -30,12 +31,23 @@ from laketail.config import BrokerSettings
 from laketail.errors import OffsetOutOfRange
 from laketail.records import IsolationLevel
 from laketail.storage.block_cache import NotCached
+from laketail.storage.frame import CorruptFrame
 from laketail.storage.partition_log import OffsetBelowHotTier
 
 if TYPE_CHECKING:
     from laketail.cluster.node import ClusterNode
     from laketail.storage.log_manager import LogManager
+    from laketail.storage.sibling_log import SiblingLog
     from laketail.storage.table_reader import TableReader
+
+
+log = logging.getLogger(__name__)
+
+
+def _limits(max_records: int | None, max_bytes: int | None) -> tuple[int, int]:
+    """A fetch's record and byte limits, Kafka's defaults where the client gave none."""
+    return (max_records if max_records and max_records > 0 else 500,
+            max_bytes if max_bytes and max_bytes > 0 else 52_428_800)
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,7 @@ class FetchPath:
         cluster: "ClusterNode",
         leads: Callable[[str, int], bool],
         check_partition: Callable[[str, int], TopicInfo],
+        sibling_log: Callable[[str, int], "SiblingLog | None"] = lambda topic, partition: None,
     ) -> None:
         self.settings = settings
         self.logs = logs
@@ -73,6 +86,9 @@ class FetchPath:
         self.leads = leads
         #: the topic of an existing partition; UNKNOWN_TOPIC_OR_PARTITION otherwise
         self.check_partition = check_partition
+        #: request-process mode: the partition as a sibling process leads it, read from
+        #: its files (``storage/sibling_log.py``); None: forward
+        self.sibling_log = sibling_log
 
     async def fetch(
         self,
@@ -96,6 +112,12 @@ class FetchPath:
         if offset < 0:
             raise OffsetOutOfRange(f"offset {offset} is negative")
         if not self.leads(topic, partition):
+            sibling = self.sibling_log(topic, partition)
+            if sibling is not None:
+                result = await self._fetch_from_sibling(sibling, topic, partition, offset, max_records, max_bytes,
+                                                        isolation)
+                if result is not None:
+                    return result
             return await self._forward_fetch(topic, partition, offset, max_records, max_bytes, timeout_ms, isolation)
         plog = self.logs.get(topic, partition)
         # Between HW and LEO (a new leader whose HW has not caught up yet): nothing to
@@ -107,8 +129,7 @@ class FetchPath:
             )
         if offset >= plog.high_watermark and timeout_ms > 0:
             await plog.wait_for_data(offset, timeout_ms / 1000.0)
-        limit_records = max_records if max_records and max_records > 0 else 500
-        limit_bytes = max_bytes if max_bytes and max_bytes > 0 else 52_428_800
+        limit_records, limit_bytes = _limits(max_records, max_bytes)
         end = plog.last_stable_offset if isolation == "read_committed" else plog.high_watermark
         position = offset
         while True:
@@ -122,6 +143,38 @@ class FetchPath:
                 break  # else: only markers or aborted records so far; read on
         return FetchResult(table, position, plog.high_watermark, plog.log_start_offset, plog.last_stable_offset,
                            from_blocks=table is read)
+
+    async def _fetch_from_sibling(
+        self, sibling: "SiblingLog", topic, partition, offset, max_records, max_bytes, isolation
+    ) -> FetchResult | None:
+        """Read a partition another request process leads from its files, within the
+        offsets it published; None when the leader must answer: a long poll at the high
+        watermark, an offset out of range, transactions' records or markers (filtered by
+        the leader's producer state), files replaced or gone."""
+        published = sibling.offsets()
+        if published is None:  # the leader closed the log (restart, topic deleted): open it afresh next time
+            sibling.stale = True
+            return None
+        hw, lso, log_start, tiered = published
+        end = lso if isolation == "read_committed" else hw
+        if not log_start <= offset < end:
+            return None
+        limit_records, limit_bytes = _limits(max_records, max_bytes)
+        try:
+            try:
+                try:  # frames already decoded are only sliced: not worth a thread
+                    read = sibling.read(offset, end, limit_records, limit_bytes, partition, cached_only=True)
+                except NotCached:
+                    read = await asyncio.to_thread(sibling.read, offset, end, limit_records, limit_bytes, partition)
+            except OffsetBelowHotTier:  # local retention removed it: the table has it
+                read = await self._read_table(topic, partition, offset, min(end, tiered), limit_records, limit_bytes)
+        except (OSError, ValueError, CorruptFrame) as exc:
+            log.debug("reading %s-%d from its leader's files failed (%s); forwarding", topic, partition, exc)
+            sibling.stale = True
+            return None
+        if read.num_rows == 0 or any(chunk.true_count for chunk in read.column("transactional").chunks):
+            return None
+        return FetchResult(read, read.column("offset")[-1].as_py() + 1, hw, log_start, lso, from_blocks=True)
 
     async def _forward_fetch(
         self, topic, partition, offset, max_records, max_bytes, timeout_ms, isolation
@@ -151,7 +204,10 @@ class FetchPath:
                     return await asyncio.to_thread(plog.read, offset, end, limit_records, limit_bytes, partition)
             except OffsetBelowHotTier:
                 pass  # local retention removed it meanwhile: the table has it
-        end = min(end, plog.tiered_offset)
+        return await self._read_table(topic, partition, offset, min(end, plog.tiered_offset), limit_records,
+                                      limit_bytes)
+
+    async def _read_table(self, topic, partition, offset, end, limit_records, limit_bytes) -> pa.Table:
         try:
             return self.tables.read(topic, partition, offset, end, limit_records, limit_bytes, cached_only=True)
         except NotCached:

@@ -89,13 +89,17 @@ def process_settings(settings: BrokerSettings, index: int) -> BrokerSettings:
     """Process ``index``'s settings: its broker id and hot logs, the shared client
     listener and an inter-broker listener on a free loopback port of its own."""
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
-    log_dir = settings.log_dir
-    if log_dir and index:
-        log_dir = f"{log_dir.rstrip('/')}-{index}"
+
+    def log_dir(k: int) -> str:
+        if settings.log_dir and k:
+            return f"{settings.log_dir.rstrip('/')}-{k}"
+        return str(dataclasses.replace(settings, broker_id=settings.broker_id + k).hot_log_dir)
+
     return dataclasses.replace(
         settings,
         broker_id=settings.broker_id + index,
-        log_dir=log_dir,
+        log_dir=log_dir(index),
+        request_process_log_dirs={settings.broker_id + k: log_dir(k) for k in range(settings.request_processes)},
         advertised_url=settings.advertised_url or f"http://{host}:{settings.port}",
         listeners=f"{CLIENT_LISTENER}://{host}:{settings.port},{BROKER_LISTENER}://127.0.0.1:{_free_loopback_port()}",
         listener_security_protocol_map=f"{CLIENT_LISTENER}:PLAINTEXT,{BROKER_LISTENER}:PLAINTEXT",

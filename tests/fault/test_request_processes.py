@@ -164,6 +164,52 @@ def test_keyed_records_explicit_partitions_and_groups_work_from_either_process(b
         p: len(vs) for p, vs in expected.items()}
 
 
+def test_a_fetch_is_served_from_the_leading_processs_files_while_that_process_is_frozen(broker_factory):
+    """A fetch reaching the process that does not lead the partition reads the leader's
+    segments itself: with the leader stopped (SIGSTOP), a forwarded fetch could not be
+    answered, yet every connection that reached the other process gets the records, up
+    to the high watermark and no further. A long poll at the end is still forwarded.
+    (The session timeout is long so that the frozen process stays the partition's leader.)"""
+    broker = broker_factory(env={**PROCESSES, "LAKETAIL_BROKER_SESSION_TIMEOUT_MS": "600000"})
+    _wait_for_both(broker)
+    leaders = _topic(broker, "frozen", 2)
+    theirs = next(p for p, b in leaders.items() if b == 1)
+    sent = [f"r{i}".encode() * 30 for i in range(40)]
+    with httpx.Client(base_url=broker.url, timeout=30) as client:
+        for i in range(0, 40, 10):
+            _produce(client, "frozen", [{"value": v} for v in sent[i:i + 10]], partition=theirs)
+    records_path = f"/topics/frozen/partitions/{theirs}/records"
+    child = _request_process(broker)
+    os.kill(child, signal.SIGSTOP)
+    try:
+        answered: list[httpx.Client] = []
+        for _ in range(40):
+            client = httpx.Client(base_url=broker.url, timeout=2, headers={"Accept": BINARY})
+            try:
+                resp = client.get(records_path, params={"offset": 5, "max_records": 100})
+            except httpx.TimeoutException:
+                client.close()  # this connection reached the frozen process
+                continue
+            answered.append(client)
+            assert resp.status_code == 200, resp.text
+            records = resp.json()
+            assert [r["offset"] for r in records] == list(range(5, 40))
+            assert [base64.b64decode(r["value"]) for r in records] == sent[5:]
+            if len(answered) == 3:
+                break
+        assert len(answered) == 3, "no connection reached the running process in 40 tries"
+        try:  # the same connection, so the same process: a long poll at the end needs the leader
+            answered[0].get(records_path, params={"offset": 40, "timeout": 500})
+            raise AssertionError("a fetch at the high watermark was answered without its leader")
+        except httpx.TimeoutException:
+            pass
+        for client in answered:
+            client.close()
+    finally:
+        os.kill(child, signal.SIGCONT)
+    assert [v for _, v in _values(broker, "frozen", theirs)] == sent
+
+
 def test_a_killed_request_process_is_started_again_and_loses_nothing(broker_factory):
     broker = _group(broker_factory)
     leaders = _topic(broker, "survive", 2)

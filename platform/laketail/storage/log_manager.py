@@ -18,15 +18,21 @@ from laketail.clock import Clock
 from laketail.config import TopicConfig
 from laketail.errors import UnknownTopicOrPartition
 from laketail.storage.partition_log import PartitionLog
+from laketail.storage.sibling_log import SharedOffsets, SiblingLogs
 
 #: A segment file nobody wrote or read for this long is closed (reopened on next use).
 IDLE_HANDLE_S = 60.0
 
 
 class LogManager:
-    def __init__(self, log_dir: Path, clock: Clock) -> None:
+    def __init__(self, log_dir: Path, clock: Clock, share_offsets: bool = False) -> None:
         self.log_dir = Path(log_dir)
         self.clock = clock
+        #: publish each log's offsets for the broker's other request processes, which
+        #: then read its records from disk (``storage/sibling_log.py``)
+        self.share_offsets = share_offsets
+        #: the partitions other request processes lead that this one reads: tidied with ours
+        self.siblings: SiblingLogs | None = None
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         #: the same logs by topic, so that a pass over one topic does not walk every partition
         self._by_topic: dict[str, dict[int, PartitionLog]] = {}
@@ -51,6 +57,9 @@ class LogManager:
             tiered_offset=tiered_offset,
             log_start_offset=log_start_offset,
         )
+        if self.share_offsets:
+            plog.shared = SharedOffsets(plog.directory)
+            plog.publish()
         self._logs[(topic, partition)] = plog
         self._by_topic.setdefault(topic, {})[partition] = plog
         return plog
@@ -102,12 +111,15 @@ class LogManager:
 
     def housekeeping(self, now_ms: int) -> None:
         """``flush.ms``, local retention, and closing segment files idle for
-        ``IDLE_HANDLE_S``, for every partition (runs in a worker thread)."""
+        ``IDLE_HANDLE_S``, for every partition, ours and those read from sibling request
+        processes (runs in a worker thread)."""
         idle_since = time.monotonic()
         for plog in list(self._logs.values()):
             plog.flush_if_due(now_ms)
             plog.enforce_local_retention(now_ms)
             plog.release_idle_handles(idle_since, IDLE_HANDLE_S)
+        if self.siblings is not None:
+            self.siblings.tidy(idle_since, IDLE_HANDLE_S)
 
     async def close(self) -> None:
         await asyncio.gather(*(plog.close() for plog in self._logs.values()))

@@ -32,7 +32,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,6 +46,12 @@ from laketail.storage.block_cache import BLOCKS, NotCached
 from laketail.storage.frame import FrameHeader
 from laketail.storage.producer_state import Duplicate, ProducerStateManager
 from laketail.storage.segment import SUFFIX, Segment
+
+if TYPE_CHECKING:
+    from laketail.storage.sibling_log import SharedOffsets
+
+#: the file a leader publishes its offsets in for sibling request processes (sibling_log.py)
+SHARED_OFFSETS_FILE = "offsets.shm"
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +181,9 @@ class PartitionLog:
         # ISR); alone, HW follows LEO after each write.
         self.hw_follows_leo = True
         self.on_append: Callable[["PartitionLog"], None] | None = None
+        #: request-process mode: where this log publishes its offsets for the broker's
+        #: other processes, which read it from disk (``storage/sibling_log.py``)
+        self.shared: "SharedOffsets | None" = None
         self._leo_event: asyncio.Event | None = None
         # Leader-epoch cache: (epoch, first offset appended in it), ascending.
         self.epochs: list[tuple[int, int]] = []
@@ -302,6 +311,7 @@ class PartitionLog:
         """Retention deleted everything below ``offset`` (never moves backwards, never
         past the high watermark)."""
         self.log_start_offset = max(self.log_start_offset, min(offset, self.high_watermark))
+        self.publish()
 
     def mark_tiered(self, offset: int) -> None:
         if offset <= self.tiered_offset:
@@ -310,6 +320,14 @@ class PartitionLog:
         left = self.log_end_offset - offset
         self.untiered_bytes = self.untiered_bytes * left // waiting if waiting > 0 else 0
         self.tiered_offset = offset
+        self.publish()
+
+    def publish(self) -> None:
+        """Tell the broker's other request processes the offsets that bound their reads
+        of this log (nothing to do outside request-process mode)."""
+        if self.shared is not None:
+            self.shared.publish(self.high_watermark, self.last_stable_offset, self.log_start_offset,
+                                self.tiered_offset)
 
     # -- appending -------------------------------------------------------------------------------
 
@@ -375,6 +393,7 @@ class PartitionLog:
             self._leo_event = None
         if self.on_append is not None:
             self.on_append(self)
+        self.publish()
         self._notify()
 
     def _write_on_loop(self, group: list[_PendingAppend]) -> list[int | Exception] | None:
@@ -569,6 +588,7 @@ class PartitionLog:
         hw = min(hw, self.log_end_offset)
         if hw > self.high_watermark:
             self.high_watermark = hw
+            self.publish()
             self._notify()
 
     async def wait_for_leo(self, offset: int, timeout_s: float) -> None:
@@ -746,39 +766,12 @@ class PartitionLog:
         the next fetches from the same frame only slice it; ``cached_only=True`` raises
         :class:`NotCached` instead of reading a frame from disk (the caller then reads
         in a worker thread). A reader that reads everything once uses :meth:`read_once`."""
-        end = min(end, self.high_watermark)
         partition = self.partition if partition is None else partition
-        frames = ((header, (segment, position))
-                  for segment in self._segments_for(start, end)
-                  for header, position in segment.headers(segment.position_for(start), segment.size,
-                                                          after=start, cached=True))
-        batches = [self._record_batch(segment, header, position, partition, cached_only).slice(lo, rows)
-                   for header, (segment, position), lo, rows in _window(frames, start, end, max_records, max_bytes)]
-        return pa.Table.from_batches(batches, RECORD_SCHEMA)
+        return read_segments(self._segments, start, min(end, self.high_watermark), max_records, max_bytes,
+                             partition, cached_only)
 
     def _segments_for(self, start: int, end: int) -> list[Segment]:
-        """The segments holding ``[start, end)`` (none when the range is empty); raises
-        :class:`OffsetBelowHotTier` when ``start`` is below the first one."""
-        segments = self._segments
-        if start >= end:
-            return []
-        if start < segments[0].base_offset:
-            raise OffsetBelowHotTier(start)
-        i = bisect.bisect_right([s.base_offset for s in segments], start) - 1
-        return [s for s in segments[i:] if s.base_offset < end]
-
-    @staticmethod
-    def _record_batch(segment: Segment, header: FrameHeader, position: int, partition: int,
-                      cached_only: bool = False) -> pa.RecordBatch:
-        key = (segment.cache_key, position, partition)
-        batch = BLOCKS.get(key)
-        if batch is None:
-            if cached_only:
-                raise NotCached(header.base_offset)
-            batch = to_record_batch(segment.read_batch(header, position), partition,
-                                    header.base_offset, header.leader_epoch)
-            BLOCKS.put(key, batch, header.length + 16 * header.record_count)
-        return batch
+        return _segments_for(self._segments, start, end)
 
     def read_once(self, start: int, end: int, max_records: int, max_bytes: int) -> pa.Table:
         """The records :meth:`read` would return, for a reader that reads each record
@@ -872,6 +865,9 @@ class PartitionLog:
     async def close(self) -> None:
         if self._writer is not None:
             await asyncio.gather(self._writer, return_exceptions=True)
+        if self.shared is not None:
+            self.shared.withdraw()
+            self.shared = None
         if self.producer_state.producers or self.producer_state.markers:
             try:
                 self.write_producer_snapshot()
@@ -892,10 +888,48 @@ class PartitionLog:
         for segment in self._segments:
             segment.path.unlink(missing_ok=True)
         self._snapshot_path.unlink(missing_ok=True)
+        (self.directory / SHARED_OFFSETS_FILE).unlink(missing_ok=True)
         try:
             self.directory.rmdir()
         except OSError:
             pass
+
+
+def read_segments(segments: list[Segment], start: int, end: int, max_records: int, max_bytes: int,
+                  partition: int, cached_only: bool = False) -> pa.Table:
+    """:meth:`PartitionLog.read` over ``segments`` (``end`` already bounded by the high
+    watermark): also how a request process reads a sibling's segments."""
+    frames = ((header, (segment, position))
+              for segment in _segments_for(segments, start, end)
+              for header, position in segment.headers(segment.position_for(start), segment.size,
+                                                      after=start, cached=True))
+    batches = [_record_batch(segment, header, position, partition, cached_only).slice(lo, rows)
+               for header, (segment, position), lo, rows in _window(frames, start, end, max_records, max_bytes)]
+    return pa.Table.from_batches(batches, RECORD_SCHEMA)
+
+
+def _segments_for(segments: list[Segment], start: int, end: int) -> list[Segment]:
+    """The segments holding ``[start, end)`` (none when the range is empty); raises
+    :class:`OffsetBelowHotTier` when ``start`` is below the first one."""
+    if start >= end:
+        return []
+    if start < segments[0].base_offset:
+        raise OffsetBelowHotTier(start)
+    i = bisect.bisect_right([s.base_offset for s in segments], start) - 1
+    return [s for s in segments[i:] if s.base_offset < end]
+
+
+def _record_batch(segment: Segment, header: FrameHeader, position: int, partition: int,
+                  cached_only: bool = False) -> pa.RecordBatch:
+    key = (segment.cache_key, position, partition)
+    batch = BLOCKS.get(key)
+    if batch is None:
+        if cached_only:
+            raise NotCached(header.base_offset)
+        batch = to_record_batch(segment.read_batch(header, position), partition,
+                                header.base_offset, header.leader_epoch)
+        BLOCKS.put(key, batch, header.length + 16 * header.record_count)
+    return batch
 
 
 def _headers(segment: Segment, position: int, limit: int):

@@ -56,7 +56,7 @@ class RecoveryReport:
 
 
 class Segment:
-    def __init__(self, path: Path, base_offset: int, created_ms: int) -> None:
+    def __init__(self, path: Path, base_offset: int, created_ms: int, writable: bool = True) -> None:
         self.path = path
         self.base_offset = base_offset
         self.next_offset = base_offset
@@ -75,6 +75,7 @@ class Segment:
         self._fd_lock = threading.Lock()  # guards _fd_open, _users, _closed
         self._users = 0  # I/O calls holding the descriptor right now
         self._closed = False
+        self._flags = os.O_RDWR | os.O_CREAT | os.O_APPEND if writable else os.O_RDONLY
         self.last_used = time.monotonic()
         with self._using():  # creates the file now; release() closes it until the next use
             pass
@@ -89,7 +90,7 @@ class Segment:
             if fd is None:
                 if self._closed:  # never recreate a closed (perhaps deleted) segment's file
                     raise OSError(errno.EBADF, f"segment {self.path.name} is closed")
-                fd = self._fd_open = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+                fd = self._fd_open = os.open(self.path, self._flags, 0o644)
             self._users += 1
             self.last_used = time.monotonic()
         try:
@@ -169,6 +170,31 @@ class Segment:
         seg.size = pos
         seg.next_offset = expected
         return seg, RecoveryReport(pos, truncated, frames, reason)
+
+    @classmethod
+    def follow(cls, path: Path) -> "Segment":
+        """Another process's segment, read-only, its frames tracked by :meth:`extend`
+        only (a request process reading a sibling's hot log: ``storage/sibling_log.py``).
+        Never creates, truncates or writes the file; FileNotFoundError when it is gone."""
+        return cls(path, int(path.name[: -len(SUFFIX)]), int(path.stat().st_mtime * 1000), writable=False)
+
+    def extend(self, end_offset: int) -> None:
+        """Track the frames written after :attr:`size` whose records all lie below
+        ``end_offset`` (a followed segment: the writer's high watermark, so every such
+        frame is whole). ValueError when the file shrank under us: the writer replaced
+        what we tracked."""
+        with self._using() as fd:
+            file_size = os.fstat(fd).st_size
+        if file_size < self.size:
+            raise ValueError(f"{self.path} shrank from {self.size} to {file_size} bytes")
+        while self.next_offset < end_offset and self.size + frame.HEADER_SIZE <= file_size:
+            header = self.read_header(self.size)
+            if header.base_offset != self.next_offset or header.next_offset > end_offset:
+                break
+            if self.size + header.size > file_size:
+                break
+            self._track(header, self.size)
+            self.size += header.size
 
     # -- writing ----------------------------------------------------------------------------
 
