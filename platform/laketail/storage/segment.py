@@ -112,9 +112,12 @@ class Segment:
             pass
         return True
 
-    def release(self) -> None:
-        """Close the descriptor now if no call holds it (after recovery, at close)."""
+    def release(self) -> bool:
+        """Close the descriptor now if no call holds it (after recovery, at close); True
+        when none is left open."""
         self.release_if_idle(float("inf"), 0.0)
+        with self._fd_lock:
+            return self._fd_open is None
 
     # -- opening and recovery -------------------------------------------------------------
 

@@ -122,6 +122,8 @@ class SiblingLog:
         self.stale = False
         self._map = mapped
         self._segments: list[Segment] = []
+        #: segments no longer followed whose descriptor a read still held: released later
+        self._retired: list[Segment] = []
         self._lock = threading.Lock()  # one lister or extender at a time
 
     def offsets(self) -> PublishedOffsets | None:
@@ -163,6 +165,7 @@ class SiblingLog:
         with self._lock:
             if self._segments:
                 self._segments = self._list()
+            self._retired = [segment for segment in self._retired if not segment.release()]
         for segment in self._segments:
             segment.release_if_idle(now, idle_s)
 
@@ -180,16 +183,19 @@ class SiblingLog:
                 except FileNotFoundError:  # deleted by local retention since the listing
                     continue
             segments.append(segment)
-        for gone in known.values():
-            gone.close()
+        # Released, not closed: a read in another thread may hold one's descriptor, and
+        # closing it under the read could hand its number to another file.
+        self._retired += [gone for gone in known.values() if not gone.release()]
         if not segments:
             raise FileNotFoundError(f"no segments in {self.directory}")
         return segments
 
     def close(self) -> None:
-        for segment in self._segments:
-            segment.close()
-        self._segments = []
+        """Stop following (on the event loop): descriptors a worker thread's read still
+        holds stay open rather than close under it."""
+        for segment in self._segments + self._retired:
+            segment.release()
+        self._segments, self._retired = [], []
         self._map.close()
 
 
