@@ -209,6 +209,19 @@ def test_a_fetch_is_served_from_the_leading_processs_files_while_that_process_is
         os.kill(child, signal.SIGCONT)
     assert [v for _, v in _values(broker, "frozen", theirs)] == sent
 
+    # Deleted and created again under the same name: no process serves the old records
+    # (the one that read the old log's files must notice they are gone).
+    resp = _fresh(broker, "DELETE", broker.rest.v3("/topics/frozen"))
+    assert resp.status_code == 204, resp.text
+    wait_until(lambda: all(_fresh(broker, "GET", "/topics/frozen", headers={"Accept": V2}).status_code == 404
+                           for _ in range(6)), "every process to forget the deleted topic")
+    theirs = next(p for p, b in _topic(broker, "frozen", 2).items() if b == 1)
+    again = [f"again-{i}".encode() for i in range(7)]
+    with httpx.Client(base_url=broker.url, timeout=30) as client:
+        _produce(client, "frozen", [{"value": v} for v in again], partition=theirs)
+    for _ in range(12):  # fresh connections: both processes, each reading its own way
+        assert [v for _, v in _values(broker, "frozen", theirs)] == again
+
 
 def test_a_killed_request_process_is_started_again_and_loses_nothing(broker_factory):
     broker = _group(broker_factory)
