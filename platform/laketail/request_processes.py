@@ -32,8 +32,12 @@ The first process (the one ``serve`` started) supervises the others
 ``kill -9`` it takes them along (:mod:`laketail.parent_death`); ``serve`` again starts
 all of them on the same ids and directories.
 
-Not split yet: explicit ``listeners`` (TLS, SASL), which ``serve`` refuses to combine
-with more than one process, and port 0 (every process must bind the same port).
+Explicit ``listeners`` (TLS, SASL) are split the same way: every configured listener,
+the configured inter-broker one included, becomes a client listener all the processes
+bind, and each process adds its loopback listener for its peers (``BROKER``, or
+``REQUEST_PROCESSES`` when the configuration names one ``BROKER``). Request processes
+are one machine's broker: brokers on other machines cannot reach those loopback
+listeners. Not split: port 0 (every process must bind the same ports).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from collections.abc import Callable
 from laketail.config import BrokerSettings
 from laketail.errors import InvalidConfig
 from laketail.parent_death import die_with_parent_preexec
+from laketail.security.listeners import parse_entries
 
 log = logging.getLogger("laketail.request_processes")
 
@@ -67,6 +72,8 @@ HEALTHY_AFTER_S = 30.0
 
 CLIENT_LISTENER = "CLIENT"
 BROKER_LISTENER = "BROKER"
+#: the processes' own inter-broker listener when the configured listeners use BROKER
+PEER_LISTENER = "REQUEST_PROCESSES"
 
 
 def check(settings: BrokerSettings) -> None:
@@ -76,35 +83,47 @@ def check(settings: BrokerSettings) -> None:
         raise InvalidConfig(f"laketail.request.processes={n}: between 1 and {MAX_PROCESSES}")
     if n == 1:
         return
-    if settings.listeners:
-        raise InvalidConfig(
-            "laketail.request.processes > 1 splits the default listener (host and port) only; "
-            "explicit listeners (TLS, SASL) are served by one process"
-        )
-    if settings.port == 0:
-        raise InvalidConfig("laketail.request.processes > 1 needs a fixed port: every process binds the same one")
+    ports = [port for _, _, port in parse_entries(settings.listeners, "listeners")] if settings.listeners else [
+        settings.port]
+    if 0 in ports:
+        raise InvalidConfig("laketail.request.processes > 1 needs fixed ports: every process binds the same ones")
 
 
 def process_settings(settings: BrokerSettings, index: int) -> BrokerSettings:
     """Process ``index``'s settings: its broker id and hot logs, the shared client
     listener and an inter-broker listener on a free loopback port of its own."""
-    host = f"[{settings.host}]" if ":" in settings.host else settings.host
-
     def log_dir(k: int) -> str:
         if settings.log_dir and k:
             return f"{settings.log_dir.rstrip('/')}-{k}"
         return str(dataclasses.replace(settings, broker_id=settings.broker_id + k).hot_log_dir)
 
-    return dataclasses.replace(
+    own = dataclasses.replace(
         settings,
         broker_id=settings.broker_id + index,
         log_dir=log_dir(index),
         request_process_log_dirs={settings.broker_id + k: log_dir(k) for k in range(settings.request_processes)},
-        advertised_url=settings.advertised_url or f"http://{host}:{settings.port}",
-        listeners=f"{CLIENT_LISTENER}://{host}:{settings.port},{BROKER_LISTENER}://127.0.0.1:{_free_loopback_port()}",
-        listener_security_protocol_map=f"{CLIENT_LISTENER}:PLAINTEXT,{BROKER_LISTENER}:PLAINTEXT",
-        inter_broker_listener_name=BROKER_LISTENER,
         inter_broker_secret=settings.inter_broker_secret or secrets.token_urlsafe(32),
+    )
+    peer = f"://127.0.0.1:{_free_loopback_port()}"
+    if not settings.listeners:
+        host = f"[{settings.host}]" if ":" in settings.host else settings.host
+        return dataclasses.replace(
+            own,
+            advertised_url=settings.advertised_url or f"http://{host}:{settings.port}",
+            listeners=f"{CLIENT_LISTENER}://{host}:{settings.port},{BROKER_LISTENER}{peer}",
+            listener_security_protocol_map=f"{CLIENT_LISTENER}:PLAINTEXT,{BROKER_LISTENER}:PLAINTEXT",
+            inter_broker_listener_name=BROKER_LISTENER,
+        )
+    # Explicit listeners (TLS, SASL): every one of them is a client listener that all the
+    # processes bind, and the processes reach one another on a loopback listener each.
+    names = {name for name, _, _ in parse_entries(settings.listeners, "listeners")}
+    name = BROKER_LISTENER if BROKER_LISTENER not in names else PEER_LISTENER
+    protocols = settings.listener_security_protocol_map.strip().rstrip(",")
+    return dataclasses.replace(
+        own,
+        listeners=f"{settings.listeners.strip().rstrip(',')},{name}{peer}",
+        listener_security_protocol_map=f"{protocols},{name}:PLAINTEXT" if protocols else f"{name}:PLAINTEXT",
+        inter_broker_listener_name=name,
     )
 
 

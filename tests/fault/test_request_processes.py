@@ -296,9 +296,10 @@ def _serve_error(tmp_path: Path, *args: str, env: dict[str, str] | None = None) 
 
 
 def test_serve_refuses_request_processes_it_cannot_split(tmp_path):
-    assert "needs a fixed port" in _serve_error(tmp_path, "--processes", "2", "--port", "0")
+    assert "needs fixed ports" in _serve_error(tmp_path, "--processes", "2", "--port", "0")
     err = _serve_error(tmp_path, "--processes", "2", env={
-        "LAKETAIL_LISTENERS": "PLAINTEXT://127.0.0.1:0"})
-    assert "explicit listeners" in err, err
+        "LAKETAIL_LISTENERS": "PLAINTEXT://127.0.0.1:8082,OTHER://127.0.0.1:0",
+        "LAKETAIL_LISTENER_SECURITY_PROTOCOL_MAP": "OTHER:PLAINTEXT", "LAKETAIL_INTER_BROKER_LISTENER_NAME": "OTHER"})
+    assert "needs fixed ports" in err, err
     assert "--processes" in _serve_error(tmp_path, "--processes", "0")
     assert "laketail.request.processes=99" in _serve_error(tmp_path, env={"LAKETAIL_REQUEST_PROCESSES": "99"})
