@@ -17,6 +17,10 @@ uvicorn's httptools protocol with three rules on top:
 * ``max.connections`` (Kafka's key) -- a connection accepted while this many are open
   is closed at once.
 
+With request processes, a client listener's protocol also keeps the processes'
+connection counts even (:class:`laketail.request_processes.ConnectionBoard`): a process
+holding more than its share answers one request with ``Connection: close``.
+
 :func:`guarded_protocol` binds the three values from the broker's settings into a
 subclass that ``uvicorn.Config(http=...)`` takes. Thread-safety: each protocol object
 lives on the event loop thread, like uvicorn's own.
@@ -37,6 +41,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 if TYPE_CHECKING:
     from laketail.config import BrokerSettings
+    from laketail.request_processes import ConnectionBoard
 
 log = logging.getLogger("laketail.api.connections")
 
@@ -48,8 +53,13 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     body_timeout_s: float = 30.0
     max_connections: int = 1000
 
+    #: request-process mode, client listeners: the processes' connection counts
+    board: "ConnectionBoard | None" = None
+
     _read_timer: asyncio.TimerHandle | None = None
     _tls: dict | None = None  # the ASGI TLS extension of this connection (TLS listeners only)
+    _counted = False  # on the board
+    _rebalancing = False  # this connection's last response said Connection: close for the board
 
     # -- the connection --------------------------------------------------------------
 
@@ -60,6 +70,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                         self._peer(), self.max_connections)
             transport.close()
             return
+        if self.board is not None:
+            self.board.opened()
+            self._counted = True
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None:
             from laketail.security.ssl_principal import subject_name
@@ -72,6 +85,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._counted and self.board is not None:
+            self._counted = False
+            self.board.closed(self._rebalancing)
         super().connection_lost(exc)
 
     # -- parser callbacks: where a request stands ------------------------------------
@@ -86,6 +102,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
         self._arm(self.body_timeout_s, "a byte of its body")
+        board = self.board
+        if board is not None and self.cycle.keep_alive and board.over_share():
+            # This process holds more than its share of the connections: this answer
+            # closes one, and the client's next connection lands where the kernel puts it.
+            self.cycle.keep_alive = False
+            board.closing = self._rebalancing = True
 
     def on_body(self, body: bytes) -> None:
         super().on_body(body)
@@ -122,10 +144,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         return "%s:%d" % client if client else "?"
 
 
-def guarded_protocol(settings: "BrokerSettings") -> type[GuardedHttpProtocol]:
-    """:class:`GuardedHttpProtocol` with the broker's timeouts and connection limit."""
+def guarded_protocol(settings: "BrokerSettings", board: "ConnectionBoard | None" = None) -> type[GuardedHttpProtocol]:
+    """:class:`GuardedHttpProtocol` with the broker's timeouts and connection limit (and,
+    on the client listeners of request processes, their connection board)."""
     return type("GuardedHttpProtocol", (GuardedHttpProtocol,), {
         "header_timeout_s": settings.request_header_timeout_ms / 1000.0,
         "body_timeout_s": settings.request_body_timeout_ms / 1000.0,
         "max_connections": settings.max_connections,
+        "board": board,
     })

@@ -28,7 +28,7 @@ from laketail.api.authentication import Authenticate
 from laketail.api.connections import guarded_protocol
 from laketail.config import BrokerSettings
 from laketail.errors import InvalidConfig
-from laketail.request_processes import shared_socket
+from laketail.request_processes import ConnectionBoard, shared_socket
 from laketail.security.authenticator import Authenticator
 from laketail.security.listeners import Listener, ListenerPlan, listener_plan
 
@@ -88,6 +88,7 @@ def wrap(app: ASGIApp, settings: BrokerSettings, plan: ListenerPlan) -> list[tup
 
 def listener_servers(app: ASGIApp, settings: BrokerSettings, *, log_level: str = "info") -> list[ListenerServer]:
     plan = listener_plan(settings)
+    board = ConnectionBoard.of(settings)  # request processes: one per process, for its client listeners
     servers = []
     for i, (lst, served) in enumerate(wrap(app, settings, plan)):
         tls: dict[str, Any] = {}
@@ -105,7 +106,8 @@ def listener_servers(app: ASGIApp, settings: BrokerSettings, *, log_level: str =
             log_level=log_level,
             access_log=False,  # laketail's own (create_app's access_log) has duration and principal
             lifespan="on" if i == 0 else "off",
-            http=guarded_protocol(settings),  # read deadlines, max.connections, client certificates
+            http=guarded_protocol(settings, None if lst.inter_broker else board),  # read deadlines,
+            # max.connections, client certificates, connections spread evenly over request processes
             timeout_keep_alive=settings.connections_max_idle_ms / 1000,
             **tls,
         )

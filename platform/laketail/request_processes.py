@@ -44,14 +44,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import mmap
 import os
 import secrets
 import signal
 import socket
+import struct
 import subprocess
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from laketail.config import BrokerSettings
 from laketail.errors import InvalidConfig
@@ -231,3 +234,82 @@ def child_env(settings: BrokerSettings) -> dict[str, str]:
     env["LAKETAIL_INTER_BROKER_SECRET"] = settings.inter_broker_secret
     return env
 
+
+
+class ConnectionBoard:
+    """How many client connections each request process holds, in a file every process
+    maps (``DATA/request-processes/broker-<first id>.connections``): a slot per process of
+    its pid and its count, each written only by its own process.
+
+    The kernel's ``SO_REUSEPORT`` hash spreads connections evenly only when there are
+    many. A client keeps its connection for as long as it runs (a producer, a consumer,
+    wrk's 8), so a few clients can end up mostly on one process while another idles.
+    When a process holds more than its share of the live processes' connections, it
+    answers the next request on one of them with ``Connection: close``; the client
+    connects again, and the kernel places it anew. One such close at a time per process,
+    so the connections move one by one until no process holds more than its share.
+    Thread-safety: event loop thread only (each process writes its own slot)."""
+
+    _SLOT = struct.Struct("<qq")  # pid, open connections
+
+    def __init__(self, path: Path, index: int, processes: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            size = self._SLOT.size * processes
+            if os.fstat(fd).st_size < size:
+                os.ftruncate(fd, size)
+            self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self.index = index
+        self.processes = processes
+        self.mine = 0
+        self.closing = False  # a Connection: close is under way; wait for it before another
+        self._pid = os.getpid()
+        self._write()
+
+    @classmethod
+    def of(cls, settings: BrokerSettings) -> "ConnectionBoard | None":
+        """This request process's board; None outside request-process mode."""
+        ids = sorted(settings.request_process_log_dirs)
+        if len(ids) < 2:
+            return None
+        path = Path(settings.data) / "request-processes" / f"broker-{ids[0]}.connections"
+        return cls(path, ids.index(settings.broker_id), len(ids))
+
+    def _write(self) -> None:
+        self._SLOT.pack_into(self._map, self.index * self._SLOT.size, self._pid, self.mine)
+
+    def opened(self) -> None:
+        self.mine += 1
+        self._write()
+
+    def closed(self, was_closing: bool) -> None:
+        self.mine -= 1
+        if was_closing:
+            self.closing = False
+        self._write()
+
+    def over_share(self) -> bool:
+        """Whether this process holds more connections than its share of the live
+        processes' (and no close is under way already)."""
+        if self.closing:
+            return False
+        slots = [self._SLOT.unpack_from(self._map, k * self._SLOT.size) for k in range(self.processes)]
+        if self.mine <= -(-sum(max(0, count) for _, count in slots) // self.processes):
+            return False  # the common answer, without a system call
+        live = [max(0, count) for k, (pid, count) in enumerate(slots) if k == self.index or _alive(pid)]
+        return self.mine > -(-sum(live) // len(live))  # a process that exited holds nothing now
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import os
 import signal
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -221,6 +222,36 @@ def test_a_fetch_is_served_from_the_leading_processs_files_while_that_process_is
         _produce(client, "frozen", [{"value": v} for v in again], partition=theirs)
     for _ in range(12):  # fresh connections: both processes, each reading its own way
         assert [v for _, v in _values(broker, "frozen", theirs)] == again
+
+
+def _board(broker) -> list[tuple[int, int]]:
+    """The request processes' connection board: (pid, client connections) per process."""
+    raw = (broker.data_dir / "request-processes" / "broker-0.connections").read_bytes()
+    return [struct.unpack_from("<qq", raw, 16 * k) for k in range(2)]
+
+
+def test_a_processs_extra_connections_move_until_each_holds_its_share(broker_factory):
+    """Eight keep-alive clients, as wrk's eight connections: however the kernel first
+    spreads them, a process holding more than half answers with Connection: close until
+    each process holds four. The clients notice nothing but a new connection."""
+    broker = _group(broker_factory)
+    child = _request_process(broker)
+    clients = [httpx.Client(base_url=broker.url, timeout=30) for _ in range(8)]
+    try:
+        seen = []
+        for _ in range(200):
+            for client in clients:
+                resp = client.get("/brokers")
+                assert resp.status_code == 200 and resp.json()["brokers"] == [0, 1]
+            seen.append([count for _, count in _board(broker)])
+            if seen[-1] == [4, 4]:
+                break
+        assert seen[-1] == [4, 4], f"connections per process after {len(seen)} rounds: {seen[:3]} ... {seen[-3:]}"
+        assert [pid for pid, _ in _board(broker)] == [broker.proc.pid, child]
+    finally:
+        for client in clients:
+            client.close()
+    wait_until(lambda: [count for _, count in _board(broker)] == [0, 0], "the closed connections to leave the board")
 
 
 def test_a_killed_request_process_is_started_again_and_loses_nothing(broker_factory):
