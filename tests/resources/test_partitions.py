@@ -68,10 +68,13 @@ def test_partitions_without_traffic_hold_no_file_handles(broker, make_topic):
 def test_the_tierer_reads_nothing_for_a_topic_whose_table_did_not_move(tmp_path):
     """Every table.flush.interval.ms the tierer follows each topic's table; for an idle
     topic it used to read two Delta transactions per partition each time (500 idle
-    partitions: a fifth of a CPU)."""
+    partitions: a fifth of a CPU). Its own commits do not make it read either: only
+    another writer's."""
     import asyncio
 
     import pyarrow as pa
+    from deltalake import DeltaTable
+    from deltalake.transaction import CommitProperties, Transaction
 
     from laketail.broker import Broker
     from laketail.config import load_settings
@@ -98,9 +101,18 @@ def test_the_tierer_reads_nothing_for_a_topic_whose_table_did_not_move(tmp_path)
 
             batch = pa.RecordBatch.from_pydict({"value": [b"v"], "partition": pa.array([3], pa.int32())})
             await broker.produce("idle", batch)
-            await broker.tierer.tier_now("idle")  # a commit: the table moved
+            await broker.tierer.tier_now("idle")  # the tierer's own commit: its answer says what it holds
+            await broker.tierer._follow_table("idle")
+            assert reads == []
+
+            # Another writer's commit (retention moving partition 3's log start): read again.
+            dt = DeltaTable(tables.table_uri("idle"))
+            dt.create_write_transaction([], mode="append", schema=dt.schema(), partition_by=["partition"],
+                                        commit_properties=CommitProperties(
+                                            app_transactions=[Transaction("laketail.logstart.3", 1)]))
             await broker.tierer._follow_table("idle")
             assert sorted(reads) == list(range(8))
+            assert broker.logs.get("idle", 3).log_start_offset == 1
         finally:
             await broker.close()
 
