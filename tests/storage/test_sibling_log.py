@@ -126,12 +126,14 @@ def test_a_reader_in_another_process_sees_each_published_set_whole(tmp_path):
     shared = SharedOffsets(plog.directory)
     reader = textwrap.dedent(f"""
         import sys
+        import time
         from pathlib import Path
         from laketail.storage.sibling_log import _read, map_published
         mapped = map_published(Path({str(plog.directory)!r}))
         print("ready", flush=True)
         seen = 0
-        while True:
+        give_up = time.monotonic() + 120  # never outlive a failed test
+        while time.monotonic() < give_up:
             values = _read(mapped)
             if values is None:
                 continue
@@ -144,11 +146,15 @@ def test_a_reader_in_another_process_sees_each_published_set_whole(tmp_path):
     """)
     shared.publish(10, 9, 8, 7)
     child = subprocess.Popen([sys.executable, "-c", reader], stdout=subprocess.PIPE, env=dict(os.environ))
-    assert child.stdout is not None and child.stdout.readline() == b"ready\n"
-    for hw in range(11, 200_000):
-        shared.publish(hw, hw - 1, hw - 2, hw - 3)
-    shared.publish(10**9, 10**9 - 1, 10**9 - 2, 10**9 - 3)
-    out, _ = child.communicate(timeout=60)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        for hw in range(11, 200_000):
+            shared.publish(hw, hw - 1, hw - 2, hw - 3)
+        shared.publish(10**9, 10**9 - 1, 10**9 - 2, 10**9 - 3)
+        out, _ = child.communicate(timeout=60)
+    finally:
+        child.kill()
+        child.wait()
     assert child.returncode == 0
     assert int(out) > 0
     shared.withdraw()
