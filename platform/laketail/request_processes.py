@@ -235,7 +235,6 @@ def child_env(settings: BrokerSettings) -> dict[str, str]:
     return env
 
 
-
 class ConnectionBoard:
     """How many client connections each request process holds, in a file every process
     maps (``DATA/request-processes/broker-<first id>.connections``): a slot per process of
