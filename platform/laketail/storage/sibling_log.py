@@ -35,11 +35,13 @@ import pyarrow as pa
 
 from laketail.storage.block_cache import NotCached
 from laketail.storage.partition_log import SHARED_OFFSETS_FILE, OffsetBelowHotTier, read_segments
-from laketail.storage.segment import SUFFIX, Segment
+from laketail.storage.segment import SUFFIX, Segment, segment_path
 
 log = logging.getLogger(__name__)
 
 _SIZE = 64
+#: how often the segments local retention deleted are let go (their disk space with them)
+TIDY_EVERY_S = 10.0
 _VALUES = struct.Struct("<qqqq")  # at byte 8, after the sequence number
 _SEQ = struct.Struct("<Q")
 
@@ -142,9 +144,7 @@ class SiblingLog:
         if not segments or segments[-1].next_offset < end:
             if cached_only:
                 raise NotCached(start)
-            segments = self._catch_up(end)
-            if start < segments[0].base_offset:
-                raise OffsetBelowHotTier(start)
+            segments = self._catch_up(end)  # read_segments raises OffsetBelowHotTier below them
         return read_segments(segments, start, end, max_records, max_bytes, partition, cached_only)
 
     def _catch_up(self, end: int) -> list[Segment]:
@@ -179,7 +179,7 @@ class SiblingLog:
             segment = known.pop(base, None)
             if segment is None:
                 try:
-                    segment = Segment.follow(self.directory / f"{base:020d}{SUFFIX}")
+                    segment = Segment.follow(segment_path(self.directory, base))
                 except FileNotFoundError:  # deleted by local retention since the listing
                     continue
             segments.append(segment)
@@ -216,6 +216,7 @@ class SiblingLogs:
         #: every request process's hot log directory, by its broker id
         self.log_dirs = log_dirs
         self._logs: dict[tuple[str, int], SiblingLog] = {}
+        self._tidied = float("-inf")  # monotonic time of the last tidy
 
     def get(self, leader: int, topic: str, partition: int) -> SiblingLog | None:
         key = (topic, partition)
@@ -234,7 +235,12 @@ class SiblingLogs:
         return sibling
 
     def tidy(self, now: float, idle_s: float) -> None:
-        """:meth:`SiblingLog.tidy` for every partition followed (a worker thread)."""
+        """:meth:`SiblingLog.tidy` for every partition followed (a worker thread), at most
+        every :data:`TIDY_EVERY_S`: housekeeping runs each second, and each tidy lists every
+        followed partition's folder."""
+        if now - self._tidied < TIDY_EVERY_S:
+            return
+        self._tidied = now
         for sibling in list(self._logs.values()):
             try:
                 sibling.tidy(now, idle_s)
