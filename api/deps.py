@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import TYPE_CHECKING, Annotated, Any, Mapping
@@ -347,11 +348,24 @@ def check_json_depth(doc: Any, what: str = "request body") -> None:
 _CONTAINERS = {dict, list}
 
 
+def binary_bytes(column: pa.Array) -> int:
+    """The bytes a binary column's values hold, from its offsets (nulls hold none)."""
+    if not len(column):
+        return 0
+    offsets = column.buffers()[1]
+    (first,) = struct.unpack_from("<i", offsets, 4 * column.offset)
+    (last,) = struct.unpack_from("<i", offsets, 4 * (column.offset + len(column)))
+    return last - first
+
+
 @dataclass
 class Records:
-    """A decoded produce request, column by column (``None`` = column absent)."""
+    """A decoded produce request, column by column (``None`` = column absent).
 
-    values: list[bytes | None] = field(default_factory=list)
+    ``values`` is a list, or already an Arrow binary column (a values-only v2 body,
+    :func:`laketail.api.routes.produce.values_only_records`)."""
+
+    values: list[bytes | None] | pa.Array = field(default_factory=list)
     keys: list[bytes | None] | None = None
     headers: list[list[tuple[str, bytes | None]] | None] | None = None
     partitions: list[int | None] | None = None
@@ -360,27 +374,19 @@ class Records:
     def __len__(self) -> int:
         return len(self.values)
 
-    def sizes(self) -> list[int]:
-        """Each record's size as ``max.message.bytes`` counts it (key + value + headers)."""
-        keys = self.keys or [None] * len(self.values)
-        out = []
-        for i, (k, v) in enumerate(zip(keys, self.values)):
-            size = (len(k) if k else 0) + (len(v) if v else 0)
-            if self.headers is not None and self.headers[i]:
-                for hk, hv in self.headers[i]:
-                    size += len(hk.encode("utf-8")) + (len(hv) if hv else 0)
-            out.append(size)
-        return out
-
     def payload_bytes(self) -> int:
-        total = sum(map(len, filter(None, self.values)))
+        if isinstance(self.values, pa.Array):
+            total = binary_bytes(self.values)
+        else:
+            total = sum(map(len, filter(None, self.values)))
         if self.keys is not None:
             total += sum(map(len, filter(None, self.keys)))
         return total
 
     def to_batch(self) -> pa.RecordBatch:
         """One Arrow batch with ``PRODUCE_SCHEMA``'s column names and types."""
-        arrays = [pa.array(self.values, pa.binary())]
+        values = self.values
+        arrays = [values if isinstance(values, pa.Array) else pa.array(values, pa.binary())]
         names = ["value"]
         if self.keys is not None:
             arrays.append(pa.array(self.keys, pa.binary()))

@@ -28,7 +28,10 @@ import re
 from datetime import datetime, timezone
 from typing import Any, Literal
 
+import numpy as np
 import orjson
+import pyarrow as pa
+import pybase64
 
 from laketail.bounds import timestamp_ms
 from laketail.errors import InvalidRecord, NotAcceptable, UnsupportedMediaType
@@ -135,6 +138,70 @@ def b64decode(text: Any, what: str) -> bytes:
         except (binascii.Error, ValueError):
             pass
     raise InvalidRecord(f"{what} is not valid base64")
+
+
+_EQUALS, _A = ord("="), ord("A")
+_b64 = pybase64.b64decode
+
+#: From this many texts :func:`b64_column` decodes them joined, in one call; below it,
+#: one call each costs less than the numpy work around the joined call (measured here:
+#: even at about 400 texts of 136 characters).
+ONE_CALL_FROM = 400
+
+
+def b64_column(texts: list[bytes]) -> pa.BinaryArray | None:
+    """Padded base64 texts decoded into one binary column, or ``None`` when any is not
+    what ``a2b_base64(text, strict_mode=True)`` accepts (the caller then decodes them
+    one by one and names the bad one).
+
+    pybase64 decodes with SIMD and validates as strictly; its per-call cost (about
+    0.2 us) is what is left, so many texts are joined and decoded by one call
+    (:func:`b64_joined`)."""
+    if len(texts) >= ONE_CALL_FROM:
+        return b64_joined(texts)
+    try:
+        return pa.array([_b64(t, None, True) for t in texts], pa.binary())
+    except (binascii.Error, ValueError):
+        return None
+
+
+def b64_joined(texts: list[bytes]) -> pa.BinaryArray | None:
+    """:func:`b64_column` by one pybase64 call over the joined texts. Only the last one
+    or two characters of each text may be ``=``: those are decoded as ``A`` and the bytes
+    they gave dropped afterwards. Any other ``=``, or any character outside the
+    alphabet, fails the validation."""
+    n = len(texts)
+    lens = np.array(list(map(len, texts)), np.int64)
+    if (lens & 3).any():
+        return None
+    joined = bytearray().join(texts)
+    chars = np.frombuffer(joined, np.uint8)
+    ends = np.cumsum(lens)[lens > 0]
+    last = chars[ends - 1] == _EQUALS
+    second = last & (chars[ends - 2] == _EQUALS)
+    chars[ends[last] - 1] = _A
+    chars[ends[second] - 2] = _A
+    try:
+        decoded = _b64(joined, None, True)
+    except (binascii.Error, ValueError):
+        return None
+    sizes = (lens >> 2) * 3
+    if last.any():
+        full = sizes.copy()
+        sizes[lens > 0] -= last.astype(np.int64) + second
+        if (full == full[0]).all() and (sizes == sizes[0]).all():  # values of one size: a strided copy
+            data = np.frombuffer(decoded, np.uint8).reshape(n, int(full[0]))[:, : int(sizes[0])].tobytes()
+        else:
+            keep = np.ones(len(decoded), bool)
+            out_ends = np.cumsum(full)[lens > 0]
+            keep[out_ends[last] - 1] = False
+            keep[out_ends[second] - 2] = False
+            data = np.frombuffer(decoded, np.uint8)[keep].tobytes()
+    else:
+        data = decoded
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(sizes, out=offsets[1:])
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def decode_binary(data: Any, what: str) -> bytes | None:

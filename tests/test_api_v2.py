@@ -3,8 +3,10 @@ the Redpanda-style fetch (Accept negotiation), against an in-process gateway."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
+import orjson
 import pytest
 from api_inprocess import BINARY_V2, JSON_V2, V2, assert_error, b64, create_topic, gateway, produce, unb64
 
@@ -176,3 +178,27 @@ def test_fetch_timestamps_are_milliseconds(client, topic):
     assert resp.status_code == 200, resp.text
     got = client.get(f"/topics/{topic}/partitions/0/records", params={"offset": 0}).json()
     assert got[0]["timestamp"] == 1_700_000_000_123
+
+
+def test_a_large_values_only_body_round_trips(client, topic):
+    """Bodies past 8 KiB of values alone take the one-column decode: every value comes
+    back as sent, empty ones and odd sizes included."""
+    values = [bytes([i % 251]) * (i % 7 * 41) for i in range(300)]
+    for body in (json.dumps({"records": [{"value": b64(v)} for v in values]}),  # ", " and ": "
+                 orjson.dumps({"records": [{"value": b64(v)} for v in values]})):
+        resp = client.post(f"/topics/{topic}/partitions/1", content=body, headers={"Content-Type": BINARY_V2})
+        assert resp.status_code == 200, resp.text
+        first = resp.json()["offsets"][0]["offset"]
+        got = client.get(f"/topics/{topic}/partitions/1/records",
+                         params={"offset": first, "max_bytes": 10_000_000}).json()
+        assert [unb64(r["value"]) for r in got[:len(values)]] == values
+
+
+def test_a_bad_value_in_a_large_values_only_body_is_named_and_nothing_is_written(client, topic):
+    records = [{"value": b64(b"v" * 100)} for _ in range(200)]
+    records[137] = {"value": "not base64!"}
+    resp = client.post(f"/topics/{topic}/partitions/0", content=orjson.dumps({"records": records}),
+                       headers={"Content-Type": BINARY_V2})
+    body = assert_error(resp, 422, 42206, "INVALID_RECORD")
+    assert "records[137].value" in body["message"]
+    assert client.get(f"/topics/{topic}/partitions/0/offsets").json()["end_offset"] == 0

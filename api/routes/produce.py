@@ -47,6 +47,7 @@ from laketail.api.encoding import (
     V2_EMBEDDED_JSON,
     V2_JSON,
     WIDE_INTEGER_DIGITS,
+    b64_column,
     b64decode,
     decode_headers,
     request_format,
@@ -156,6 +157,39 @@ def check_exact_integers(body: bytes) -> None:
         json.loads(body, parse_int=_exact_integer)
 
 
+#: The v2 binary body of values alone, as most clients write it: compact (orjson,
+#: Jackson, JavaScript, httpx) or with Python's default separators -- head, separator
+#: between two values, tail.
+_VALUES_ONLY = (
+    (b'{"records":[{"value":"', b'"},{"value":"', b'"}]}'),
+    (b'{"records": [{"value": "', b'"}, {"value": "', b'"}]}'),
+)
+
+#: Below this many body bytes the general decode is as fast (the column decode's fixed
+#: cost is a few numpy calls; it pays from about 60 records of 100 bytes).
+_VALUES_ONLY_MIN_BYTES = 8192
+
+
+def values_only_records(body: bytes, fixed_partition: int | None) -> Records | None:
+    """A values-only v2 binary body decoded without building a Python object per
+    record, or ``None`` for any other body (decoded by :func:`decode_records`).
+
+    The body is split on the separator; when every piece is valid padded base64 (which
+    :func:`b64_column` checks, and which holds no quote or backslash), the body is
+    exactly the JSON ``{"records": [{"value": piece}, ...]}``, so nothing else needs
+    parsing. A bad piece falls back too, and the general decode names it."""
+    if len(body) < _VALUES_ONLY_MIN_BYTES:
+        return None
+    for head, separator, tail in _VALUES_ONLY:
+        if body.startswith(head) and body.endswith(tail):
+            values = b64_column(body[len(head):len(body) - len(tail)].split(separator))
+            if values is None:
+                return None
+            partitions = None if fixed_partition is None else [fixed_partition] * len(values)
+            return Records(values=values, partitions=partitions)
+    return None
+
+
 def decode_records(doc: Any, embedded: str, fixed_partition: int | None) -> Records:
     """The v2 body as columns.
 
@@ -244,10 +278,12 @@ async def _produce_v2(request: Request, topic: str, partition: int | None) -> Re
     embedded = request_format(request.headers.get("content-type"))
     state = request.app.state
     body = await read_body(request)
-    doc = parse_json(body, nested_values=embedded == "json")
-    if embedded == "json":
-        check_exact_integers(body)
-    records = decode_records(doc, embedded, partition)
+    records = values_only_records(body, partition) if embedded == "binary" else None
+    if records is None:
+        doc = parse_json(body, nested_values=embedded == "json")
+        if embedded == "json":
+            check_exact_integers(body)
+        records = decode_records(doc, embedded, partition)
     await state.broker.topic_for_produce(topic)  # auto.create.topics.enable, once the body is good
     result = await produce(request, topic, records, acks, producer)
     if result is not None and result.dense is not None:

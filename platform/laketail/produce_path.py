@@ -340,8 +340,8 @@ class ProducePath:
         return resp.json()["base_offset"]
 
     def _check_sizes(self, keys: pa.Array, values: pa.Array, headers: pa.Array, limit: int) -> None:
-        if keys.nbytes + values.nbytes + headers.nbytes <= limit:
-            return  # even all records together fit: no single one can be too large
+        if keys.get_total_buffer_size() + values.get_total_buffer_size() + headers.get_total_buffer_size() <= limit:
+            return  # even all the buffers together fit: no single record can be too large
         sizes = pc.add(
             pc.fill_null(pc.binary_length(values), 0), pc.fill_null(pc.binary_length(keys), 0)
         )
