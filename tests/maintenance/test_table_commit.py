@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction
 
@@ -192,3 +193,15 @@ def test_compaction_commits_over_a_concurrent_tier_append(tmp_path):
     assert [o for p, o, _, _ in table.rows() if p == 0] == list(range(16))
     assert DeltaTable(table.uri).transaction_version(tier_app_id(0)) == 16
     assert len(TableSnapshot.load(table.root, "t", 2).files[0]) == 2  # the merged file and the new one
+
+
+def test_data_files_use_dictionaries_only_for_columns_that_repeat(tmp_path):
+    table = Table(tmp_path)
+    keys = [b"k1", b"k2"] * 50
+    table.tier(0, _rows(0, keys, [bytes([i]) * 10 for i in range(100)], NOW_MS))
+    (rel,) = table.parquet_files()
+    meta = pq.ParquetFile(Path(table.uri, rel)).metadata.row_group(0)
+    encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    assert not any("DICTIONARY" in e for e in encodings["offset"] + encodings["value"])
+    assert any("DICTIONARY" in e for e in encodings["key"])
+    assert table.rows() == [(0, i, keys[i], bytes([i]) * 10) for i in range(100)]

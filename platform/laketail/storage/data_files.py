@@ -2,12 +2,13 @@
 
 ``partition=<p>/<first:020d>-<last:020d>-<tag>.parquet``: the record schema less the
 partition column (Delta keeps it in the path), row groups of ``ROW_GROUP_ROWS`` rows so
-reads prune by offset, snappy, and Delta statistics (min/max of ``offset``,
-``timestamp``, ``leader_epoch`` and ``transactional``, null counts) in the add action:
-a file whose ``control`` null count is its record count and whose ``transactional``
-maximum is false holds only records outside transactions, which ``format("laketail_table")``
-uses to scan such files without a row filter. Timestamps in Delta
-statistics are milliseconds: the minimum is rounded down and the maximum up.
+reads prune by offset, snappy, dictionaries for the columns that repeat
+(``DICTIONARY_COLUMNS``), and Delta statistics (min/max of ``offset``, ``timestamp``,
+``leader_epoch`` and ``transactional``, null counts) in the add action: a file whose
+``control`` null count is its record count and whose ``transactional`` maximum is
+false holds only records outside transactions, which ``format("laketail_table")``
+uses to scan such files without a row filter. Timestamps in Delta statistics are
+milliseconds: the minimum is rounded down and the maximum up.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ from laketail.storage.table_reader import DataFile
 
 ROW_GROUP_ROWS = 8_192
 FILE_SCHEMA = pa.schema([f for f in RECORD_SCHEMA if f.name != "partition"])
+#: Columns written with dictionary encoding: all but ``offset`` (every value distinct)
+#: and ``value`` (rarely repeated whole). Trying a dictionary on those two cost a
+#: quarter of the tier child's Parquet encoding (random 100-byte values: 26 -> 20 ms CPU
+#: per 100,000 records) and made the files larger.
+DICTIONARY_COLUMNS = [name for name in FILE_SCHEMA.names if name not in ("offset", "value")]
 
 
 def write_data_file(
@@ -43,7 +49,8 @@ def write_data_file(
     if "partition" in rows.column_names:
         rows = rows.drop_columns(["partition"])
     body = rows.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
-    pq.write_table(body, path, row_group_size=ROW_GROUP_ROWS, compression="snappy", write_statistics=True)
+    pq.write_table(body, path, row_group_size=ROW_GROUP_ROWS, compression="snappy", write_statistics=True,
+                   use_dictionary=DICTIONARY_COLUMNS)
     size = os.path.getsize(path)
     ts = pc.min_max(body.column("timestamp").cast(pa.int64()))
     min_ts, max_ts = ts["min"].as_py(), ts["max"].as_py()
