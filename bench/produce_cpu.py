@@ -29,6 +29,7 @@ from typing import Any, Callable
 from bench import bodies
 
 STAGES = [
+    ("laketail.api.routes.produce", None, "values_only_records"),
     ("laketail.api.routes.produce", None, "parse_json"),
     ("laketail.api.routes.produce", None, "decode_records"),
     ("laketail.api.routes.produce", None, "_dense_v2_answer"),
