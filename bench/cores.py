@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -66,6 +67,7 @@ def main(rounds: int, batch: int, fsync: bool) -> None:
     finally:
         for b in brokers:
             b.stop()
+        shutil.rmtree(root, ignore_errors=True)  # gigabytes of segments and Parquet
 
 
 if __name__ == "__main__":

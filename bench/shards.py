@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -164,6 +165,7 @@ def main(rounds: int, batch: int, fsync: bool) -> None:
         for b in brokers:
             b.stop()
         base.stop()
+        shutil.rmtree(root, ignore_errors=True)  # gigabytes of segments and Parquet
     medians = {}
     for label in dict.fromkeys(w["config"] for w in windows):
         mine = sorted((w for w in windows if w["config"] == label), key=lambda w: w["records_per_s"])

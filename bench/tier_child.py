@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -90,6 +91,7 @@ def main(rounds: int) -> None:
     finally:
         for b in brokers.values():
             b.stop()
+        shutil.rmtree(root, ignore_errors=True)  # gigabytes of segments and Parquet
 
 
 if __name__ == "__main__":
