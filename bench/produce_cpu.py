@@ -59,14 +59,14 @@ def _wrap_stages(spent: collections.Counter) -> None:
         setattr(owner, name, _timed(spent, name, getattr(owner, name)))
 
 
-async def measure(batch: int, requests: int, fsync: bool) -> dict:
+async def measure(batch: int, requests: int, fsync: bool, data: str) -> dict:
     from laketail.api import create_app
     from laketail.config import BrokerSettings
 
     spent: collections.Counter = collections.Counter()
     _wrap_stages(spent)
     body = bodies.v2_binary(bodies.values(batch, 100))
-    app = create_app(BrokerSettings(data=tempfile.mkdtemp(prefix="laketail-produce-cpu-")))
+    app = create_app(BrokerSettings(data=data))
     async with app.router.lifespan_context(app):
         await app.state.broker.create_topic("cpu", 4, configs={"flush.messages": "1"} if fsync else {})
         scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
@@ -130,6 +130,7 @@ async def measure(batch: int, requests: int, fsync: bool) -> dict:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    result = asyncio.run(measure(int(args[0]) if args else 100, int(args[1]) if len(args) > 1 else 2000,
-                                 "fsync" in args[2:]))
+    with tempfile.TemporaryDirectory(prefix="laketail-produce-cpu-") as root:  # removed afterwards
+        result = asyncio.run(measure(int(args[0]) if args else 100, int(args[1]) if len(args) > 1 else 2000,
+                                     "fsync" in args[2:], root))
     print({**result, "load": [round(x, 1) for x in os.getloadavg()]})
