@@ -165,11 +165,6 @@ _VALUES_ONLY = (
     (b'{"records": [{"value": "', b'"}, {"value": "', b'"}]}'),
 )
 
-#: Below this many body bytes the general decode is as fast (the column decode's fixed
-#: cost is a few numpy calls; it pays from about 60 records of 100 bytes).
-_VALUES_ONLY_MIN_BYTES = 8192
-
-
 def values_only_records(body: bytes, fixed_partition: int | None) -> Records | None:
     """A values-only v2 binary body decoded without building a Python object per
     record, or ``None`` for any other body (decoded by :func:`decode_records`).
@@ -177,11 +172,11 @@ def values_only_records(body: bytes, fixed_partition: int | None) -> Records | N
     The body is split on the separator; when every piece is valid padded base64 (which
     :func:`b64_column` checks, and which holds no quote or backslash), the body is
     exactly the JSON ``{"records": [{"value": piece}, ...]}``, so nothing else needs
-    parsing. A bad piece falls back too, and the general decode names it."""
-    if len(body) < _VALUES_ONLY_MIN_BYTES:
-        return None
+    parsing. A bad piece falls back too, and the general decode names it. Faster than
+    the general decode from one record on (100-byte values, decode and Arrow column:
+    5.9 against 7.4 us for 1 record, 37 against 62 for 100, 198 against 556 for 1000)."""
     for head, separator, tail in _VALUES_ONLY:
-        if body.startswith(head) and body.endswith(tail):
+        if len(body) >= len(head) + len(tail) and body.startswith(head) and body.endswith(tail):
             values = b64_column(body[len(head):len(body) - len(tail)].split(separator))
             if values is None:
                 return None
