@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import TYPE_CHECKING, Annotated, Any, Mapping
@@ -31,7 +30,7 @@ from laketail.errors import (
     UnknownCluster,
     UnknownTopicOrPartition,
 )
-from laketail.records import HEADER_TYPE, Acks, IsolationLevel
+from laketail.records import HEADER_TYPE, Acks, IsolationLevel, payload_bytes
 from laketail.storage.partition_log import ProducerBatch
 
 if TYPE_CHECKING:
@@ -348,16 +347,6 @@ def check_json_depth(doc: Any, what: str = "request body") -> None:
 _CONTAINERS = {dict, list}
 
 
-def binary_bytes(column: pa.Array) -> int:
-    """The bytes a binary column's values hold, from its offsets (nulls hold none)."""
-    if not len(column):
-        return 0
-    offsets = column.buffers()[1]
-    (first,) = struct.unpack_from("<i", offsets, 4 * column.offset)
-    (last,) = struct.unpack_from("<i", offsets, 4 * (column.offset + len(column)))
-    return last - first
-
-
 @dataclass
 class Records:
     """A decoded produce request, column by column (``None`` = column absent).
@@ -376,7 +365,7 @@ class Records:
 
     def payload_bytes(self) -> int:
         if isinstance(self.values, pa.Array):
-            total = binary_bytes(self.values)
+            total = payload_bytes(self.values)
         else:
             total = sum(map(len, filter(None, self.values)))
         if self.keys is not None:

@@ -177,7 +177,8 @@ def b64_joined(texts: list[bytes]) -> pa.BinaryArray | None:
         return None
     joined = bytearray().join(texts)
     chars = np.frombuffer(joined, np.uint8)
-    ends = np.cumsum(lens)[lens > 0]
+    nonempty = lens > 0
+    ends = np.cumsum(lens)[nonempty]
     last = chars[ends - 1] == _EQUALS
     second = last & (chars[ends - 2] == _EQUALS)
     chars[ends[last] - 1] = _A
@@ -186,20 +187,19 @@ def b64_joined(texts: list[bytes]) -> pa.BinaryArray | None:
         decoded = _b64(joined, None, True)
     except (binascii.Error, ValueError):
         return None
-    sizes = (lens >> 2) * 3
-    if last.any():
-        full = sizes.copy()
-        sizes[lens > 0] -= last.astype(np.int64) + second
-        if (full == full[0]).all() and (sizes == sizes[0]).all():  # values of one size: a strided copy
-            data = np.frombuffer(decoded, np.uint8).reshape(n, int(full[0]))[:, : int(sizes[0])].tobytes()
-        else:
-            keep = np.ones(len(decoded), bool)
-            out_ends = np.cumsum(full)[lens > 0]
-            keep[out_ends[last] - 1] = False
-            keep[out_ends[second] - 2] = False
-            data = np.frombuffer(decoded, np.uint8)[keep].tobytes()
-    else:
+    full = (lens >> 2) * 3  # bytes each text gave, its padding's included
+    sizes = full.copy()
+    sizes[nonempty] -= last.astype(np.int64) + second
+    if not last.any():
         data = decoded
+    elif (full == full[0]).all() and (sizes == sizes[0]).all():  # values of one size: a strided copy
+        data = np.frombuffer(decoded, np.uint8).reshape(n, int(full[0]))[:, : int(sizes[0])].tobytes()
+    else:
+        keep = np.ones(len(decoded), bool)
+        out_ends = np.cumsum(full)[nonempty]
+        keep[out_ends[last] - 1] = False
+        keep[out_ends[second] - 2] = False
+        data = np.frombuffer(decoded, np.uint8)[keep].tobytes()
     offsets = np.zeros(n + 1, np.int32)
     np.cumsum(sizes, out=offsets[1:])
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from laketail.api.deps import binary_bytes
 from laketail.api.encoding import ONE_CALL_FROM, b64_column, b64_joined
 from laketail.api.routes.produce import decode_records, values_only_records
+from laketail.records import payload_bytes
 
 _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
@@ -73,8 +73,8 @@ def test_the_column_is_what_a_strict_decode_of_each_text_gives(decode, texts: li
 def test_valid_texts_of_any_sizes_decode(decode, values: list[bytes]) -> None:
     column = decode(encoded(values))
     assert column is not None and column.to_pylist() == values
-    assert binary_bytes(column) == sum(map(len, values))
-    assert binary_bytes(column.slice(1)) == sum(map(len, values[1:]))
+    assert payload_bytes(column) == sum(map(len, values))
+    assert payload_bytes(column.slice(1)) == sum(map(len, values[1:]))
 
 
 @pytest.mark.parametrize("size", [0, 1, 2, 3, 100])
