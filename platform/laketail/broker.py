@@ -532,6 +532,13 @@ class Broker:
             return None
         return self.sibling_logs.get(reg.leader, topic, partition)
 
+    async def wait_leads(self, topic: str, partition: int) -> None:
+        """:meth:`check_leads`, after waiting for a leadership the cluster image already
+        gives this broker (:meth:`ReplicaManager.wait_leading`)."""
+        if not self.leads(topic, partition):
+            await self.cluster.replicas.wait_leading(topic, partition)
+        self.check_leads(topic, partition)
+
     def check_leads(self, topic: str, partition: int) -> None:
         """Return when this broker leads the partition; else raise Kafka's answer: a
         partition this broker's cluster image does not have is UNKNOWN_TOPIC_OR_PARTITION,

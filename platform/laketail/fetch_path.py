@@ -111,7 +111,7 @@ class FetchPath:
         timeout_ms = max(0, min(timeout_ms, self.settings.fetch_max_wait_ms))
         if offset < 0:
             raise OffsetOutOfRange(f"offset {offset} is negative")
-        if not self.leads(topic, partition):
+        if not self.leads(topic, partition) and not await self.cluster.replicas.wait_leading(topic, partition):
             sibling = self.sibling_log(topic, partition)
             if sibling is not None:
                 result = await self._fetch_from_sibling(sibling, topic, partition, offset, max_records, max_bytes,

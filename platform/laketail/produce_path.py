@@ -301,7 +301,7 @@ class ProducePath:
         """Append one frame batch to the partition on its leader (here, or forwarded);
         return its base offset once ``acks`` is satisfied."""
         replicas = self.cluster.replicas
-        if (topic, partition) not in replicas.leading:
+        if (topic, partition) not in replicas.leading and not await replicas.wait_leading(topic, partition):
             return await self._forward_append(topic, partition, frame, acks, max_timestamp_us, producer)
         state = replicas.leader_state(topic, partition)  # raises when fenced
         min_insync = self._runtime(topic).config.min_insync_replicas

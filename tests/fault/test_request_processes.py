@@ -130,6 +130,22 @@ def test_a_connections_keyless_records_stay_on_the_partitions_its_process_leads(
     assert got == sent  # every record once, on the partition its answer named
 
 
+def test_a_partition_is_served_as_soon_as_the_metadata_names_its_leader(broker_factory):
+    """Once GET /topics/{t}/partitions names a leader, a produce and a fetch of the
+    partition succeed from either process: a process the image names leader waits for
+    its replica manager to take the partition up (it answered NOT_LEADER_OR_FOLLOWER
+    naming itself before, about once in a few hundred such requests)."""
+    broker = _group(broker_factory)
+    for t in range(8):
+        name = f"fresh-{t}"
+        _topic(broker, name, 4)  # returns as soon as the metadata names every leader
+        for p in range(4):
+            with httpx.Client(base_url=broker.url, timeout=30) as client:
+                (offset,) = _produce(client, name, [{"value": b"first"}], partition=p)
+            assert offset["offset"] == 0
+            assert _values(broker, name, p) == [(0, b"first")]
+
+
 def test_keyed_records_explicit_partitions_and_groups_work_from_either_process(broker_factory):
     broker = _group(broker_factory)
     _topic(broker, "routed", 4)

@@ -83,6 +83,11 @@ def decode_fetch_response(body: bytes) -> list[tuple[dict, bytes]]:
     return out
 
 
+#: How long a produce or fetch waits for this broker to take up a leadership the cluster
+#: image already gives it (:meth:`ReplicaManager.wait_leading`).
+LEADERSHIP_WAIT_S = 5.0
+
+
 class ReplicaManager:
     def __init__(self, node: "ClusterNode") -> None:
         self.node = node
@@ -92,6 +97,7 @@ class ReplicaManager:
         self.following: dict[tuple[str, int], PartitionRegistration] = {}
         self._fetchers: dict[int, asyncio.Task] = {}
         self._isr_task: asyncio.Task | None = None
+        self._applied = asyncio.Event()  # set (and replaced) at the end of each apply
 
     def stop(self) -> None:
         """Cancel the fetcher tasks and the ISR check (shutdown; they end at their next await)."""
@@ -103,6 +109,31 @@ class ReplicaManager:
     # -- applying the controller's decisions ------------------------------------------------------
 
     async def apply(self, image: ClusterImage) -> None:
+        try:
+            await self._apply(image)
+        finally:
+            applied, self._applied = self._applied, asyncio.Event()
+            applied.set()
+
+    async def wait_leading(self, topic: str, partition: int, timeout_s: float = LEADERSHIP_WAIT_S) -> bool:
+        """Whether this broker leads the partition, waiting (at most ``timeout_s``) while
+        the cluster image already names it leader and the apply in progress has not yet
+        made it so -- a topic just created, an election just won. Without the wait such a
+        broker would answer NOT_LEADER_OR_FOLLOWER naming itself, or forward to itself."""
+        key = (topic, partition)
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while key not in self.leading:
+            reg = self.node.image.partitions.get(key)
+            remaining = deadline - asyncio.get_running_loop().time()
+            if reg is None or reg.leader != self.me or self.node.fenced or remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._applied.wait(), remaining)
+            except TimeoutError:
+                return False
+        return not self.node.fenced
+
+    async def _apply(self, image: ClusterImage) -> None:
         host = self.host
         for (topic, p), reg in sorted(image.partitions.items()):
             if not host.has_topic(topic):
