@@ -138,6 +138,14 @@ def to_record_batch(
                                       schema=RECORD_SCHEMA)
 
 
+#: Frames averaging fewer rows than this are concatenated into one chunk per column
+#: before they are widened. Parquet's writer pays per chunk: 100,000 records of 100
+#: bytes in 100-row chunks took 31 ms of CPU to write against 21 ms concatenated first
+#: (the concatenation included); at 500-row chunks 20 against 18; from about 1,000
+#: rows the two are level.
+COMBINE_BELOW_ROWS = 1_000
+
+
 def widen_frames(
     frame_batches: list[pa.RecordBatch], leader_epochs: list[int], first_offset: int, partition: int
 ) -> pa.Table:
@@ -147,8 +155,8 @@ def widen_frames(
     if not frame_batches:
         return pa.Table.from_batches([], RECORD_SCHEMA)
     narrow = pa.Table.from_batches(frame_batches, FRAME_SCHEMA)
-    if len(frame_batches) > 1 and narrow.num_rows < 64 * len(frame_batches):
-        narrow = narrow.combine_chunks()  # many small frames: one chunk per column, not one per frame
+    if len(frame_batches) > 1 and narrow.num_rows < COMBINE_BELOW_ROWS * len(frame_batches):
+        narrow = narrow.combine_chunks()  # small frames: one chunk per column, not one per frame
     counts = np.fromiter((b.num_rows for b in frame_batches), np.int64, len(frame_batches))
     epochs = pa.array(np.repeat(np.asarray(leader_epochs, np.int32), counts))
     return pa.Table.from_arrays(_wide_columns(narrow, partition, first_offset, epochs), schema=RECORD_SCHEMA)

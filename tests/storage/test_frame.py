@@ -69,3 +69,30 @@ def test_arrow_payload_round_trip():
     header = frame.decode_header(encoded)
     frame.verify(encoded, 0, header)
     assert frame.decode_batch(encoded, 0, header).equals(batch)
+
+
+def _frames(sizes: list[int]) -> list:
+    batches, n = [], 0
+    for size in sizes:
+        values = [b"v%d" % i for i in range(n, n + size)]
+        batches.append(build_frame_batch(timestamps_us=list(range(n, n + size)), keys=[None] * size, values=values))
+        n += size
+    return batches
+
+
+@pytest.mark.parametrize("size, chunks", [(100, 1), (999, 1), (1_000, 3), (2_500, 3)])
+def test_widened_frames_are_one_chunk_when_small(size, chunks):
+    """The tierer writes Parquet from widened frames; its writer pays per chunk, so
+    frames under ``COMBINE_BELOW_ROWS`` rows on average are concatenated first, and the
+    records are the same either way."""
+    from laketail.records import COMBINE_BELOW_ROWS, RECORD_SCHEMA, widen_frames
+
+    assert COMBINE_BELOW_ROWS == 1_000
+    batches = _frames([size] * 3)
+    table = widen_frames(batches, [4, 5, 5], 10, partition=2)
+    assert table.schema == RECORD_SCHEMA
+    assert {table.column(name).num_chunks for name in ("value", "timestamp", "key")} == {chunks}
+    assert table.column("value").to_pylist() == [b"v%d" % i for i in range(3 * size)]
+    assert table.column("offset").to_pylist() == list(range(10, 10 + 3 * size))
+    assert table.column("leader_epoch").to_pylist() == [4] * size + [5] * (2 * size)
+    assert set(table.column("partition").to_pylist()) == {2}
