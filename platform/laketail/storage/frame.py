@@ -119,3 +119,11 @@ def decode_batch(buf: bytes | memoryview | pa.Buffer, pos: int, header: FrameHea
     start = pos + HEADER_SIZE
     data = pa.py_buffer(buf) if not isinstance(buf, pa.Buffer) else buf
     return pa.ipc.read_record_batch(data.slice(start, header.length), FRAME_SCHEMA)
+
+
+def decode_rows(buf: bytes | memoryview | pa.Buffer, pos: int, header: FrameHeader, lo: int, rows: int
+                ) -> pa.RecordBatch:
+    """Rows ``[lo, lo + rows)`` of the frame at ``pos`` (the batch itself when that is
+    all of it: no slice object per frame for a reader that takes frames whole)."""
+    batch = decode_batch(buf, pos, header)
+    return batch if lo == 0 and rows == batch.num_rows else batch.slice(lo, rows)

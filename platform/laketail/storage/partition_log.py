@@ -789,7 +789,7 @@ class PartitionLog:
         batches: list[pa.RecordBatch] = []
         epochs: list[int] = []
         for header, (span, at), lo, rows in _window(frames, start, end, max_records, max_bytes):
-            batches.append(frame.decode_batch(span, at, header).slice(lo, rows))
+            batches.append(frame.decode_rows(span, at, header, lo, rows))
             epochs.append(header.leader_epoch)
         return widen_frames(batches, epochs, start, self.partition)
 

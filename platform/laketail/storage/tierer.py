@@ -345,7 +345,7 @@ def read_part(part: dict) -> pa.Table:
             if header.base_offset + lo != expected:
                 raise CorruptFrame(f"partition {partition}: expected offset {expected}, "
                                    f"found {header.base_offset + lo} in the hot segments")
-            batches.append(frame.decode_batch(span, at, header).slice(lo, rows))
+            batches.append(frame.decode_rows(span, at, header, lo, rows))
             epochs.append(header.leader_epoch)
             expected += rows
     finally:
