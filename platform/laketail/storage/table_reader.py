@@ -33,13 +33,16 @@ follows the table, reading the index as it was before.
 from __future__ import annotations
 
 import bisect
+import json
 import logging
 import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Callable, Protocol, Sequence, TypeVar
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -57,6 +60,7 @@ from laketail.storage.table_check import Damage, OffsetFacts, find_damage
 log = logging.getLogger(__name__)
 
 TIER_APP_PREFIX = "laketail.tier."
+EPOCH_APP_PREFIX = "laketail.epoch."
 _PARQUET_CACHE = 256
 
 
@@ -249,7 +253,8 @@ class TableReader:
             # go unvalidated: rebuild then.
             catch_up(entry.table, entry.uri, known=entry.version)
             if entry.table.version() > entry.version:
-                self._reload_locked(entry)
+                if not self._follow_locked(entry, entry.table.version()):
+                    self._reload_locked(entry)
                 return True
             return False
 
@@ -283,6 +288,28 @@ class TableReader:
             self._reload_locked(entry)
         assert entry.index is not None  # published by the build
         return entry.index
+
+    def _follow_locked(self, entry: _TopicTable, upto: int) -> bool:
+        """Extend the index with the versions after its own, up to ``upto``, when each is
+        a laketail tier commit continuing its partitions' files (:func:`tier_commit_files`):
+        with several request processes, each one's tier child commits its partitions to
+        the same table, and every other process sees those commits. False, the index
+        unchanged, when any is not: the caller rebuilds the index and validates it."""
+        index = entry.index
+        if index is None:
+            return False
+        for version in range(entry.version + 1, upto + 1):
+            added = tier_commit_files(entry.uri, version)
+            if added is None:
+                return False
+            for partition, data_file in added.items():
+                lasts = index.lasts.get(partition)
+                if partition in index.overlapping or not lasts or data_file.first_offset != lasts[-1] + 1:
+                    return False
+            index = index.adding(added)
+        entry.index = index
+        entry.version = upto
+        return True
 
     def _reload_locked(self, entry: _TopicTable) -> None:
         entry.table.update_incremental()
@@ -385,7 +412,7 @@ class TableReader:
         """Record files the tierer just committed as ``version`` (no log re-read)."""
         entry = self._get(topic)
         with entry.lock:
-            if entry.index is None or version != entry.version + 1:
+            if entry.index is None or version <= entry.version or not self._follow_locked(entry, version - 1):
                 self._reload_locked(entry)
                 return
             entry.version = version
@@ -626,6 +653,59 @@ def _before_damage(topic: str, partition: int, damaged: list[Damage], start: int
         if start < d.first_offset < end:
             end = d.first_offset
     return end
+
+
+def tier_commit_files(uri: str, version: int) -> dict[int, DataFile] | None:
+    """The file per partition that version ``version`` of the local table at ``uri``
+    added, when that version is a laketail tier commit: add actions with offset
+    statistics, one per partition, each matched by its partition's ``laketail.tier``
+    transaction ending just after the file's last offset; besides them only commit info
+    and ``laketail.epoch`` transactions. None for any other commit (a remove, a change of
+    metadata or protocol, another application's transaction, an outside writer's add),
+    for a remote table, or when the commit file cannot be read."""
+    if "://" in uri:
+        return None
+    try:
+        with open(f"{uri}/_delta_log/{version:020d}.json", "rb") as commit:
+            actions = [json.loads(line) for line in commit if line.strip()]
+    except (OSError, ValueError):
+        return None
+    files: dict[int, DataFile] = {}
+    tier_ends: dict[str, object] = {}
+    try:
+        for action in actions:
+            (kind, body), = action.items()
+            if kind == "commitInfo":
+                continue
+            if kind == "txn" and body["appId"].startswith(TIER_APP_PREFIX):
+                tier_ends[body["appId"][len(TIER_APP_PREFIX):]] = body["version"]
+            elif kind == "txn" and body["appId"].startswith(EPOCH_APP_PREFIX):
+                continue
+            elif kind == "add" and body.get("dataChange", True):
+                partition = int(body["partitionValues"]["partition"])
+                stats = json.loads(body["stats"])
+                low, high = stats["minValues"], stats["maxValues"]
+                if partition in files:
+                    return None
+                files[partition] = DataFile(
+                    int(low["offset"]), int(high["offset"]), unquote(body["path"]), int(stats["numRecords"]),
+                    _iso_us(low.get("timestamp")), _iso_us(high.get("timestamp")), int(body.get("size") or 0),
+                )
+            else:
+                return None
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if not files or any(tier_ends.get(str(p)) != f.last_offset + 1 for p, f in files.items()):
+        return None
+    return files
+
+
+def _iso_us(text: str | None) -> int:
+    """A Delta statistics timestamp (ISO 8601, milliseconds) in microseconds, as
+    :func:`_ts_us` gives for the same statistic read through delta-rs."""
+    if text is None:
+        return 0
+    return _ts_us(datetime.fromisoformat(text.replace("Z", "+00:00")))
 
 
 def _ts_us(value) -> int:

@@ -48,7 +48,7 @@ from laketail.storage import frame
 from laketail.storage.data_files import write_data_file
 from laketail.storage.frame import CorruptFrame
 from laketail.storage.partition_log import OffsetBelowHotTier, _spans, _window
-from laketail.storage.table_reader import DataFile, TableReader, catch_up, tier_app_id
+from laketail.storage.table_reader import EPOCH_APP_PREFIX, DataFile, TableReader, catch_up, tier_app_id
 from laketail.storage.tier_child import TierChild
 
 if TYPE_CHECKING:
@@ -445,7 +445,7 @@ class TierPassFailed(Exception):
 
 
 def epoch_app_id(partition: int) -> str:
-    return f"laketail.epoch.{partition}"
+    return f"{EPOCH_APP_PREFIX}{partition}"
 
 
 def _commit(dt, adds: list[AddAction], txns: list[Transaction]) -> int:
