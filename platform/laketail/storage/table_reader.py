@@ -5,9 +5,11 @@ Delta transaction action ``laketail.tier.<partition>``, whose version is the nex
 offset to tier), and serve reads of offsets below the hot tier.
 
 The offset index maps each partition to its data files sorted by first offset, built
-from the Delta log's add actions and their ``offset`` statistics, extended in place by
-the tierer after each of its commits, and reloaded when a read finds a hole (another
-writer, such as compaction, changed the table). A read opens only the files that
+from the Delta log's add actions and their ``offset`` statistics, extended by the
+tierer after each of its commits and by the tier commits of other laketail writers
+(another request process's tier child, a leader seen by its followers), and rebuilt
+after any other commit or when a read finds a hole (another writer, such as
+compaction, changed the table). A read opens only the files that
 overlap the wanted range, and in each only the row groups whose ``offset``
 statistics overlap it; decoded row groups stay in the block cache for the next
 fetches (see ``block_cache``).
@@ -249,8 +251,9 @@ class TableReader:
             # with the tier child's commits, which the object need not load (the child
             # committed through its own handle). Only a commit after the index's version
             # is another writer's. The object may be ahead of the index too (tiered_offset
-            # loads commits without indexing them), and a version the index skipped would
-            # go unvalidated: rebuild then.
+            # loads commits without indexing them). Versions the index has not seen are
+            # followed when each is a laketail tier commit (another request process's
+            # child); any other would go unvalidated: rebuild then.
             catch_up(entry.table, entry.uri, known=entry.version)
             if entry.table.version() > entry.version:
                 if not self._follow_locked(entry, entry.table.version()):
