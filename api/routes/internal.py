@@ -125,12 +125,6 @@ def _controller(request: Request):
     return node.controller
 
 
-async def _check_leads(broker, topic: str, partition: int) -> None:
-    """Return when this broker leads the partition; else raise Kafka's answer (see
-    :meth:`laketail.broker.Broker.wait_leads`)."""
-    await broker.wait_leads(topic, partition)
-
-
 def _image(request: Request) -> Response:
     return json_response(broker_of(request).cluster.image.to_json())
 
@@ -216,7 +210,7 @@ async def append(request: Request) -> Response:
             producer_id, query_int(request, "producer_epoch", -1), query_int(request, "base_sequence", -1),
             query.get("transactional", "false") == "true", query.get("control"),
         )
-    await _check_leads(broker, topic, partition)
+    await broker.wait_leads(topic, partition)
     acks = parse_acks(query.get("acks", "all"))
     base = await broker.append(topic, partition, frame, acks, query_int(request, "max_timestamp_us"), producer)
     return json_response({"base_offset": base})
@@ -242,7 +236,7 @@ async def records(request: Request) -> Response:
     isolation = request.query_params.get("isolation", "read_committed")
     if isolation not in ("read_committed", "read_uncommitted"):
         raise InvalidRequest(f"isolation must be read_committed or read_uncommitted, got {isolation!r}")
-    await _check_leads(broker, topic, partition)
+    await broker.wait_leads(topic, partition)
     result = await broker.fetch(
         topic, partition, query_int(request, "offset", required=True),
         max_records=query_int(request, "max_records"), max_bytes=query_int(request, "max_bytes"),
@@ -263,13 +257,13 @@ async def records(request: Request) -> Response:
 @router.get("/partitions/{topic}/{partition}/state")
 async def state(request: Request, topic: str, partition: PartitionPath) -> Response:
     broker = broker_of(request)
-    await _check_leads(broker, topic, partition)
+    await broker.wait_leads(topic, partition)
     return json_response(dataclasses.asdict(broker.partition_state(topic, partition)))
 
 
 @router.get("/partitions/{topic}/{partition}/offset-for-timestamp")
 async def offset_for_timestamp(request: Request, topic: str, partition: PartitionPath, timestamp: Int64) -> Response:
     broker = broker_of(request)
-    await _check_leads(broker, topic, partition)
+    await broker.wait_leads(topic, partition)
     found = await broker.offset_for_timestamp(topic, partition, timestamp)
     return json_response(None if found is None else list(found))

@@ -533,16 +533,13 @@ class Broker:
         return self.sibling_logs.get(reg.leader, topic, partition)
 
     async def wait_leads(self, topic: str, partition: int) -> None:
-        """:meth:`check_leads`, after waiting for a leadership the cluster image already
-        gives this broker (:meth:`ReplicaManager.wait_leading`)."""
+        """Return when this broker leads the partition, after waiting for a leadership
+        the cluster image already gives it (:meth:`ReplicaManager.wait_leading`); else
+        raise Kafka's answer: a partition this broker's cluster image does not have is
+        UNKNOWN_TOPIC_OR_PARTITION, a known one NOT_LEADER_OR_FOLLOWER or
+        LEADER_NOT_AVAILABLE."""
         if not self.leads(topic, partition):
             await self.cluster.replicas.wait_leading(topic, partition)
-        self.check_leads(topic, partition)
-
-    def check_leads(self, topic: str, partition: int) -> None:
-        """Return when this broker leads the partition; else raise Kafka's answer: a
-        partition this broker's cluster image does not have is UNKNOWN_TOPIC_OR_PARTITION,
-        a known one NOT_LEADER_OR_FOLLOWER or LEADER_NOT_AVAILABLE."""
         if self.leads(topic, partition):
             return
         if (topic, partition) not in self.cluster.image.partitions:

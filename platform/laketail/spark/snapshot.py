@@ -33,7 +33,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from laketail.storage.table_reader import catch_up, disjoint, files_between, log_start_app_id, tier_app_id
+from laketail.storage.table_reader import catch_up, commit_file, disjoint, files_between, log_start_app_id, tier_app_id
 
 
 @dataclass(frozen=True, order=True)
@@ -108,7 +108,7 @@ def log_identity(uri: str) -> tuple[int, int] | None:
     if "://" in uri:
         return None
     try:
-        stat = os.stat(f"{uri}/_delta_log/{0:020d}.json")
+        stat = os.stat(commit_file(uri, 0))
     except OSError:
         return None
     return stat.st_ino, stat.st_mtime_ns

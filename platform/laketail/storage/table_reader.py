@@ -174,6 +174,11 @@ class _TopicTable:
     index: _Index | None = None
 
 
+def commit_file(uri: str, version: int) -> str:
+    """The JSON commit file of ``version`` in the Delta log of the local table at ``uri``."""
+    return f"{uri}/_delta_log/{version:020d}.json"
+
+
 def catch_up(table: DeltaTable, uri: str, known: int = -1) -> None:
     """Load the commits made to the table at ``uri`` after ``table``'s version, unless
     none came after version ``known`` either (the caller knows what those commits hold).
@@ -183,8 +188,7 @@ def catch_up(table: DeltaTable, uri: str, known: int = -1) -> None:
     a broker checks each topic's table at every tier pass, and a session's view follower
     every 0.2 s, idle topics included."""
     if "://" not in uri:
-        following = f"{uri}/_delta_log/{max(table.version(), known) + 1:020d}.json"
-        if not os.path.exists(following):
+        if not os.path.exists(commit_file(uri, max(table.version(), known) + 1)):
             return
     table.update_incremental()
 
@@ -669,7 +673,7 @@ def tier_commit_files(uri: str, version: int) -> dict[int, DataFile] | None:
     if "://" in uri:
         return None
     try:
-        with open(f"{uri}/_delta_log/{version:020d}.json", "rb") as commit:
+        with open(commit_file(uri, version), "rb") as commit:
             actions = [json.loads(line) for line in commit if line.strip()]
     except (OSError, ValueError):
         return None
