@@ -52,6 +52,21 @@ def test_arrow_produce_summarises_per_partition(client, topic):
     ]}
 
 
+def test_arrow_produce_to_one_partition_summarises_its_span(client, topic):
+    table = pa.table({"value": pa.array([b"a", b"b", b"c"])})
+    answers = [post_arrow(client, f"/v1/topics/{topic}/partitions/1/records", table) for _ in range(2)]
+    assert [a.status_code for a in answers] == [200, 200], answers[-1].text
+    assert [a.json() for a in answers] == [
+        {"offsets": [{"partition": 1, "base_offset": 0, "last_offset": 2, "count": 3}]},
+        {"offsets": [{"partition": 1, "base_offset": 3, "last_offset": 5, "count": 3}]},
+    ]
+    # keyless records without a partition column go to one partition (sticky): one span
+    sticky = post_arrow(client, f"/v1/topics/{topic}/records", table)
+    assert sticky.status_code == 200, sticky.text
+    [span] = sticky.json()["offsets"]
+    assert span["count"] == 3 and span["last_offset"] == span["base_offset"] + 2
+
+
 def test_arrow_round_trip_with_every_column(client, topic):
     headers_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
     table = pa.table({

@@ -22,6 +22,7 @@ offsets in headers: ``X-Laketail-Next-Offset`` (where the next fetch starts),
 from __future__ import annotations
 
 from time import perf_counter
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -50,6 +51,9 @@ from laketail.broker import PRODUCE_SCHEMA
 from laketail.errors import InvalidRecord, InvalidRequest, RecordTooLarge
 from laketail.ipc_bounds import IpcTooLarge, decoded_size
 from laketail.records import RECORD_SCHEMA, payload_bytes
+
+if TYPE_CHECKING:
+    from laketail.produce_path import ProduceResult
 
 router = APIRouter(tags=["v1 arrow"])
 
@@ -116,10 +120,16 @@ def to_produce_table(table: pa.Table, partition: int | None) -> pa.Table:
     return pa.Table.from_arrays(columns, names=names).combine_chunks()
 
 
-def summarise(partitions: list[int], offsets: list[int]) -> list[dict]:
-    """Per partition: first and last offset assigned and how many records."""
+def summarise(result: ProduceResult) -> list[dict]:
+    """Per partition: first and last offset assigned and how many records. Records that
+    all went to one partition are summarised from ``result.dense``, without a list of
+    their offsets."""
+    if result.dense is not None:
+        partition, base = result.dense
+        return [{"partition": partition, "base_offset": base, "last_offset": base + result.count - 1,
+                 "count": result.count}]
     spans: dict[int, list[int]] = {}
-    for p, o in zip(partitions, offsets):
+    for p, o in zip(result.partitions, result.offsets):
         span = spans.get(p)
         if span is None:
             spans[p] = [o, o, 1]
@@ -183,7 +193,7 @@ async def _produce_arrow(request: Request, topic: str, partition: int | None) ->
     if "key" in table.column_names:
         nbytes += payload_bytes(table.column("key"))
     state.metrics.observe_produce("v1", topic, table.num_rows, nbytes, perf_counter() - started)
-    offsets = None if result is None else summarise(result.partitions, result.offsets)
+    offsets = None if result is None else summarise(result)
     return json_response({"offsets": offsets})
 
 

@@ -157,6 +157,9 @@ def serve(
     # uvicorn set up its handlers in Config(): escape what they log, as laketail's own
     escape_handlers("uvicorn", "uvicorn.error", "uvicorn.access")
     _settle_heap()
+    from laketail.process_memory import keep_freed_memory
+
+    keep_freed_memory()
     supervisor = None
     if settings.request_processes > 1 and request_process == 0:
         def command(index: int) -> list[str]:

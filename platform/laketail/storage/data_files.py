@@ -9,6 +9,14 @@ reads prune by offset, snappy, dictionaries for the columns that repeat
 false holds only records outside transactions, which ``format("laketail_table")``
 uses to scan such files without a row filter. Timestamps in Delta statistics are
 milliseconds: the minimum is rounded down and the maximum up.
+
+A written file is made durable (``fdatasync``) before its add action is returned, so a
+commit never names a file the disk does not hold yet, and its pages then leave the page
+cache (:func:`release_pages`): a data file is read later and rarely, and readers that
+come back keep what they decoded (``block_cache``), while the tierer writes as many bytes
+as are produced. Pages the kernel frees are what the next write takes -- on this machine
+writing into memory the kernel had not used for a few seconds cost 2.2 ms per MB against
+0.22 ms into pages just freed (its balloon device returns idle free memory to the host).
 """
 
 from __future__ import annotations
@@ -54,7 +62,7 @@ def write_data_file(
     with pa.output_stream(path, buffer_size=WRITE_BUFFER_BYTES) as out:
         pq.write_table(body, out, row_group_size=ROW_GROUP_ROWS, compression="snappy", write_statistics=True,
                        use_dictionary=DICTIONARY_COLUMNS)
-    size = os.path.getsize(path)
+    size = release_pages(path)
     ts = pc.min_max(body.column("timestamp").cast(pa.int64()))
     min_ts, max_ts = ts["min"].as_py(), ts["max"].as_py()
     epoch = pc.min_max(body.column("leader_epoch"))
@@ -75,6 +83,20 @@ def write_data_file(
     }
     add = AddAction(rel, size, {"partition": str(partition)}, now_ms, data_change, json.dumps(stats))
     return rel, add, DataFile(first, last, rel, body.num_rows, min_ts, max_ts, size)
+
+
+def release_pages(path: str) -> int:
+    """``fdatasync`` the file, then drop its pages from the page cache (only clean pages
+    can be dropped, hence the sync first); its size. macOS has neither call: there the
+    file is ``fsync``-ed and its pages stay."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        getattr(os, "fdatasync", os.fsync)(fd)
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 def iso_ms(us: int, ceil: bool) -> str:

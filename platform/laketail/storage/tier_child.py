@@ -192,7 +192,10 @@ def main(argv: list[str]) -> None:
 
     from deltalake import DeltaTable
 
+    from laketail.process_memory import keep_freed_memory
     from laketail.storage.tierer import run_pass
+
+    keep_freed_memory()
 
     tables: dict[str, DeltaTable] = {}
     for line in sys.stdin.buffer:
