@@ -10,13 +10,13 @@ false holds only records outside transactions, which ``format("laketail_table")`
 uses to scan such files without a row filter. Timestamps in Delta statistics are
 milliseconds: the minimum is rounded down and the maximum up.
 
-A written file is made durable (``fdatasync``) before its add action is returned, so a
-commit never names a file the disk does not hold yet, and its pages then leave the page
-cache (:func:`release_pages`): a data file is read later and rarely, and readers that
-come back keep what they decoded (``block_cache``), while the tierer writes as many bytes
-as are produced. Pages the kernel frees are what the next write takes -- on this machine
-writing into memory the kernel had not used for a few seconds cost 2.2 ms per MB against
-0.22 ms into pages just freed (its balloon device returns idle free memory to the host).
+A written file's data is synced (``fdatasync``) before its add action is returned, so
+what a commit names is on disk, and its pages then leave the page cache
+(:func:`release_pages`): a data file is read later and rarely, readers keep what they
+decoded (``block_cache``), and the tierer writes as many bytes as are produced. The pages
+freed are what the next writes take: on the benchmarks' machine, writing into memory the
+kernel had not used for a few seconds cost 2.2 ms per MB against 0.22 ms into pages just
+freed (its balloon device hands idle free memory back to the host; bench/README.md).
 """
 
 from __future__ import annotations
