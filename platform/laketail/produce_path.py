@@ -38,6 +38,7 @@ from laketail.records import (
     TIMESTAMP_TYPE,
     Acks,
     build_frame_batch,
+    null_headers,
 )
 from laketail.storage.partition_log import ProducerBatch
 
@@ -219,7 +220,7 @@ class ProducePath:
         names = batch.schema.names
         values = batch.column("value") if "value" in names else pa.nulls(n, pa.binary())
         keys = batch.column("key") if "key" in names else pa.nulls(n, pa.binary())
-        headers = batch.column("headers") if "headers" in names else pa.nulls(n, HEADER_TYPE)
+        headers = batch.column("headers") if "headers" in names else null_headers(n)
 
         self._check_sizes(keys, values, headers, config.max_message_bytes)
         partitions = self._assign_partitions(runtime, keys, batch.column("partition") if "partition" in names else None)

@@ -63,6 +63,16 @@ def record_size(key: bytes | None, value: bytes | None, headers) -> int:
 
 
 @functools.lru_cache(maxsize=256)
+def null_headers(n: int) -> pa.Array:
+    """``n`` null ``headers`` whose children are empty. ``pa.nulls(n, HEADER_TYPE)``
+    gives the struct's key and value columns ``n + 1`` offsets each, which every IPC
+    message of the column then carries: 8 bytes a record in a frame (15,600 against
+    14,800 bytes for 100 records of 100 bytes), and 40 KB in a 500-record fetch answer
+    sliced from a 5,000-record frame. Immutable, so shared."""
+    return pa.array([None] * n, HEADER_TYPE)
+
+
+@functools.lru_cache(maxsize=256)
 def _constant_columns(
     n: int, timestamp_type: int, producer_id: int, producer_epoch: int, transactional: bool,
     control: str | None,
@@ -75,7 +85,7 @@ def _constant_columns(
         pa.repeat(pa.scalar(transactional, pa.bool_()), n),
         pa.repeat(pa.scalar(control, pa.string()), n),
         pa.repeat(pa.scalar(NO_SEQUENCE, pa.int32()), n),
-        pa.nulls(n, HEADER_TYPE),
+        null_headers(n),
     )
 
 

@@ -90,6 +90,28 @@ def test_arrow_payload_round_trip():
     assert frame.decode_batch(encoded, 0, header).equals(batch)
 
 
+def test_a_frame_without_headers_carries_no_bytes_for_their_children():
+    """Null headers cost the list's own offsets and validity, nothing per record in the
+    struct's key and value columns, in the frame and in a slice of it as a fetch
+    answers it; they read back as null."""
+    import pyarrow as pa
+
+    from laketail.records import HEADER_TYPE, to_record_batch
+
+    n = 5_000
+    batch = build_frame_batch(timestamps_us=[7] * n, keys=[None] * n, values=[b"v" * 100] * n)
+    headers = batch.column("headers")
+    assert headers.type == HEADER_TYPE and headers.null_count == n and headers.to_pylist() == [None] * n
+
+    def message_bytes(array) -> int:
+        return pa.RecordBatch.from_arrays([array], names=["headers"]).serialize().size
+
+    assert message_bytes(headers) < 4 * n + n // 8 + 1_000  # offsets and validity, and the message
+    assert message_bytes(pa.nulls(n, HEADER_TYPE)) > 8 * n  # what pa.nulls would have carried
+    answer = to_record_batch(batch, 0, 0, 0).slice(1_000, 500)
+    assert message_bytes(answer.column("headers")) < 4 * 500 + 1_000
+
+
 def _frames(sizes: list[int]) -> list:
     batches, n = [], 0
     for size in sizes:
