@@ -62,22 +62,44 @@ def record_size(key: bytes | None, value: bytes | None, headers) -> int:
     return size
 
 
-@functools.lru_cache(maxsize=256)
+#: Requests of up to this many records share their constant columns (LRU caches of 128
+#: shapes: at most about 35 MB); a larger request builds its own. A request may carry
+#: millions of empty records, and a cache of such columns for every size a client
+#: sends would hold gigabytes.
+SHARED_UP_TO_ROWS = 10_000
+
+
 def null_headers(n: int) -> pa.Array:
     """``n`` null ``headers`` whose children are empty. ``pa.nulls(n, HEADER_TYPE)``
     gives the struct's key and value columns ``n + 1`` offsets each, which every IPC
     message of the column then carries: 8 bytes a record in a frame (15,600 against
     14,800 bytes for 100 records of 100 bytes), and 40 KB in a 500-record fetch answer
-    sliced from a 5,000-record frame. Immutable, so shared."""
+    sliced from a 5,000-record frame. Immutable, so shared (up to
+    :data:`SHARED_UP_TO_ROWS`)."""
+    return _shared_null_headers(n) if n <= SHARED_UP_TO_ROWS else _null_headers(n)
+
+
+def _null_headers(n: int) -> pa.Array:
     return pa.array([None] * n, HEADER_TYPE)
 
 
-@functools.lru_cache(maxsize=256)
+_shared_null_headers = functools.lru_cache(maxsize=128)(_null_headers)
+
+
 def _constant_columns(
     n: int, timestamp_type: int, producer_id: int, producer_epoch: int, transactional: bool,
     control: str | None,
 ) -> tuple[pa.Array, ...]:
-    """Columns that hold one value for a whole producer batch (immutable, so shared)."""
+    """Columns that hold one value for a whole producer batch (immutable, so shared up
+    to :data:`SHARED_UP_TO_ROWS` records)."""
+    build = _shared_constant_columns if n <= SHARED_UP_TO_ROWS else _build_constant_columns
+    return build(n, timestamp_type, producer_id, producer_epoch, transactional, control)
+
+
+def _build_constant_columns(
+    n: int, timestamp_type: int, producer_id: int, producer_epoch: int, transactional: bool,
+    control: str | None,
+) -> tuple[pa.Array, ...]:
     return (
         pa.repeat(pa.scalar(timestamp_type, pa.int8()), n),
         pa.repeat(pa.scalar(producer_id, pa.int64()), n),
@@ -87,6 +109,9 @@ def _constant_columns(
         pa.repeat(pa.scalar(NO_SEQUENCE, pa.int32()), n),
         null_headers(n),
     )
+
+
+_shared_constant_columns = functools.lru_cache(maxsize=128)(_build_constant_columns)
 
 
 def build_frame_batch(

@@ -112,6 +112,35 @@ def test_a_frame_without_headers_carries_no_bytes_for_their_children():
     assert message_bytes(answer.column("headers")) < 4 * 500 + 1_000
 
 
+def test_only_requests_of_common_sizes_share_their_constant_columns():
+    """Up to SHARED_UP_TO_ROWS records a request's constant columns are the shared ones
+    (the same buffers for the next request of that size); above, each request builds its
+    own and the shared caches do not grow: a client sending many large sizes cannot
+    make them hold gigabytes."""
+    from laketail import records
+
+    def build(n: int):
+        return build_frame_batch(timestamps_us=[7] * n, keys=[None] * n, values=[b""] * n, producer_id=424242)
+
+    def address(batch, column: str) -> int:
+        return batch.column(column).buffers()[1].address  # the values, or the list offsets
+
+    def cached() -> tuple[int, int]:
+        return (records._shared_constant_columns.cache_info().currsize,
+                records._shared_null_headers.cache_info().currsize)
+
+    small, large = records.SHARED_UP_TO_ROWS, records.SHARED_UP_TO_ROWS + 1
+    for column in ("producer_id", "headers"):
+        assert address(build(small), column) == address(build(small), column)
+    before = cached()
+    first, second = build(large), build(large)
+    for column in ("producer_id", "headers"):
+        assert address(first, column) != address(second, column)
+    assert first.column("producer_id").to_pylist() == [424242] * large
+    assert first.column("headers").null_count == large
+    assert cached() == before
+
+
 def _frames(sizes: list[int]) -> list:
     batches, n = [], 0
     for size in sizes:
