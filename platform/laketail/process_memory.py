@@ -8,11 +8,11 @@ sees such blocks freed), and by trimming the heap when more than twice that thre
 free at its top. The next request then touches fresh pages, and each first touch is a
 page fault: 250 of them per megabyte.
 
-On a virtual machine whose balloon device reports free pages to the host (this one
-does, in 2 MiB blocks), a page the guest gave back must also be found again by the
-host: copying 1 MB into fresh memory took 0.66 ms here, into reused memory 0.03 ms.
-At 1 MB per request that was 240 faults per request in the broker and 190 per megabyte
-tiered in the tier child (bench/README.md, issue 18).
+On a virtual machine whose balloon device reports free pages to the host (the
+benchmarks' machine does, in 2 MiB blocks), a page the guest gave back must also be
+found again by the host: copying 1 MB into fresh memory took 0.66 ms there, into reused
+memory 0.03 ms. At 1 MB per request that was 240 faults per request in the broker and
+190 per megabyte tiered in the tier child (bench/README.md, issue 18).
 
 :func:`keep_freed_memory` fixes both thresholds (``mallopt``): blocks up to
 :data:`MMAP_THRESHOLD_BYTES` come from the heap, and the heap keeps up to
