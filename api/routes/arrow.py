@@ -53,7 +53,7 @@ from laketail.ipc_bounds import IpcTooLarge, decoded_size
 from laketail.records import RECORD_SCHEMA, payload_bytes
 
 if TYPE_CHECKING:
-    from laketail.produce_path import ProduceResult
+    from laketail.broker import ProduceResult
 
 router = APIRouter(tags=["v1 arrow"])
 

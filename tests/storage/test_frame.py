@@ -1,10 +1,13 @@
 """The hot-segment frame format, pinned to golden bytes."""
 
+import os
 import zlib
 
+import pyarrow as pa
 import pytest
 
-from laketail.records import build_frame_batch
+from laketail import records
+from laketail.records import HEADER_TYPE, build_frame_batch, to_record_batch
 from laketail.storage import frame
 
 GOLDEN = bytes.fromhex(
@@ -42,12 +45,8 @@ def test_crc_covers_every_byte_after_itself():
 
 
 def test_frames_written_with_the_fast_crc_read_as_zlib_computes_it():
-    """ISA-L's CRC-32 (when installed) is zlib's, on every kind of buffer a frame is
-    checked over, at sizes around its vector widths and a megabyte."""
-    import os
-
-    import pyarrow as pa
-
+    """ISA-L's CRC-32 is zlib's, on every kind of buffer a frame is checked over, at
+    sizes around its vector widths and a megabyte."""
     assert frame.crc32.__module__ in ("isal.isal_zlib", "zlib")
     for size in (0, 1, 15, 16, 63, 64, 65, 1000, 4097, 1 << 20):
         data = os.urandom(size + 3)
@@ -94,10 +93,6 @@ def test_a_frame_without_headers_carries_no_bytes_for_their_children():
     """Null headers cost the list's own offsets and validity, nothing per record in the
     struct's key and value columns, in the frame and in a slice of it as a fetch
     answers it; they read back as null."""
-    import pyarrow as pa
-
-    from laketail.records import HEADER_TYPE, to_record_batch
-
     n = 5_000
     batch = build_frame_batch(timestamps_us=[7] * n, keys=[None] * n, values=[b"v" * 100] * n)
     headers = batch.column("headers")
@@ -117,8 +112,6 @@ def test_only_requests_of_common_sizes_share_their_constant_columns():
     (the same buffers for the next request of that size); above, each request builds its
     own and the shared caches do not grow: a client sending many large sizes cannot
     make them hold gigabytes."""
-    from laketail import records
-
     def build(n: int):
         return build_frame_batch(timestamps_us=[7] * n, keys=[None] * n, values=[b""] * n, producer_id=424242)
 
