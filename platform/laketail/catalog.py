@@ -124,9 +124,7 @@ class Catalog:
 
     def _open_cluster(self) -> str:
         try:
-            rows = DeltaTable(self.cluster_uri).to_pyarrow_table().to_pylist()
-            if rows:
-                return min(rows, key=lambda r: (r["created_ms"], r["cluster_id"]))["cluster_id"]
+            return self._first_cluster_id()
         except TableNotFoundError:
             pass
         # Kafka's cluster ids are 22-character URL-safe base64 of a UUID.
@@ -138,8 +136,22 @@ class Catalog:
             write_deltalake(self.cluster_uri, row, mode="error")
         except DeltaError:
             pass  # another broker of the cluster created it first (the read below fails if not)
-        # Brokers starting together may race here: all agree on the first row written.
-        rows = DeltaTable(self.cluster_uri).to_pyarrow_table().to_pylist()
+        return self._first_cluster_id()
+
+    def _first_cluster_id(self) -> str:
+        """The id the cluster table's first commit holds. Brokers starting together may
+        each write a row (the one that loses the race for version 0 appends its own
+        after it); the first commit is the same for every broker whenever it reads,
+        while the set of rows, and so their smallest ``created_ms``, depends on when a
+        broker reads. A table whose first commit is gone from the log (never the case
+        for a table written once or twice) is read whole."""
+        try:
+            table = DeltaTable(self.cluster_uri, version=0)
+        except TableNotFoundError:
+            raise
+        except DeltaError:
+            table = DeltaTable(self.cluster_uri)
+        rows = table.to_pyarrow_table().to_pylist()
         return min(rows, key=lambda r: (r["created_ms"], r["cluster_id"]))["cluster_id"]
 
     def _read_rows(self) -> tuple[DeltaTable, list[dict]]:
