@@ -28,7 +28,8 @@ lives on the event loop thread, like uvicorn's own.
 On a TLS listener it also passes on the client certificate uvicorn does not: the
 verified peer certificate's subject (RFC 2253) goes into each request's
 ``scope["extensions"]["tls"]["client_cert_name"]`` (the ASGI TLS extension's key),
-where authentication (:mod:`laketail.api.authentication`) maps it to a principal.
+where authentication (:mod:`laketail.api.authentication`) maps it to a principal. And it
+sends each answer's head and body as one TLS write (:class:`OneWritePerAnswer`).
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None:
             from laketail.security.ssl_principal import subject_name
+
+            self.transport = OneWritePerAnswer(transport, self.loop)  # type: ignore[assignment]
 
             cert = ssl_object.getpeercert() or {}  # {} unless the certificate was verified
             subject = cert.get("subject")
@@ -142,6 +145,66 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def _peer(self) -> str:
         client = getattr(self, "client", None)
         return "%s:%d" % client if client else "?"
+
+
+class OneWritePerAnswer:
+    """A TLS connection's transport that sends an answer's head with its body.
+
+    uvicorn writes a response's status line and headers in one ``write`` and its body in
+    the next. Over TLS each ``write`` is a TLS record of its own and a socket write of its
+    own, and the client decrypts two records for one small answer. This holds a head
+    back until the next write, which it joins (small bodies: one record) or sends with
+    it in one ``writelines`` (one socket write); a head that nothing follows in the same
+    loop iteration (a streamed answer still waiting for its first chunk, ``100
+    Continue``) goes out alone on the next one. Order is kept: a held head always goes
+    before anything written after it. Everything else is the wrapped transport's.
+    Event-loop thread only."""
+
+    __slots__ = ("_transport", "_loop", "_held")
+
+    #: Bodies up to this size are joined to their head (one TLS record holds 16 KiB).
+    JOIN_UP_TO = 16_000
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            if len(data) <= self.JOIN_UP_TO:
+                self._transport.write(held + bytes(data))
+            else:
+                self._transport.writelines([held, data])
+        elif type(data) is bytes and data.endswith(b"\r\n\r\n") and data.startswith(b"HTTP/1.1 "):
+            self._held = data
+            self._loop.call_soon(self.flush)
+        else:
+            self._transport.write(data)
+
+    def writelines(self, chunks) -> None:
+        self.flush()
+        self._transport.writelines(chunks)
+
+    def flush(self) -> None:
+        """Send a held head now."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
 
 
 def guarded_protocol(settings: "BrokerSettings", board: "ConnectionBoard | None" = None) -> type[GuardedHttpProtocol]:

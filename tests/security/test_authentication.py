@@ -335,3 +335,33 @@ def test_the_console_page_loads_unauthenticated_and_its_data_needs_credentials(s
         assert signed_in.status_code == 200, signed_in.text
         wrong = http.get(f"{secure.client_url}/console", auth=("alice", "wrong"))
         _assert_401(wrong)  # credentials shown are checked, even for the page
+
+
+# -- the TLS record layer -----------------------------------------------------------------------
+
+
+def test_an_answer_is_one_tls_record(secure):
+    """The head and body of a small answer come in one TLS record: OpenSSL's SSL_read
+    gives one record's data per call, so a single read returns the whole answer (uvicorn
+    writes head and body in two calls; the broker joins them)."""
+    import socket
+    import ssl
+    from urllib.parse import urlsplit
+
+    url = urlsplit(secure.client_url)
+    context = ssl.create_default_context(cafile=str(secure.pki.ca_pem))
+    basic = base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
+    request = (f"GET /v3/clusters HTTP/1.1\r\nHost: {url.hostname}\r\nAuthorization: Basic {basic}\r\n"
+               "Connection: close\r\n\r\n").encode()
+    with socket.create_connection((url.hostname, url.port), timeout=30) as raw:
+        with context.wrap_socket(raw, server_hostname=url.hostname) as tls:
+            tls.sendall(request)
+            first = tls.recv(1 << 20)
+            rest = b""
+            while chunk := tls.recv(1 << 20):
+                rest += chunk
+    head, _, body = first.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), first[:200]
+    length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")))
+    assert len(body) == length > 0 and rest == b"", (len(body), length, rest[:100])

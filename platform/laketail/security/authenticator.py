@@ -7,7 +7,7 @@
   credential in the catalog (:mod:`laketail.security.credentials`), for each mechanism
   of ``sasl.enabled.mechanisms`` the user has. The check costs the credential's PBKDF2
   rounds, so a successful one is remembered for ``laketail.sasl.credential.cache.ms``,
-  keyed by a salted hash of the presented password (the password itself is not kept),
+  keyed by a salted hash of the presented header value (the password is not kept),
   and only while the catalog still holds the very credential it was checked against: a
   removed or changed user is refused from the next reload of the table (at most
   :data:`RELOAD_S` later), whatever the cache says.
@@ -61,6 +61,7 @@ _JWT_ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256"
 @dataclass(frozen=True)
 class _Verified:
     principal: KafkaPrincipal
+    user: str
     mechanism: str
     stored_key: bytes
     expires: float
@@ -89,7 +90,22 @@ class Authenticator:
     # -- HTTP Basic over SCRAM credentials ---------------------------------------------
 
     async def basic(self, header_value: str) -> KafkaPrincipal:
-        """The principal of an ``Authorization: Basic ...`` value."""
+        """The principal of an ``Authorization: Basic ...`` value.
+
+        A value seen before is looked up by a salted hash of the value itself (a repeated
+        request decodes nothing), and counts only while the credential it was verified
+        against is still the user's in the latest snapshot of the table."""
+        key = hashlib.sha256(self._pepper + header_value.encode()).digest()
+        now = time.monotonic()
+        hit = self._cache.get(key)
+        if hit is not None and hit.expires > now:
+            if now - self._loaded_at > RELOAD_S:
+                await self._snapshot()
+            creds = self._credentials.get(hit.user)
+            if creds is not None:
+                held = creds.get(hit.mechanism)
+                if held is not None and held.stored_key == hit.stored_key and hit.mechanism in self.mechanisms:
+                    return hit.principal
         try:
             decoded = base64.b64decode(header_value.strip(), validate=True).decode("utf-8")
         except (binascii.Error, UnicodeDecodeError):
@@ -98,21 +114,14 @@ class Authenticator:
         if not sep or not user:
             raise SaslAuthenticationFailed("malformed HTTP Basic credentials")
         creds = (await self._snapshot()).get(user, {})
-        usable = [creds[m] for m in self.mechanisms if m in creds]
-        key = hashlib.sha256(self._pepper + user.encode() + b"\0" + password.encode()).digest()
-        now = time.monotonic()
-        hit = self._cache.get(key)
-        if hit is not None and hit.expires > now and any(
-                c.mechanism == hit.mechanism and c.stored_key == hit.stored_key for c in usable):
-            return hit.principal
-        for cred in usable:
+        for cred in [creds[m] for m in self.mechanisms if m in creds]:
             if await asyncio.to_thread(scram.verify, cred, password):
                 principal = KafkaPrincipal.user(user)
                 if len(self._cache) >= CACHE_ENTRIES:
                     self._cache = {k: v for k, v in self._cache.items() if v.expires > now}
                     if len(self._cache) >= CACHE_ENTRIES:
                         self._cache.clear()
-                self._cache[key] = _Verified(principal, cred.mechanism, cred.stored_key, now + self.cache_s)
+                self._cache[key] = _Verified(principal, user, cred.mechanism, cred.stored_key, now + self.cache_s)
                 return principal
         raise SaslAuthenticationFailed(f"authentication failed for user {user!r}: "
                                        f"invalid credentials with SASL mechanisms {', '.join(self.mechanisms)}")
