@@ -35,7 +35,7 @@ from laketail.coordinator.transactions import SINK_PREFIX
 from laketail.errors import ClusterAuthorizationFailed, LaketailError
 from laketail.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from laketail.security.authorizer import AUDITED_CHANGES, Authorizer
-from laketail.security.principal import KafkaPrincipal
+from laketail.security.principal import ANONYMOUS, KafkaPrincipal
 
 _STATE_KEY = "laketail.authz"
 
@@ -180,9 +180,13 @@ class Authorization:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        conn = HTTPConnection(scope)
-        principal, host = principal_of(conn), host_of(conn)
-        scope.setdefault("state", {})[_STATE_KEY] = (principal, host)
+        state = scope.setdefault("state", {})
+        principal = state.get("principal")  # what authentication left, as principal_of reads it
+        if not isinstance(principal, KafkaPrincipal):
+            principal = ANONYMOUS
+        client = scope.get("client")
+        host = client[0] if client else "*"  # host_of
+        state[_STATE_KEY] = (principal, host)
         key = (principal, host, scope["method"], scope["path"])
         if self._generation != self.authorizer.generation:
             self._allowed = {}
