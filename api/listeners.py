@@ -105,6 +105,8 @@ def listener_servers(app: ASGIApp, settings: BrokerSettings, *, log_level: str =
             port=lst.port,
             log_level=log_level,
             access_log=False,  # laketail's own (create_app's access_log) has duration and principal
+            proxy_headers=False,  # uvicorn would take X-Forwarded-For/-Proto from 127.0.0.1: a local
+            # process could name another host and escape a host ACL (peers speak for clients with the secret)
             lifespan="on" if i == 0 else "off",
             http=guarded_protocol(settings, None if lst.inter_broker else board),  # read deadlines,
             # max.connections, client certificates, connections spread evenly over request processes

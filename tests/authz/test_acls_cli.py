@@ -58,3 +58,27 @@ def test_add_list_remove_and_the_broker_enforces_them(broker_factory):
         assert empty.returncode == 0 and "Current ACLs" not in empty.stdout
         usage = acls(broker.url, "--add", "--allow-principal", "User:x")
         assert usage.returncode == 2 and "needs a resource" in usage.stderr
+
+
+def test_a_client_cannot_choose_its_host_with_forwarding_headers(broker_factory):
+    """Kafka's host ACLs match the connection's address. uvicorn by default trusts
+    ``X-Forwarded-For`` from 127.0.0.1, which would let any local process name another
+    host and escape a host DENY; the broker trusts no forwarding header (peer brokers
+    speak for a client only with the cluster secret)."""
+    broker = broker_factory(env={"LAKETAIL_AUTHORIZER_CLASS_NAME": "kafka.security.authorizer.AclAuthorizer",
+                                 "LAKETAIL_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "true"})
+    record = {"records": [{"value": "dg=="}]}
+    headers = {"Content-Type": "application/vnd.kafka.binary.v2+json"}
+    with httpx.Client(base_url=broker.url, timeout=30) as http:
+        for permission, host in (("--allow-principal", "*"), ("--deny-principal", "127.0.0.1")):
+            flag = "--allow-host" if permission == "--allow-principal" else "--deny-host"
+            added = acls(broker.url, "--add", permission, "User:ANONYMOUS", flag, host, "--operation", "Write",
+                         "--topic", "hosts-t")
+            assert added.returncode == 0, added.stderr
+        for spoof in ({}, {"X-Forwarded-For": "10.9.9.9"}, {"Forwarded": "for=10.9.9.9"},
+                      {"X-Forwarded-For": "10.9.9.9", "X-Forwarded-Proto": "https"}):
+            denied = http.post("/topics/hosts-t", json=record, headers={**headers, **spoof})
+            assert denied.status_code == 403, (spoof, denied.text)
+            assert denied.json()["message"].startswith("TOPIC_AUTHORIZATION_FAILED"), denied.text
+        listed = http.get("/v3/clusters", headers={"X-Forwarded-Proto": "https"}).json()["data"][0]["metadata"]["self"]
+        assert listed.startswith("http://"), listed  # nor its scheme
