@@ -190,9 +190,8 @@ class OneWritePerAnswer:
 
     def flush(self) -> None:
         """Send a held head now."""
-        held = self._held
-        if held is not None:
-            self._held = None
+        held, self._held = self._held, None
+        if held is not None and not self._transport.is_closing():
             self._transport.write(held)
 
     def close(self) -> None:
@@ -202,6 +201,10 @@ class OneWritePerAnswer:
     def write_eof(self) -> None:
         self.flush()
         self._transport.write_eof()
+
+    def abort(self) -> None:
+        self._held = None  # an aborted connection sends nothing more
+        self._transport.abort()
 
     def __getattr__(self, name: str):
         return getattr(self._transport, name)
