@@ -29,6 +29,9 @@ class Counted:
         self.calls.append("writelines")
         self.transport.writelines(chunks)
 
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
     def close(self) -> None:
         self.transport.close()
 
@@ -44,6 +47,11 @@ async def _connected() -> tuple[Counted, OneWritePerAnswer, asyncio.StreamReader
     _peers.append(writer)
     counted = Counted(transport)
     return counted, OneWritePerAnswer(counted, loop), reader  # type: ignore[arg-type]
+
+
+async def _read(reader: asyncio.StreamReader, n: int | None = None) -> bytes:
+    """``n`` bytes, or all up to the end of the stream; a test that would wait for ever fails."""
+    return await asyncio.wait_for(reader.read() if n is None else reader.readexactly(n), 30)
 
 
 def _run(test) -> None:
@@ -66,7 +74,7 @@ def test_a_head_and_its_small_body_are_one_write() -> None:
         assert counted.calls == []  # held for its body
         wrapped.write(BODY)
         assert counted.calls == ["write"]
-        assert await reader.readexactly(len(HEAD) + len(BODY)) == HEAD + BODY
+        assert await _read(reader, len(HEAD) + len(BODY)) == HEAD + BODY
         wrapped.close()
 
     _run(run)
@@ -80,7 +88,7 @@ def test_a_large_body_goes_with_its_head_in_one_writelines() -> None:
         wrapped.write(HEAD)
         wrapped.write(memoryview(big))
         assert counted.calls == ["writelines"]
-        assert await reader.readexactly(len(HEAD) + len(big)) == HEAD + big
+        assert await _read(reader, len(HEAD) + len(big)) == HEAD + big
         wrapped.close()
 
     _run(run)
@@ -92,11 +100,11 @@ def test_a_head_that_nothing_follows_goes_out_on_the_next_loop_iteration() -> No
     async def run() -> None:
         counted, wrapped, reader = await _connected()
         wrapped.write(cont)
-        assert await reader.readexactly(len(cont)) == cont
+        assert await _read(reader, len(cont)) == cont
         assert counted.calls == ["write"]
         wrapped.write(HEAD)  # the answer that follows is held and joined as usual
         wrapped.write(BODY)
-        assert await reader.readexactly(len(HEAD) + len(BODY)) == HEAD + BODY
+        assert await _read(reader, len(HEAD) + len(BODY)) == HEAD + BODY
         assert counted.calls == ["write", "write"]
         wrapped.close()
 
@@ -113,7 +121,7 @@ def test_other_writes_pass_straight_through_in_order() -> None:
         wrapped.write(HEAD)
         wrapped.writelines([chunk, chunk])  # the held head goes first
         assert counted.calls == ["write", "write", "writelines"]
-        assert await reader.readexactly(len(chunk) + len(HEAD) + 2 * len(chunk)) == chunk + HEAD + chunk + chunk
+        assert await _read(reader, len(chunk) + len(HEAD) + 2 * len(chunk)) == chunk + HEAD + chunk + chunk
         wrapped.close()
 
     _run(run)
@@ -124,6 +132,6 @@ def test_closing_sends_a_held_head_first() -> None:
         _, wrapped, reader = await _connected()
         wrapped.write(HEAD)
         wrapped.close()
-        assert await reader.read() == HEAD  # everything up to the end of the stream
+        assert await _read(reader) == HEAD  # everything up to the end of the stream
 
     _run(run)
