@@ -35,6 +35,9 @@ class Counted:
     def close(self) -> None:
         self.transport.close()
 
+    def abort(self) -> None:
+        self.transport.abort()
+
 
 _peers: list[asyncio.StreamWriter] = []  # the reading ends' writers, kept open while a test reads
 
@@ -133,5 +136,17 @@ def test_closing_sends_a_held_head_first() -> None:
         wrapped.write(HEAD)
         wrapped.close()
         assert await _read(reader) == HEAD  # everything up to the end of the stream
+
+    _run(run)
+
+
+def test_an_aborted_connection_sends_nothing_more() -> None:
+    async def run() -> None:
+        counted, wrapped, reader = await _connected()
+        wrapped.write(HEAD)
+        wrapped.abort()
+        await asyncio.sleep(0)  # the flush the head scheduled runs, and finds nothing held
+        assert counted.calls == []
+        assert await _read(reader) == b""
 
     _run(run)
