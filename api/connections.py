@@ -46,6 +46,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("laketail.api.connections")
 
+#: When the broker stops, how long a TLS connection may take to close cleanly (the
+#: client's ``close_notify``) before it is cut.
+TLS_CLOSE_GRACE_S = 1.0
+
 
 class GuardedHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with read deadlines and a connection limit."""
@@ -60,6 +64,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     _read_timer: asyncio.TimerHandle | None = None
     _tls: dict | None = None  # the ASGI TLS extension of this connection (TLS listeners only)
     _counted = False  # on the board
+    _lost = False  # connection_lost has run
     _rebalancing = False  # this connection's last response said Connection: close for the board
 
     # -- the connection --------------------------------------------------------------
@@ -87,11 +92,30 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._arm(self.header_timeout_s, "its request line and headers")
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
         self._disarm()
         if self._counted and self.board is not None:
             self._counted = False
             self.board.closed(self._rebalancing)
         super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        """The server is stopping: an idle connection is closed, a busy one after its
+        answer (uvicorn's rule). A TLS close waits for the client's ``close_notify``,
+        which an idle client that is not reading never sends, and uvloop waits 30 s for
+        it: the stopping broker waited that long. After :data:`TLS_CLOSE_GRACE_S` a TLS
+        connection whose answer is complete is cut instead."""
+        super().shutdown()
+        if self._tls is not None:
+            self.loop.call_later(TLS_CLOSE_GRACE_S, self._cut_when_idle)
+
+    def _cut_when_idle(self) -> None:
+        if self._lost:
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.loop.call_later(TLS_CLOSE_GRACE_S, self._cut_when_idle)  # its answer is still being written
+            return
+        self.transport.abort()
 
     # -- parser callbacks: where a request stands ------------------------------------
 
