@@ -29,6 +29,7 @@ classes by :func:`code_table` and kept equal to it by ``tests/test_conformance.p
     ├── NotLeaderOrFollower          421 42101
     ├── NotEnoughReplicas            503 50301, NotEnoughReplicasAfterAppend 50302
     ├── replication: LeaderNotAvailable 503 50303, NotController 503 50304,
+    │   NotCoordinator 503 50305 (a stopping broker's pending group joins),
     │   FencedLeaderEpoch 409 40920, BrokerNotAvailable 404 40408
     ├── RequestTimedOut              504 50401
     ├── CorruptMessage               500 50002
@@ -225,6 +226,17 @@ class NotController(LaketailError):
     kafka_name = "NOT_CONTROLLER"
     http_status = 503
     rest_code = 50304
+    retriable = True
+
+
+class NotCoordinator(LaketailError):
+    """This broker no longer coordinates the group (it is shutting down): find the
+    coordinator again and rejoin, as Kafka's clients do."""
+
+    kafka_code = 16
+    kafka_name = "NOT_COORDINATOR"
+    http_status = 503
+    rest_code = 50305
     retriable = True
 
 

@@ -160,6 +160,7 @@ def serve(
     from laketail.process_memory import keep_freed_memory
 
     keep_freed_memory()
+    servers[0].on_exit.append(lambda: _resign_groups(app))
     supervisor = None
     if settings.request_processes > 1 and request_process == 0:
         def command(index: int) -> list[str]:
@@ -179,6 +180,23 @@ def serve(
             supervisor.stop()
     if not started:
         raise SystemExit(3)  # as uvicorn.run: the socket could not be bound
+
+
+def _resign_groups(app) -> None:
+    """The broker was told to stop: its group coordinator answers the joins still waiting
+    for a rebalance NOT_COORDINATOR, as Kafka's does when it stops (uvicorn waits for
+    every request before the lifespan closes the broker, and a join may wait minutes).
+    Called from the signal handler, so the answer is scheduled on the event loop."""
+    import asyncio
+
+    broker = getattr(app.state, "broker", None)
+    if broker is None:
+        return  # stopped before the lifespan started it
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    loop.call_soon_threadsafe(broker.groups.resign)
 
 
 def _process_command(group: BrokerSettings, index: int, config_path: Path | None, log_level: str,

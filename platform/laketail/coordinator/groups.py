@@ -48,6 +48,7 @@ from laketail.errors import (
     InconsistentGroupProtocol,
     InvalidGroupId,
     InvalidSessionTimeout,
+    NotCoordinator,
     RebalanceInProgress,
     UnknownMemberId,
     UnknownTopicOrPartition,
@@ -322,6 +323,20 @@ class GroupCoordinator:
             return
         self._prepare_rebalance(group, now)
         self._maybe_complete(group, now)
+
+    def resign(self) -> None:
+        """This broker stops coordinating (it is shutting down): every join still waiting
+        for its rebalance is answered NOT_COORDINATOR now, as Kafka's coordinator answers
+        them when it unloads its groups, and the members rejoin wherever the coordinator
+        is next. Without this a join waiting for a member that never rejoins (up to the
+        largest ``rebalance.timeout.ms``, five minutes by default) held the stopping
+        broker that long."""
+        for group in self._groups.values():
+            for member in group.members.values():
+                waiter, member.join_waiter = member.join_waiter, None
+                if waiter is not None and not waiter.done():
+                    waiter.set_exception(NotCoordinator(
+                        f"this broker is shutting down and no longer coordinates group '{group.group_id}'"))
 
     def tick(self) -> None:
         """Expire silent members and overdue rebalances."""
