@@ -323,7 +323,11 @@ class TableReader:
         actions = pa.table(entry.table.get_add_actions(flatten=True))
         names = set(actions.column_names)
         files: dict[int, list[DataFile]] = {}
+        seen: set[str] = set()
         for row in actions.to_pylist():
+            if row["path"] in seen:
+                continue  # the same add twice in the snapshot: Delta keys its files by path, so one file
+            seen.add(row["path"])
             partition = int(row["partition.partition"])
             first = row.get("min.offset")
             last = row.get("max.offset")
@@ -419,8 +423,9 @@ class TableReader:
         """Record files the tierer just committed as ``version`` (no log re-read)."""
         entry = self._get(topic)
         with entry.lock:
-            if entry.index is None or version <= entry.version or not self._follow_locked(entry, version - 1):
-                self._reload_locked(entry)
+            if entry.index is None or version <= entry.version or not self._follow_locked(entry, version - 1) or any(
+                    f.path == d.path for p, d in added.items() for f in entry.index.files.get(p, ())):
+                self._reload_locked(entry)  # (a file already indexed: the rebuild holds each path once)
                 return
             entry.version = version
             entry.index = entry.index.adding(added)
