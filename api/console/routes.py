@@ -29,8 +29,10 @@ listing answers ``{"data": [...], "total", "limit", "offset"}``):
 * ``GET /v1/console/transactions?state=`` -- transactional ids with producer id and
   epoch, state, partitions, age and timeout; ``hanging`` marks a transaction open past
   its ``transaction.timeout.ms`` (:mod:`laketail.console.transactions`);
-* ``POST /v1/console/sql`` ``{query, max_rows}`` -- :mod:`laketail.console.sql` over the
-  topic's Delta table (no Spark session in the broker), the result as columns and rows.
+* ``POST /v1/console/sql`` ``{query, max_rows, timeout_ms}`` -- :mod:`laketail.console.sql`:
+  read-only SQL (Apache DataFusion in delta-rs, no Spark session) over topics' Delta
+  tables, ``<topic>`` committed rows and ``<topic>_all`` every row; the result as
+  columns, their Arrow types and rows, ``truncated`` when a cap left rows out.
 
 Group and transaction endpoints are coordinator requests (answered by the controller,
 :mod:`laketail.api.coordinator_proxy`). Only the Broker's public methods are used.
@@ -40,8 +42,10 @@ from __future__ import annotations
 
 import asyncio
 import binascii
-from datetime import datetime
-from typing import Annotated, Any, TypeVar
+import math
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from typing import Annotated, Any, Callable, TypeVar
 
 from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -381,6 +385,8 @@ class SqlRequest(BaseModel):
 
     query: str = Field(..., max_length=10_000)
     max_rows: int = Field(100, ge=1, le=MAX_LIMIT)
+    timeout_ms: int = Field(sql.DEFAULT_TIMEOUT_MS, ge=1, le=sql.DEFAULT_TIMEOUT_MS,
+                            description="the query's deadline (REQUEST_TIMED_OUT past it)")
 
 
 def _cell(value: Any) -> Any:
@@ -389,8 +395,12 @@ def _cell(value: Any) -> Any:
             return value.decode("utf-8")
         except UnicodeDecodeError:
             return "0x" + binascii.hexlify(value).decode()
-    if isinstance(value, datetime):
+    if isinstance(value, (datetime, date, time)):
         return value.isoformat()
+    if isinstance(value, (Decimal, timedelta)):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
     if isinstance(value, list):
         return [_cell(v) for v in value]
     if isinstance(value, dict):
@@ -398,18 +408,37 @@ def _cell(value: Any) -> Any:
     return value
 
 
-@router.post("/sql", summary="A SELECT over a topic's Delta table (pyarrow; no Spark session needed)",
+def _sql_resolver(request: Request) -> Callable[[str], sql.Table]:
+    """What a table name of a query reads (called by :func:`laketail.console.sql.run` for
+    each name DataFusion asks for): ``<topic>`` its committed rows, ``<topic>_all`` every
+    row. Read on the topic is checked first, as for a Fetch of the whole table."""
+    broker = broker_of(request)
+
+    def resolve(name: str) -> sql.Table:
+        topic, kind = name, "committed"
+        if name.endswith("_all") and not broker.has_topic(name) and broker.has_topic(name[:-4]):
+            topic, kind = name[:-4], "all"
+        authz.check(request, AclOperation.READ, ResourceType.TOPIC, topic)
+        broker.topic(topic)  # UNKNOWN_TOPIC_OR_PARTITION for a table that is no topic
+        return sql.Table(topic, broker.table_uri(topic), kind)  # type: ignore[arg-type]
+
+    return resolve
+
+
+@router.post("/sql", summary="Read-only SQL (Apache DataFusion, through delta-rs) over topics' Delta tables",
              openapi_extra=_body_openapi(SqlRequest))
 async def run_sql(request: Request) -> Response:
     body = await _body(request, SqlRequest)
-    query = sql.parse(body.query)
-    authz.check(request, AclOperation.READ, ResourceType.TOPIC, query.table)  # a Fetch of the whole table
-    broker_of(request).topic(query.table)  # UNKNOWN_TOPIC_OR_PARTITION for a table that is no topic
-    result = await asyncio.to_thread(sql.run, query, broker_of(request).table_uri(query.table), body.max_rows)
+    sql.check_read_only(body.query)  # INVALID_REQUEST before any worker thread or table
+    result = await asyncio.to_thread(sql.run, body.query, _sql_resolver(request), max_rows=body.max_rows,
+                                     timeout_ms=body.timeout_ms)
+    rows = result.rows
     return json_response({
-        "engine": "pyarrow",
-        "columns": result.column_names,
-        "rows": [[_cell(v) for v in row.values()] for row in result.to_pylist()],
+        "engine": "datafusion",
+        "columns": rows.column_names,
+        "types": [str(field.type) for field in rows.schema],
+        "rows": [[_cell(v) for v in row] for row in zip(*(column.to_pylist() for column in rows.columns))],
+        "truncated": result.truncated,
     })
 
 

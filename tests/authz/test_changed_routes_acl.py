@@ -103,7 +103,7 @@ CASES: list[tuple[str, str, str, dict[str, Any], list[tuple[str, str, str | None
      {"content": '{{"topic": "{T}", "to": "earliest", "execute": true}}', "headers": JSON},
      [("READ", "GROUP", "G"), ("READ", "TOPIC", "T")], 200),
     ("console sql", "POST", "/v1/console/sql",
-     {"content": '{{"query": "SELECT * FROM {T}"}}', "headers": JSON},
+     {"content": '{{"query": "SELECT * FROM `{T}`"}}', "headers": JSON},
      [("READ", "TOPIC", "T")], 200),
     ("console overview", "GET", "/v1/console/overview", {}, [("DESCRIBE", "CLUSTER", None)], 200),
 ]

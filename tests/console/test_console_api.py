@@ -7,6 +7,7 @@ writes nothing.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -212,28 +213,43 @@ def test_transactions_listing_shows_open_ones_with_age(broker, make_topic):
                    json={"producer_id": init["producer_id"], "producer_epoch": init["producer_epoch"]})
 
 
-def test_sql_over_a_topic_table_without_spark(broker, make_topic):
+def test_sql_over_topic_tables_with_datafusion(broker, make_topic):
     rest = broker.rest
     topic = make_topic(2)
+    other = make_topic(1)
     records = [{"key": f"k{i}".encode(), "value": f'{{"n": {i}}}'.encode(), "partition": i % 2} for i in range(6)]
     assert rest.produce_binary(topic, records).status_code == 200
+    assert rest.produce_binary(other, [{"key": b"k1", "value": b"joined"}]).status_code == 200
 
     def run(query: str, **extra) -> httpx.Response:
         return rest.http.post("/v1/console/sql", json={"query": query, **extra})
 
-    wait_until(lambda: run(f"SELECT COUNT(*) FROM `{topic}`").json()["rows"] == [[6]], "six rows in the table")
-    doc = run(f"SELECT partition, offset, key, value FROM `{topic}` WHERE partition = 1 AND offset >= 1 "
-              "ORDER BY offset DESC LIMIT 2").json()
+    wait_until(lambda: run(f'SELECT COUNT(*) FROM "{topic}"').json()["rows"] == [[6]], "six rows in the table")
+    wait_until(lambda: run(f'SELECT COUNT(*) FROM "{other}"').json()["rows"] == [[1]], "the other table")
+    # the issue's query, which the old hand-written grammar refused
+    grouped = run(f'SELECT partition, count(*) FROM "{topic}" GROUP BY partition ORDER BY partition').json()
+    assert grouped["engine"] == "datafusion" and grouped["rows"] == [[0, 3], [1, 3]]
+    assert grouped["columns"] == ["partition", "count(*)"] and grouped["types"] == ["int32", "int64"]
+    doc = run(f'SELECT partition, "offset", key, value FROM `{topic}` WHERE partition = 1 AND "offset" >= 1 '
+              'ORDER BY "offset" DESC LIMIT 2').json()
     assert doc["columns"] == ["partition", "offset", "key", "value"]
-    assert doc["rows"] == [[1, 2, "k5", '{"n": 5}'], [1, 1, "k3", '{"n": 3}']]
-    assert run(f"select key from `{topic}` where key = 'k4'").json()["rows"] == [["k4"]]
-    assert len(run(f"SELECT * FROM `{topic}`", max_rows=4).json()["rows"]) == 4
+    assert doc["rows"] == [[1, 2, "k5", '{"n": 5}'], [1, 1, "k3", '{"n": 3}']] and doc["truncated"] is False
+    assert run(f"select key from \"{topic}\" where key = 'k4'").json()["rows"] == [["k4"]]
+    joined = run(f'SELECT t.partition, o.value FROM "{topic}" t JOIN "{other}" o ON t.key = o.key').json()
+    assert joined["rows"] == [[1, "joined"]]
+    capped = run(f'SELECT * FROM "{topic}_all"', max_rows=4).json()
+    assert len(capped["rows"]) == 4 and capped["truncated"] is True
 
-    for bad in ("DROP TABLE x", f"SELECT nope FROM `{topic}`", f"SELECT * FROM `{topic}` LIMIT x",
-                f"SELECT * FROM `{topic}` WHERE offset = 'ten'", f"SELECT * FROM `{topic}` GROUP BY key"):
+    for bad in ("DROP TABLE x", f'DELETE FROM "{topic}"', f'INSERT INTO "{topic}_all" SELECT * FROM "{topic}_all"',
+                "COPY (SELECT 1) TO '/tmp/laketail-console-copy.csv'", "CREATE EXTERNAL TABLE p STORED AS CSV "
+                "LOCATION '/etc/hostname'", "SELECT 1 INTO t", f'SELECT nope FROM "{topic}"',
+                f'SELECT * FROM "{topic}" LIMIT x', "SELECT 1; SELECT 2"):
         assert_error(run(bad), 400, 40002, "INVALID_REQUEST")
     assert_error(run("SELECT * FROM no_such_topic_xyz"), 404, 40401, "UNKNOWN_TOPIC_OR_PARTITION")
+    assert_error(run("SELECT 1", timeout_ms=30_001), 400, 40002, "INVALID_REQUEST")
     assert rest.http.get("/v1/console/topics", params={"q": "no_such_topic_xyz"}).json()["total"] == 0
+    assert rest.offsets(topic, 0) == (0, 3) and rest.offsets(topic, 1) == (0, 3)  # nothing was written
+    assert not os.path.exists("/tmp/laketail-console-copy.csv")
 
 
 def test_sql_shows_committed_records_only(broker, make_topic):
@@ -258,5 +274,7 @@ def test_sql_shows_committed_records_only(broker, make_topic):
     assert rest.produce_binary(topic, [{"value": b"after-open"}], partition=0).status_code == 200
     wait_until(lambda: (lambda p: p["tiered_offset"] == p["log_end_offset"] == 10)(
         rest.http.get(f"/v1/console/topics/{topic}/partitions").json()["data"][0]), "every row in the table")
-    doc = rest.http.post("/v1/console/sql", json={"query": f"SELECT offset, value FROM `{topic}` ORDER BY offset"})
+    doc = rest.http.post("/v1/console/sql", json={"query": f'SELECT "offset", value FROM "{topic}" ORDER BY "offset"'})
     assert doc.json()["rows"] == [[0, "plain"], [4, "committed"], [5, "committed"]]
+    every = rest.http.post("/v1/console/sql", json={"query": f'SELECT count(*), count(control) FROM "{topic}_all"'})
+    assert every.json()["rows"] == [[10, 2]]  # markers and aborted records too

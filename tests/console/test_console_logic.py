@@ -1,5 +1,5 @@
-"""The console's pure decisions: pages, offset reset targets, the SQL grammar, lag
-points, transaction rows."""
+"""The console's decisions: pages, offset reset targets, which SQL runs and over what
+(DataFusion over small Delta tables written here), lag points, transaction rows."""
 
 from __future__ import annotations
 
@@ -45,20 +45,110 @@ def test_reset_options_are_checked_before_any_io():
             reset.check_spec(to, offset, when)
 
 
-def test_sql_grammar():
-    q = sql.parse("select partition, `offset`, key from `my-topic` where partition = 3 and key = 'it''s' "
-                  "and value is not null order by offset desc limit 5;")
-    assert (q.table, q.columns, q.order_by, q.descending, q.limit) == (
-        "my-topic", ["partition", "offset", "key"], "offset", True, 5)
-    assert [(c.column, c.op, c.value) for c in q.where] == [
-        ("partition", "==", 3), ("key", "==", "it's"), ("value", "is_not_null", None)]
-    assert sql.parse("SELECT COUNT(*) FROM t").count
-    assert sql.parse("SELECT * FROM t").columns is None
-    for bad in ("", "SELECT", "SELECT * FROM", "SELECT * FROM t WHERE", "SELECT * FROM t LIMIT -1",
-                "SELECT nope FROM t", "SELECT * FROM t; DROP TABLE t", "SELECT COUNT(key) FROM t",
-                "SELECT * FROM t WHERE offset ~ 3", "SELECT * FROM select"):
+def test_sql_lets_through_one_query_and_refuses_everything_else():
+    assert sql.check_read_only("  select 1 -- done\n;") == "select 1"
+    assert sql.check_read_only("/* c */ WITH x AS (SELECT 1) SELECT * FROM x;") == (
+        "WITH x AS (SELECT 1) SELECT * FROM x")
+    assert sql.check_read_only("(SELECT 'a;--b')") == "(SELECT 'a;--b')"
+    assert sql.check_read_only("VALUES (1)") == "VALUES (1)"
+    for bad in ("", " ; ", "-- nothing", "DROP TABLE t", "/* hidden */ COPY (SELECT 1) TO '/tmp/x'",
+                "CREATE EXTERNAL TABLE p STORED AS CSV LOCATION '/etc/passwd'", "SET datafusion.a = 1",
+                "INSERT INTO t VALUES (1)", "DELETE FROM t", "EXPLAIN ANALYZE SELECT 1", "SELECT 1 /* open"):
         with pytest.raises(InvalidRequest):
-            sql.parse(bad)
+            sql.check_read_only(bad)
+
+
+def test_sql_reads_the_missing_table_from_datafusions_error():
+    assert sql.missing_table("Error during planning: table 'datafusion.public.clicks' not found") == "clicks"
+    assert sql.missing_table("Error during planning: table 'datafusion.public.my.topic' not found") == "my.topic"
+    assert sql.missing_table("Error during planning: table 'datafusion.my.topic' not found") == "datafusion.my.topic"
+    assert sql.missing_table("Schema error: No field named nope.") is None
+
+
+def test_sql_committed_view_leaves_out_aborted_ranges_and_undecided_records():
+    from laketail.spark.isolation import TransactionRanges
+
+    assert sql.committed_view("raw", {}) == 'SELECT r.* FROM "raw" AS r WHERE r.control IS NULL'
+    view = sql.committed_view("raw", {
+        0: TransactionRanges([(7, -1, 3), (9, 4, 8)], stable_offset=12, aborted_producers=frozenset({9})),
+        2: TransactionRanges([], stable_offset=None),
+    })
+    assert "VALUES (0, 7, -1, 3), (0, 9, -1, 9223372036854775807)" in view  # 9 aborted everything: by id
+    assert 'CASE r.partition WHEN 0 THEN 12 ELSE 9223372036854775807 END' in view
+    assert "WHEN 2" not in view
+
+
+def _table(path, rows):
+    """A topic table of ``rows`` ``(partition, offset, value, producer_id, transactional, control)``."""
+    from datetime import datetime, timezone
+
+    from deltalake import write_deltalake
+
+    from laketail.records import RECORD_SCHEMA
+
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    columns = {
+        "partition": [r[0] for r in rows], "offset": [r[1] for r in rows], "timestamp": [now] * len(rows),
+        "timestamp_type": [0] * len(rows), "key": [None] * len(rows), "value": [r[2] for r in rows],
+        "headers": [[]] * len(rows), "producer_id": [r[3] for r in rows], "producer_epoch": [0] * len(rows),
+        "sequence": [0] * len(rows), "transactional": [r[4] for r in rows], "control": [r[5] for r in rows],
+        "leader_epoch": [0] * len(rows),
+    }
+    write_deltalake(str(path), pa.table(columns, schema=RECORD_SCHEMA), partition_by=["partition"])
+    return str(path)
+
+
+def test_sql_runs_group_by_over_committed_rows_of_a_delta_table(tmp_path):
+    uri = _table(tmp_path / "t", [
+        (0, 0, b"plain", 1, False, None),
+        (0, 1, b"aborted", 2, True, None), (0, 2, None, 2, True, "ABORT"),
+        (0, 3, b"kept", 3, True, None), (0, 4, None, 3, True, "COMMIT"),
+        (1, 0, b"one", 1, False, None), (1, 1, b"open", 4, True, None), (1, 2, b"after-open", 1, False, None),
+    ])
+    asked = []
+
+    def resolve(name):
+        asked.append(name)
+        return sql.Table("clicks", uri, "all" if name.endswith("_all") else "committed")
+
+    result = sql.run("SELECT partition, count(*) AS n FROM clicks GROUP BY partition ORDER BY partition",
+                     resolve, max_rows=10)
+    assert result.rows.to_pylist() == [{"partition": 0, "n": 2}, {"partition": 1, "n": 1}]
+    assert asked == ["clicks"] and not result.truncated
+    values = sql.run('SELECT value FROM clicks ORDER BY partition, "offset"', resolve, max_rows=10).rows
+    assert values.column("value").to_pylist() == [b"plain", b"kept", b"one"]
+    every = sql.run("SELECT count(*) AS n FROM clicks_all", resolve, max_rows=10).rows
+    assert every.to_pylist() == [{"n": 8}]
+    capped = sql.run("SELECT * FROM clicks_all", resolve, max_rows=3)
+    assert capped.rows.num_rows == 3 and capped.truncated
+    small = sql.run("SELECT * FROM clicks_all", resolve, max_rows=10, max_bytes=1)
+    assert small.rows.num_rows == 0 and small.truncated
+    for bad in ("SELECT 1 INTO copy_of_it", "WITH a AS (SELECT 1) INSERT INTO clicks SELECT * FROM clicks",
+                "SELECT nope FROM clicks", "SELECT 1; SELECT 2"):
+        with pytest.raises(InvalidRequest):
+            sql.run(bad, resolve, max_rows=10)
+
+
+def test_sql_over_a_topic_without_a_table_yet_is_empty(tmp_path):
+    empty = sql.Table("fresh", str(tmp_path / "none"), "committed")
+    result = sql.run("SELECT count(*) AS n FROM fresh", lambda name: empty, max_rows=10)
+    assert result.rows.to_pylist() == [{"n": 0}]
+
+
+def test_sql_deadline_and_query_slot_bound_a_query(tmp_path):
+    from laketail.errors import RequestTimedOut
+
+    uri = _table(tmp_path / "t", [(0, i, b"x", 1, False, None) for i in range(5)])
+    ticks = iter(range(1000))  # every look at the clock is one second later
+    with pytest.raises(RequestTimedOut):
+        sql.run("SELECT * FROM t", lambda name: sql.Table("t", uri, "committed"), max_rows=10, timeout_ms=2500,
+                clock=lambda: float(next(ticks)))
+    assert sql.SLOTS.acquire(timeout=1)  # the slot was given back
+    try:
+        with pytest.raises(RequestTimedOut):  # another query holds the broker's slot
+            sql.run("SELECT 1", lambda name: sql.Table("t", uri, "committed"), max_rows=10, timeout_ms=50)
+    finally:
+        sql.SLOTS.release()
 
 
 def test_lag_points_sum_each_measurement_and_keep_the_newest():

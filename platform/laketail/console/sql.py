@@ -1,283 +1,300 @@
-"""A small SQL ``SELECT`` over a topic's Delta table, through pyarrow (no Spark).
+"""The console's SQL: Apache DataFusion over topics' Delta tables, read-only and bounded.
 
-Where a broker has no Spark session, the console still answers the questions people
-ask of a topic ("the last records of partition 3", "records with this key"). The
-grammar, case-insensitive, one table::
+delta-rs ships DataFusion (``deltalake.QueryBuilder``), so the broker answers real SQL
+-- ``GROUP BY``, joins, window functions, ``WITH`` -- without a Spark session. Each
+query gets a fresh DataFusion session (nothing a query defines outlives it). Tables are
+named as in the Spark views (docs/architecture.md §10.3):
 
-    SELECT * | COUNT(*) | column [, column ...]
-    FROM topic                      -- or `topic` for names SQL needs quoted
-    [WHERE condition [AND condition ...]]
-    [ORDER BY column [ASC | DESC]]
-    [LIMIT n]
+* ``<topic>`` -- committed data only: no transaction markers (``control`` not null), no
+  records of aborted transactions, nothing at or after a partition's first record whose
+  transaction has no end in the table yet. The ranges come from
+  :func:`laketail.spark.isolation.transaction_ranges` over the table's transactional
+  and control rows (a table without transactions prunes them all by its Delta
+  statistics) and become a view: ``WHERE control IS NULL``, an anti-join with the
+  aborted ranges as a ``VALUES`` list, and a per-partition bound;
+* ``<topic>_all`` -- every row of the table, markers and aborted records included.
 
-    condition := column (= | != | <> | < | <= | > | >=) literal
-               | column IS [NOT] NULL
-    literal   := integer | 'text' ('' is a quote) | TRUE | FALSE
+Only the tables a query names are opened: :func:`run` plans the query, and each table
+DataFusion reports missing (``table '...' not found``) is resolved by the caller's
+``resolve`` -- which authorizes Read on the topic, as a Fetch of the whole table --
+registered, and the query planned again. So the names checked are the names the engine
+reads. Unquoted names are folded to lower case by SQL; quote others (``"My-Topic"``,
+or MySQL's backticks). ``offset`` is an SQL keyword: write ``"offset"``.
 
-Columns are the record schema's (docs/architecture.md §4.2). ``topic`` shows committed data
-only, as the Spark views do: no transaction markers (``control`` not null), no records of
-aborted transactions, nothing from a transaction whose end is not in the table yet
-(:func:`committed_filter`, from :mod:`laketail.spark.isolation`'s ranges over the
-table's transactional rows only; a table without transactions costs nothing more). A
-text literal compared with ``key`` or ``value`` is compared as UTF-8 bytes,
-with ``timestamp`` as an ISO-8601 time. :func:`parse` is pure and raises
-INVALID_REQUEST for anything outside the grammar; :func:`run` reads the table
-(blocking IO: call it from a worker thread) and returns at most ``max_rows`` rows.
+Read-only: :func:`check_read_only` lets through one statement that starts with
+``SELECT``, ``WITH`` or ``VALUES``, and DataFusion must then accept it as a subquery
+(which no DDL, DML, ``COPY``, ``SET`` or ``SELECT ... INTO`` is); anything else is
+INVALID_REQUEST before a table is opened. Bounded: one DataFusion thread
+(``target_partitions`` 1), batches of :data:`BATCH_ROWS`, at most ``max_rows`` rows and
+:data:`MAX_RESULT_BYTES` of Arrow data in the answer (``truncated`` says rows were left
+out), and a deadline checked between batches (REQUEST_TIMED_OUT past it; dropping the
+stream stops DataFusion's work). One query runs at a time per broker (:data:`SLOTS`);
+another waits for the slot within its own deadline. DataFusion's memory is not capped
+(delta-rs exposes no memory pool): a ``GROUP BY`` over millions of distinct keys holds
+them all, within the deadline.
+
+Blocking IO and CPU: call :func:`run` from a worker thread.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Literal
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as ds
-import pyarrow.fs as pafs
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
+from deltalake import DeltaTable, QueryBuilder
+from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from laketail.errors import InvalidRequest
+from laketail.errors import InvalidRequest, RequestTimedOut
 from laketail.records import RECORD_SCHEMA
 
-_TOKEN = re.compile(
-    r"\s*(?:(?P<num>-?\d+)|(?P<str>'(?:[^']|'')*')|(?P<quoted>`[^`]+`)|(?P<op><=|>=|!=|<>|=|<|>)"
-    r"|(?P<word>[A-Za-z_][A-Za-z0-9_.\-]*)|(?P<punct>[*,()]))"
-)
-_OPS = {"=": "==", "!=": "!=", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
-_KEYWORDS = {"select", "from", "where", "and", "order", "by", "asc", "desc", "limit", "is", "not", "null", "count"}
+if TYPE_CHECKING:
+    from laketail.spark.isolation import TransactionRanges
+
+#: Rows per batch DataFusion hands back: the deadline and the caps are checked between them.
+BATCH_ROWS = 256
+#: Arrow bytes of the answer at most (values can be large; the page shows 1,000 rows at most).
+MAX_RESULT_BYTES = 8 * 1024 * 1024
+#: A query's deadline unless the request asks for less.
+DEFAULT_TIMEOUT_MS = 30_000
+#: Tables one query may name (each costs a Delta log read and a scan of transactional rows).
+MAX_TABLES = 16
+#: Queries running at once per broker process.
+SLOTS = threading.BoundedSemaphore(1)
+
+_SESSION_CONFIG = {
+    "datafusion.execution.target_partitions": "1",
+    "datafusion.execution.batch_size": str(BATCH_ROWS),
+}
+_QUERY_START = ("select", "with", "values")
+_NOT_FOUND = re.compile(r"table '([^']*)' not found")
+_INT64_MAX = 2**63 - 1
+
+Kind = Literal["committed", "all"]
 
 
 @dataclass(frozen=True)
-class Condition:
-    column: str
-    op: str  # one of _OPS' values, or "is_null" / "is_not_null"
-    value: Any = None
+class Table:
+    """What a name in a query reads: ``topic``'s table at ``uri``, committed rows or all."""
+
+    topic: str
+    uri: str
+    kind: Kind
 
 
-@dataclass
-class Query:
-    table: str
-    columns: list[str] | None = None  # None: every column
-    count: bool = False
-    where: list[Condition] = field(default_factory=list)
-    order_by: str | None = None
-    descending: bool = False
-    limit: int | None = None
+@dataclass(frozen=True)
+class Result:
+    rows: pa.Table
+    truncated: bool
 
 
-def _tokens(text: str) -> list[tuple[str, str]]:
-    out = []
-    pos = 0
-    text = text.strip().rstrip(";").strip()
-    while pos < len(text):
-        match = _TOKEN.match(text, pos)
-        if match is None or match.end() == pos:
-            raise InvalidRequest(f"SQL: unexpected text at {pos}: {text[pos:pos + 20]!r}")
-        kind = match.lastgroup or ""
-        out.append((kind, match.group(kind)))
-        pos = match.end()
+def _strip_comments(text: str) -> str:
+    """``text`` with SQL comments blanked out (strings and quoted names kept as they are)."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c in "'\"`":
+            end = i + 1
+            while end < len(text):
+                if text[end] == c:
+                    if end + 1 < len(text) and text[end + 1] == c:  # a doubled quote
+                        end += 2
+                        continue
+                    break
+                end += 1
+            out.append(text[i:end + 1])
+            i = end + 1
+        elif text.startswith("--", i):
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+            out.append(" ")
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            if end < 0:
+                raise InvalidRequest("SQL: a /* comment is not closed")
+            i = end + 2
+            out.append(" ")
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def check_read_only(text: str) -> str:
+    """The one statement of ``text`` (comments and a final ``;`` removed) if it is a
+    query; INVALID_REQUEST otherwise. Pure: nothing is opened or planned."""
+    statement = _strip_comments(text).strip()
+    while statement.endswith(";"):
+        statement = statement[:-1].rstrip()
+    if not statement:
+        raise InvalidRequest("SQL: the query is empty")
+    first = re.match(r"[(\s]*([A-Za-z]+)", statement)
+    word = first.group(1).lower() if first else statement.split()[0]
+    if word not in _QUERY_START:
+        raise InvalidRequest(f"SQL: the console runs queries only (SELECT, WITH ... SELECT, VALUES); "
+                             f"{word.upper()} is refused: the console's SQL is read-only")
+    return statement
+
+
+def missing_table(message: str) -> str | None:
+    """The name DataFusion could not find, from its planning error (``None``: another error).
+    A name in DataFusion's default schema comes back bare; any other schema stays in it."""
+    found = _NOT_FOUND.search(message)
+    if found is None:
+        return None
+    name = found.group(1)
+    for prefix in ("datafusion.public.", "public."):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def committed_view(raw: str, ranges: dict[int, TransactionRanges]) -> str:
+    """The ``SELECT`` of committed rows over the registered table ``raw``, given each
+    partition's :class:`~laketail.spark.isolation.TransactionRanges` (pure)."""
+    aborted: list[tuple[int, int, int, int]] = []
+    bounds: list[tuple[int, int]] = []
+    for partition, r in sorted(ranges.items()):
+        for producer_id, after, before in r.aborted:
+            if producer_id not in r.aborted_producers:
+                aborted.append((partition, producer_id, after, before))
+        for producer_id in sorted(r.aborted_producers):
+            aborted.append((partition, producer_id, -1, _INT64_MAX))
+        if r.stable_offset is not None:
+            bounds.append((partition, r.stable_offset))
+    where = ["r.control IS NULL"]
+    if aborted:
+        values = ", ".join(f"({p}, {pid}, {lo}, {hi})" for p, pid, lo, hi in aborted)
+        where.append(f"NOT EXISTS (SELECT 1 FROM (VALUES {values}) AS a(p, pid, lo, hi) "
+                     'WHERE a.p = r.partition AND a.pid = r.producer_id AND r."offset" > a.lo AND r."offset" < a.hi)')
+    if bounds:
+        cases = " ".join(f"WHEN {p} THEN {offset}" for p, offset in bounds)
+        where.append(f'r."offset" < CASE r.partition {cases} ELSE {_INT64_MAX} END')
+    return f"SELECT r.* FROM {_quote(raw)} AS r WHERE " + " AND ".join(where)
+
+
+#: An empty table's columns, typed as the record schema (a topic whose table has no commit yet).
+_EMPTY = ("SELECT CAST(NULL AS INT) AS partition, CAST(NULL AS BIGINT) AS \"offset\", "
+          "arrow_cast(NULL, 'Timestamp(Microsecond, Some(\"UTC\"))') AS timestamp, CAST(NULL AS TINYINT) AS "
+          "timestamp_type, CAST(NULL AS BYTEA) AS key, CAST(NULL AS BYTEA) AS value, NULL AS headers, "
+          "CAST(NULL AS BIGINT) AS producer_id, CAST(NULL AS SMALLINT) AS producer_epoch, "
+          "CAST(NULL AS INT) AS sequence, CAST(NULL AS BOOLEAN) AS transactional, CAST(NULL AS VARCHAR) AS control, "
+          "CAST(NULL AS INT) AS leader_epoch WHERE false")
+
+
+def _read(builder: QueryBuilder, statement: str) -> pa.Table:
+    return pa.RecordBatchReader.from_stream(builder.execute(statement)).read_all()
+
+
+def _ranges(builder: QueryBuilder, raw: str) -> dict[int, TransactionRanges]:
+    from laketail.spark.isolation import TXN_COLUMNS, transaction_ranges
+
+    columns = ", ".join(["partition", *(_quote(c) for c in TXN_COLUMNS)])
+    rows = _read(builder, f"SELECT {columns} FROM {_quote(raw)} WHERE transactional OR control IS NOT NULL")
+    if rows.num_rows == 0:
+        return {}
+    rows = rows.cast(pa.schema([RECORD_SCHEMA.field(n) for n in rows.column_names]))
+    out: dict[int, TransactionRanges] = {}
+    partitions = rows.column("partition").to_pylist()
+    for partition in sorted(set(partitions)):
+        mask = pa.array([p == partition for p in partitions])
+        out[partition] = transaction_ranges(rows.filter(mask))
     return out
 
 
-class _Parser:
-    def __init__(self, text: str) -> None:
-        self.tokens = _tokens(text)
-        self.pos = 0
-
-    def peek(self) -> tuple[str, str] | None:
-        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
-
-    def next(self, what: str) -> tuple[str, str]:
-        token = self.peek()
-        if token is None:
-            raise InvalidRequest(f"SQL: expected {what}, found the end of the query")
-        self.pos += 1
-        return token
-
-    def keyword(self, word: str) -> bool:
-        token = self.peek()
-        if token is not None and token[0] == "word" and token[1].lower() == word:
-            self.pos += 1
-            return True
-        return False
-
-    def expect(self, word: str) -> None:
-        if not self.keyword(word):
-            token = self.peek()
-            raise InvalidRequest(f"SQL: expected {word.upper()}, found {token[1] if token else 'the end'!r}")
-
-    def name(self, what: str) -> str:
-        kind, text = self.next(what)
-        if kind == "quoted":
-            return text[1:-1]
-        if kind != "word" or text.lower() in _KEYWORDS:
-            raise InvalidRequest(f"SQL: expected {what}, found {text!r}")
-        return text
-
-    def literal(self) -> Any:
-        kind, text = self.next("a literal")
-        if kind == "num":
-            return int(text)
-        if kind == "str":
-            return text[1:-1].replace("''", "'")
-        if kind == "word" and text.lower() in ("true", "false"):
-            return text.lower() == "true"
-        raise InvalidRequest(f"SQL: expected a number, 'text', TRUE or FALSE, found {text!r}")
-
-
-def parse(text: str) -> Query:
-    """The query ``text`` asks, or INVALID_REQUEST saying where it leaves the grammar."""
-    p = _Parser(text)
-    p.expect("select")
-    columns: list[str] | None = None
-    count = False
-    if p.peek() == ("punct", "*"):
-        p.pos += 1
-    elif p.keyword("count"):
-        for expected in ("(", "*", ")"):
-            if p.next("COUNT(*)") != ("punct", expected):
-                raise InvalidRequest("SQL: only COUNT(*) is supported")
-        count = True
-    else:
-        columns = [p.name("a column")]
-        while p.peek() == ("punct", ","):
-            p.pos += 1
-            columns.append(p.name("a column"))
-    p.expect("from")
-    query = Query(p.name("a topic"), columns, count)
-    if p.keyword("where"):
-        while True:
-            column = p.name("a column")
-            if p.keyword("is"):
-                negated = p.keyword("not")
-                p.expect("null")
-                query.where.append(Condition(column, "is_not_null" if negated else "is_null"))
-            else:
-                kind, op = p.next("a comparison")
-                if kind != "op":
-                    raise InvalidRequest(f"SQL: expected a comparison after {column}, found {op!r}")
-                query.where.append(Condition(column, _OPS[op], p.literal()))
-            if not p.keyword("and"):
-                break
-    if p.keyword("order"):
-        p.expect("by")
-        query.order_by = p.name("a column")
-        if p.keyword("desc"):
-            query.descending = True
-        else:
-            p.keyword("asc")
-    if p.keyword("limit"):
-        kind, text = p.next("a row count")
-        if kind != "num" or int(text) < 0:
-            raise InvalidRequest(f"SQL: LIMIT takes a row count, found {text!r}")
-        query.limit = int(text)
-    if p.peek() is not None:
-        raise InvalidRequest(f"SQL: unexpected {p.peek()[1]!r} (supported: SELECT ... FROM ... WHERE ... "  # type: ignore[index]
-                             "ORDER BY ... LIMIT ...)")
-    for name in (query.columns or []) + [c.column for c in query.where] + (
-            [query.order_by] if query.order_by else []):
-        if name not in RECORD_SCHEMA.names:
-            raise InvalidRequest(f"SQL: unknown column {name!r} (columns: {', '.join(RECORD_SCHEMA.names)})")
-    return query
-
-
-def _scalar(column: str, value: Any) -> pa.Scalar:
-    kind = RECORD_SCHEMA.field(column).type
+def _register(builder: QueryBuilder, name: str, table: Table, index: int) -> None:
+    """Make ``name`` a view of ``table`` in the query's session."""
+    raw = f"__laketail_table_{index}"
     try:
-        if pa.types.is_binary(kind) and isinstance(value, str):
-            return pa.scalar(value.encode(), kind)
-        if pa.types.is_timestamp(kind) and isinstance(value, str):
-            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-            if moment.tzinfo is None:
-                moment = moment.replace(tzinfo=timezone.utc)
-            return pa.scalar(moment, kind)
-        return pa.scalar(value, kind)
-    except (ValueError, TypeError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise InvalidRequest(f"SQL: {value!r} cannot be compared with {column} ({kind})") from exc
-
-
-def committed_filter(dataset: ds.Dataset) -> ds.Expression:
-    """What read_committed leaves of the table: data rows that are not transactional
-    or whose transaction committed (per partition, from its markers)."""
-    from laketail.spark.isolation import TXN_COLUMNS, transaction_ranges
-
-    data = ds.field("control").is_null()
-    txn = dataset.to_table(columns=["partition", *TXN_COLUMNS],
-                           filter=ds.field("transactional") | ~data)
-    if txn.num_rows == 0:
-        return data
-    condition = data
-    partitions = txn.column("partition")
-    for partition in pc.unique(partitions).to_pylist():
-        ranges = transaction_ranges(txn.filter(pc.equal(partitions, partition)))
-        here = ds.field("partition") == partition
-        for producer_id, after, before in ranges.aborted:
-            if producer_id in ranges.aborted_producers:
-                continue
-            condition &= ~(here & (ds.field("producer_id") == producer_id) & (ds.field("offset") > after)
-                           & (ds.field("offset") < before))
-        if ranges.aborted_producers:
-            condition &= ~(here & ds.field("producer_id").isin(sorted(ranges.aborted_producers)))
-        if ranges.stable_offset is not None:
-            condition &= ~(here & (ds.field("offset") >= ranges.stable_offset))
-    return condition
-
-
-def _filter(query: Query, committed: ds.Expression) -> ds.Expression:
-    condition = committed
-    for c in query.where:
-        f = ds.field(c.column)
-        if c.op == "is_null":
-            term = f.is_null()
-        elif c.op == "is_not_null":
-            term = ~f.is_null()
-        else:
-            value = _scalar(c.column, c.value)
-            term = {"==": f == value, "!=": f != value, "<": f < value, "<=": f <= value,
-                    ">": f > value, ">=": f >= value}[c.op]
-        condition = condition & term
-    return condition
-
-
-def table_dataset(table_uri: str) -> ds.Dataset:
-    """The table's current files as a Parquet dataset (``partition`` from their paths).
-
-    Not delta-rs's ``to_pyarrow_dataset``: that one hands pyarrow each file's Delta
-    statistics as a guarantee, and the tierer records statistics for ``offset`` and
-    ``timestamp`` only, so a filter on any other column (``producer_id``,
-    ``transactional``, ...) was pruned to nothing. The files' own Parquet statistics
-    are right for every column."""
-    try:
-        files = DeltaTable(table_uri).file_uris()
+        delta = DeltaTable(table.uri)
     except TableNotFoundError:
-        files = []
-    filesystem, base = None, table_uri
-    if "://" in table_uri:
-        filesystem, base = pafs.FileSystem.from_uri(table_uri)
-        files = [pafs.FileSystem.from_uri(f)[1] for f in files]
-    partitioning = ds.partitioning(pa.schema([RECORD_SCHEMA.field("partition")]), flavor="hive")
-    return ds.dataset(files, schema=RECORD_SCHEMA, format="parquet", filesystem=filesystem,
-                      partitioning=partitioning, partition_base_dir=base)
+        body = _EMPTY
+    else:
+        builder.register(raw, delta)
+        body = f"SELECT * FROM {_quote(raw)}" if table.kind == "all" else committed_view(raw, _ranges(builder, raw))
+    _read(builder, f"CREATE VIEW {_quote(name)} AS {body}")
 
 
-def run(query: Query, table_uri: str, max_rows: int = 1000) -> pa.Table:
-    """The query's rows (at most ``max_rows``; a ``COUNT(*)`` is one row ``count``)."""
-    dataset = table_dataset(table_uri)
-    condition = _filter(query, committed_filter(dataset))
-    if query.count:
-        return pa.table({"count": [dataset.count_rows(filter=condition)]})
-    columns = query.columns or list(RECORD_SCHEMA.names)
-    limit = min(query.limit if query.limit is not None else max_rows, max_rows)
-    if query.order_by is None:
-        return dataset.head(limit, columns=columns, filter=condition) if limit else dataset.head(0, columns=columns)
-    needed = list(dict.fromkeys(columns + [query.order_by]))
-    rows = dataset.to_table(columns=needed, filter=condition)
-    order = "descending" if query.descending else "ascending"
-    if limit < rows.num_rows:
-        indices = pc.select_k_unstable(rows, limit, [(query.order_by, order)])
-        rows = rows.take(indices)
-    rows = rows.sort_by([(query.order_by, order)])
-    return rows.select(columns)
+def _plan(builder: QueryBuilder, statement: str, resolve: Callable[[str], Table],
+          deadline: float) -> pa.RecordBatchReader:
+    """Plan ``statement``, registering each table DataFusion asks for through ``resolve``."""
+    registered: set[str] = set()
+    while True:
+        try:
+            return pa.RecordBatchReader.from_stream(builder.execute(statement))
+        except DeltaError as exc:
+            name = missing_table(str(exc))
+            if name is None or name in registered:
+                raise InvalidRequest(f"SQL: {_engine_message(exc)}") from exc
+        if "." in name and name.startswith("datafusion."):
+            raise InvalidRequest(f"SQL: no table {name!r}: a topic is a table of the default schema; "
+                                 'quote names with dots ("my.topic")')
+        if len(registered) >= MAX_TABLES:
+            raise InvalidRequest(f"SQL: a query reads at most {MAX_TABLES} tables")
+        table = resolve(name)
+        _register(builder, name, table, len(registered))
+        registered.add(name)
+        if time.monotonic() > deadline:
+            raise RequestTimedOut("SQL: the query's deadline passed while its tables were opened")
+
+
+def _engine_message(exc: Exception) -> str:
+    """DataFusion's message without delta-rs's wrapping (the first line says it)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def run(text: str, resolve: Callable[[str], Table], *, max_rows: int, timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        max_bytes: int = MAX_RESULT_BYTES, clock: Callable[[], float] = time.monotonic) -> Result:
+    """The rows of the query ``text`` (at most ``max_rows`` and ``max_bytes``)."""
+    statement = check_read_only(text)
+    deadline = clock() + timeout_ms / 1000
+    if not SLOTS.acquire(timeout=max(deadline - clock(), 0)):
+        raise RequestTimedOut(f"SQL: another console query held the broker's query slot for {timeout_ms} ms")
+    try:
+        builder = QueryBuilder(_SESSION_CONFIG)
+        # DataFusion must plan the statement as a subquery (not run: its stream is closed
+        # unread): no DDL, DML, COPY, SET or SELECT ... INTO is one.
+        _plan(builder, f"SELECT * FROM (\n{statement}\n) AS console_query", resolve, deadline).close()
+        reader = _plan(builder, statement, resolve, deadline)
+        schema = reader.schema
+        batches: list[pa.RecordBatch] = []
+        rows = size = 0
+        truncated = False
+        try:
+            while True:
+                if clock() > deadline:
+                    raise RequestTimedOut(f"SQL: the query ran past its {timeout_ms} ms deadline")
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    break
+                except (DeltaError, pa.ArrowException, OSError) as exc:
+                    raise InvalidRequest(f"SQL: {_engine_message(exc)}") from exc
+                if rows + batch.num_rows > max_rows:
+                    batch = batch.slice(0, max_rows - rows)
+                    truncated = True
+                if size + batch.nbytes > max_bytes:
+                    keep = 0
+                    while keep < batch.num_rows and size + batch.slice(0, keep + 1).nbytes <= max_bytes:
+                        keep += 1
+                    batch = batch.slice(0, keep)
+                    truncated = True
+                batches.append(batch)
+                rows += batch.num_rows
+                size += batch.nbytes
+                if truncated:
+                    break
+        finally:
+            reader.close()  # stops DataFusion's work on what is left
+        return Result(pa.Table.from_batches(batches, schema=schema), truncated)
+    finally:
+        SLOTS.release()
