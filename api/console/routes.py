@@ -9,7 +9,8 @@ listing answers ``{"data": [...], "total", "limit", "offset"}``):
   under-replicated / offline, this broker's produce and fetch record counters (the
   page derives rates), tier delay (records produced but not yet in the Delta tables);
 * ``GET /v1/console/topics?q=&internal=`` -- name, partitions, replication factor,
-  records (high watermark minus log start, summed), table size, ``retention.ms``,
+  offsets (high watermark minus log start, summed: transaction markers and aborted
+  records hold offsets too, so this is not a record count), table size, ``retention.ms``,
   ``cleanup.policy``;
 * ``GET /v1/console/topics/{t}/partitions`` -- leader, replicas, ISR, log start, log
   end, high watermark, last stable offset, tiered offset;
@@ -165,7 +166,7 @@ async def overview(request: Request) -> Response:
 # -- topics ---------------------------------------------------------------------------------------
 
 
-@router.get("/topics", summary="Topics with partitions, records, size, retention and cleanup policy")
+@router.get("/topics", summary="Topics with partitions, offsets, size, retention and cleanup policy")
 async def topics(request: Request, q: str = "", internal: bool = False,
                  limit: Limit = DEFAULT_LIMIT, offset: Offset = 0) -> Response:
     broker = broker_of(request)
@@ -185,7 +186,8 @@ async def topics(request: Request, q: str = "", internal: bool = False,
             "internal": info.internal,
             "partitions_count": info.partitions,
             "replication_factor": info.replication_factor,
-            "records": sum(max(s.high_watermark - s.log_start_offset, 0) for s in states),
+            # offsets, not records: markers and aborted records take offsets too
+            "offsets": sum(max(s.high_watermark - s.log_start_offset, 0) for s in states),
             "retention_ms": config.get("retention.ms"),
             "cleanup_policy": config.get("cleanup.policy"),
         })

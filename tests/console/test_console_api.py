@@ -45,7 +45,7 @@ def test_topics_partitions_and_delta_table_in_one_request_each(broker, make_topi
     listing = rest.http.get("/v1/console/topics", params={"q": topic}).json()
     assert listing["total"] == 1 and listing["offset"] == 0
     (row,) = listing["data"]
-    assert (row["topic_name"], row["partitions_count"], row["records"]) == (topic, 3, 5)
+    assert (row["topic_name"], row["partitions_count"], row["offsets"]) == (topic, 3, 5)
     assert row["cleanup_policy"] == "delete" and row["retention_ms"] == "604800000"
 
     parts = rest.http.get(f"/v1/console/topics/{topic}/partitions").json()

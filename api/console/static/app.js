@@ -1,5 +1,5 @@
 // The laketail console: a hash-routed single page (#/overview, #/topics, #/topics/<t>,
-// #/messages?topic=&partition=, #/groups, #/groups/<g>, #/transactions, #/sql,
+// #/messages?topic=&partition=&q=, #/groups, #/groups/<g>, #/transactions, #/sql,
 // #/signin). Every view reads the gateway's public API through api(), one bounded
 // page at a time; failures are shown in the page, never thrown to the console.
 
@@ -26,9 +26,13 @@ function h(tag, attrs = {}, ...children) {
   return node;
 }
 
+// A header takes its column's alignment: right-aligned ("num") when the column's cells
+// are, so a number sits under its own header and not under its neighbour's.
 function table(columns, rows, attrs = {}) {
+  const first = rows.length ? Array.from(rows[0].children) : [];
+  const numeric = columns.map((_, i) => Boolean(first[i] && first[i].classList.contains("num")));
   return h("table", attrs,
-    h("thead", {}, h("tr", {}, columns.map((c) => h("th", {}, c)))),
+    h("thead", {}, h("tr", {}, columns.map((c, i) => h("th", { class: numeric[i] ? "num" : null }, c)))),
     h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: columns.length, class: "muted" }, "none"))));
 }
 
@@ -123,7 +127,7 @@ async function overview() {
       card("Throughput (this broker)", rates, `${num(doc.produce_records_total)} produced · ${num(doc.fetch_records_total)} fetched`)),
     h("h2", {}, "Brokers"),
     table(["id", "url", "alive", "controller"], doc.brokers.map((b) => h("tr", {},
-      h("td", {}, b.broker_id), h("td", {}, b.url), h("td", { class: b.alive ? "good" : "bad" }, b.alive ? "yes" : "no"),
+      h("td", { class: "num" }, b.broker_id), h("td", {}, b.url), h("td", { class: b.alive ? "good" : "bad" }, b.alive ? "yes" : "no"),
       h("td", {}, b.controller ? "controller" : ""))), { id: "brokers" }),
     h("p", { class: "muted" }, "refreshes every 5 s"));
   refresh = setTimeout(() => { if (view.dataset.page === "overview") route(); }, 5000);
@@ -146,14 +150,48 @@ async function topics(params) {
   const form = h("form", { class: "inline", onsubmit: (e) => { e.preventDefault(); location.hash = `#/topics?q=${enc(search.value)}&internal=${internal}`; } },
     search, h("label", {}, h("input", { type: "checkbox", checked: internal, onchange: (e) => { location.hash = `#/topics?q=${enc(q)}&internal=${e.target.checked}`; } }), " internal"),
     h("button", {}, "Filter"));
-  render(h("h1", {}, "Topics"), form,
-    table(["topic", "partitions", "replication", "records", "size", "retention.ms", "cleanup.policy"],
+  const deleted = params.get("deleted");
+  render(h("h1", {}, "Topics"),
+    deleted ? h("div", { class: "good", id: "topic-deleted" }, `topic ${deleted} deleted`) : null,
+    form,
+    table(["topic", "partitions", "replication", "offsets", "size", "retention.ms", "cleanup.policy"],
       doc.data.map((t) => h("tr", {},
         h("td", {}, link(`/topics/${enc(t.topic_name)}`, t.topic_name)), h("td", { class: "num" }, t.partitions_count),
-        h("td", { class: "num" }, t.replication_factor), h("td", { class: "num" }, num(t.records)),
+        h("td", { class: "num" }, t.replication_factor),
+        h("td", { class: "num", title: "high watermark minus log start, summed: offsets, not records (transaction markers and aborted records hold offsets too)" }, num(t.offsets)),
         h("td", { class: "num" }, bytes(t.size_bytes)), h("td", { class: "num" }, t.retention_ms),
         h("td", {}, t.cleanup_policy))), { id: "topics" }),
-    pager(doc, go));
+    pager(doc, go),
+    createTopicForm());
+}
+
+// Create a topic through v3's CreateTopics (the same route, and ACL, as any client).
+function createTopicForm() {
+  const name = h("input", { name: "topic_name", required: true, placeholder: "name" });
+  const partitions = h("input", { name: "partitions_count", type: "number", min: 1, placeholder: "broker default" });
+  const rf = h("input", { name: "replication_factor", type: "number", min: 1, placeholder: "broker default" });
+  const policy = h("select", { name: "cleanup.policy" }, ["delete", "compact"].map((v) => h("option", { value: v }, v)));
+  const status = h("div", { id: "create-status" });
+  return h("section", { id: "create-topic" }, h("h2", {}, "Create a topic"),
+    h("form", { class: "inline", onsubmit: async (e) => {
+      e.preventDefault();
+      const body = { topic_name: name.value.trim(), configs: [{ name: "cleanup.policy", value: policy.value }] };
+      if (partitions.value) body.partitions_count = Number(partitions.value);
+      if (rf.value) body.replication_factor = Number(rf.value);
+      try {
+        const c = await cluster();
+        await api(`/v3/clusters/${c}/topics`, { method: "POST", body });
+        location.hash = `#/topics/${enc(body.topic_name)}`;
+      } catch (err) {
+        status.replaceChildren(errorBox(err));
+      }
+    } }, field("name", name), field("partitions", partitions), field("replication factor", rf),
+    field("cleanup.policy", policy), h("button", { id: "create-topic-button" }, "Create")), status);
+}
+
+// A form control with its visible label (the label element wraps it).
+function field(text, control) {
+  return h("label", { class: "field" }, h("span", {}, text), control);
 }
 
 async function topic(name, params) {
@@ -183,7 +221,7 @@ async function topic(name, params) {
   const last = delta.last_commit;
   render(
     h("h1", {}, "Topic ", h("code", {}, name)),
-    h("p", {}, link(`/messages?topic=${enc(name)}&partition=0`, "Browse messages →")),
+    h("p", {}, link(`/messages?topic=${enc(name)}&partition=all`, "Browse messages →")),
     h("h2", {}, "Partitions"),
     table(["partition", "leader", "replicas", "ISR", "log start", "high watermark", "last stable", "tiered", "log end"],
       parts.data.map((p) => h("tr", { class: p.isr.length < p.replicas.length ? "under-replicated" : "" },
@@ -202,7 +240,29 @@ async function topic(name, params) {
     table(["version", "time", "operation"], delta.history.map((e) => h("tr", {},
       h("td", { class: "num" }, e.version), h("td", {}, new Date(e.timestamp).toISOString()), h("td", {}, e.operation)))),
     h("h2", {}, "Configs"), status,
-    table(["name", "value", "source", ""], rows, { id: "configs" }));
+    table(["name", "value", "source", ""], rows, { id: "configs" }),
+    deleteTopicForm(name));
+}
+
+// Delete a topic through v3's DeleteTopics, once its name is typed again.
+function deleteTopicForm(name) {
+  const confirm = h("input", { name: "confirm", placeholder: `type ${name} to confirm`, autocomplete: "off" });
+  const button = h("button", { id: "delete-topic-button", class: "danger", disabled: true }, "Delete topic");
+  confirm.addEventListener("input", () => { button.disabled = confirm.value !== name; });
+  const status = h("div", { id: "delete-status" });
+  return h("section", { id: "delete-topic" }, h("h2", {}, "Delete this topic"),
+    h("p", { class: "muted" }, "Deletes its partitions, its Delta table and its records; consumer groups keep their committed offsets."),
+    h("form", { class: "inline", onsubmit: async (e) => {
+      e.preventDefault();
+      if (confirm.value !== name) return;
+      try {
+        const c = await cluster();
+        await api(`/v3/clusters/${c}/topics/${enc(name)}`, { method: "DELETE" });
+        location.hash = `#/topics?deleted=${enc(name)}`;
+      } catch (err) {
+        status.replaceChildren(errorBox(err));
+      }
+    } }, field("topic name", confirm), button), status);
 }
 
 // -- messages -------------------------------------------------------------------------
@@ -229,82 +289,164 @@ export function show(data, format, note = true) {
   return h("span", {}, text);
 }
 
+const V2_BINARY = { Accept: "application/vnd.kafka.binary.v2+json" };
+const CHUNK = 500; // records per fetch request
+const SCAN_MAX = 10000; // records a search reads at most, all partitions together
+
+function text(data) {
+  return data === null ? "" : new TextDecoder("utf-8", { fatal: false }).decode(data);
+}
+
+// Whether a record's key, value or a header (name or value) holds `needle` (any case).
+export function matches(record, needle) {
+  if (!needle) return true;
+  const n = needle.toLowerCase();
+  const parts = [text(b64bytes(record.key)), text(b64bytes(record.value))];
+  for (const hd of record.headers || []) parts.push(hd.key || "", text(b64bytes(hd.value)));
+  return parts.some((p) => p.toLowerCase().includes(n));
+}
+
+// Records of partition p in [lo, hi), through the v2 fetch, in offset order.
+async function fetchRange(t, p, lo, hi, iso, scan) {
+  const out = [];
+  let at = lo;
+  while (at < hi && scan.left > 0) {
+    const want = Math.min(hi - at, CHUNK, scan.left);
+    const got = await api(`/topics/${enc(t)}/partitions/${p}/records?offset=${at}&max_records=${want}&isolation_level=${iso}&timeout=0`,
+      { headers: V2_BINARY });
+    if (!got.length) break; // nothing more below hi (aborted or compacted away)
+    const inRange = got.filter((r) => r.offset < hi);
+    scan.left -= inRange.length;
+    scan.read += inRange.length;
+    out.push(...inRange.map((r) => ({ ...r, partition: p })));
+    at = got[got.length - 1].offset + 1;
+  }
+  return out;
+}
+
+// Up to `want` records of one partition matching `needle`: newest first (walking back
+// from `end`), or oldest first from `start`.
+async function partitionRecords(t, p, { start, end, logStart, newest, want, needle, iso, scan }) {
+  const found = [];
+  if (newest) {
+    let hi = end;
+    while (hi > logStart && found.length < want && scan.left > 0) {
+      const lo = Math.max(logStart, hi - (needle ? CHUNK : want - found.length));
+      const chunk = await fetchRange(t, p, lo, hi, iso, scan);
+      found.push(...chunk.reverse().filter((r) => matches(r, needle)));
+      hi = lo;
+    }
+  } else {
+    let at = start;
+    while (at < end && found.length < want && scan.left > 0) {
+      const hi = Math.min(end, at + (needle ? CHUNK : want - found.length));
+      found.push(...(await fetchRange(t, p, at, hi, iso, scan)).filter((r) => matches(r, needle)));
+      at = hi;
+    }
+  }
+  return found.slice(0, want);
+}
+
 async function messages(params) {
   const names = await api("/topics"); // names only (v2): no per-topic work on the server
   const t = params.get("topic") || names[0] || "";
-  const p = Number(params.get("partition") || 0);
+  const part = params.get("partition") || "all";
   const mode = params.get("from") || "newest";
   const at = params.get("at") || "";
   const fmt = params.get("format") || "text";
   const iso = params.get("isolation") || "read_committed";
-  const limit = Math.min(Number(params.get("limit") || 50), 500);
-  const controls = {
-    topic: h("select", { name: "topic" }, names.map((n) => h("option", { value: n, selected: n === t }, n))),
-    partition: h("input", { name: "partition", type: "number", min: 0, value: p }),
-    from: h("select", { name: "from" }, [["newest", "newest first"], ["oldest", "oldest first"], ["offset", "from offset"], ["timestamp", "from time"]]
-      .map(([v, l]) => h("option", { value: v, selected: v === mode }, l))),
-    at: h("input", { name: "at", placeholder: "offset or ISO time", value: at }),
-    format: h("select", { name: "format" }, ["text", "json", "hex"].map((v) => h("option", { value: v, selected: v === fmt }, v))),
-    isolation: h("select", { name: "isolation" }, ["read_committed", "read_uncommitted"].map((v) => h("option", { value: v, selected: v === iso }, v))),
-    limit: h("input", { name: "limit", type: "number", min: 1, max: 500, value: limit }),
-  };
-  const form = h("form", { class: "inline", id: "browse", onsubmit: (e) => {
-    e.preventDefault();
-    const qs = new URLSearchParams();
-    for (const [k, node] of Object.entries(controls)) qs.set(k, node.value);
-    location.hash = `#/messages?${qs}`;
-  } }, Object.values(controls), h("button", {}, "Show"));
+  const needle = params.get("q") || "";
+  const limit = Math.min(Math.max(Number(params.get("limit") || 50), 1), 500);
   if (!t) {
     render(h("h1", {}, "Messages"), h("p", { class: "muted" }, "no topics yet"));
     return;
   }
+  const states = (await api(`/v1/console/topics/${enc(t)}/partitions?limit=1000`)).data;  // for the choice
+  const controls = {
+    topic: h("select", { name: "topic" }, names.map((n) => h("option", { value: n, selected: n === t }, n))),
+    partition: h("select", { name: "partition" }, h("option", { value: "all", selected: part === "all" }, "all partitions"),
+      states.map((s) => h("option", { value: String(s.partition_id), selected: String(s.partition_id) === part }, String(s.partition_id)))),
+    from: h("select", { name: "from" }, [["newest", "newest first"], ["oldest", "oldest first"], ["offset", "from offset"], ["timestamp", "from time"]]
+      .map(([v, l]) => h("option", { value: v, selected: v === mode }, l))),
+    at: h("input", { name: "at", placeholder: "offset or ISO time", value: at }),
+    q: h("input", { name: "q", type: "search", placeholder: "text in key, value or headers", value: needle }),
+    format: h("select", { name: "format" }, ["text", "json", "hex"].map((v) => h("option", { value: v, selected: v === fmt }, v))),
+    isolation: h("select", { name: "isolation" }, ["read_committed", "read_uncommitted"].map((v) => h("option", { value: v, selected: v === iso }, v))),
+    limit: h("input", { name: "limit", type: "number", min: 1, max: 500, value: limit }),
+  };
+  const labels = { topic: "topic", partition: "partition", from: "order", at: "offset or time", q: "search", format: "format", isolation: "isolation", limit: "records" };
+  const form = h("form", { class: "inline", id: "browse", onsubmit: (e) => {
+    e.preventDefault();
+    const qs = new URLSearchParams();
+    for (const [k, node] of Object.entries(controls)) qs.set(k, node.value);
+    if (controls.topic.value !== t) qs.set("partition", "all"); // another topic's partitions
+    location.hash = `#/messages?${qs}`;
+  } }, Object.entries(controls).map(([k, node]) => field(labels[k], node)), h("button", {}, "Show"));
   const body = h("div", { id: "records" });
-  render(h("h1", {}, "Messages"), form, body, produceForm(t, p));
-  view.dataset.state = "loading"; // until the records are in
-  try {
-    const state = (await api(`/v1/console/topics/${enc(t)}/partitions?offset=${p}&limit=1`)).data[0];
-    if (!state) throw new Error(`partition ${p} of ${t} does not exist`);
-    const end = iso === "read_committed" ? state.last_stable_offset : state.high_watermark;
-    let start;
-    let newestFirst = mode === "newest";
-    if (mode === "newest") start = Math.max(state.log_start_offset, end - limit);
-    else if (mode === "oldest") start = state.log_start_offset;
-    else if (mode === "offset") {
-      start = Math.min(Math.max(Number(at || 0), state.log_start_offset), end);
-    } else {
-      const ms = Date.parse(at);
-      if (Number.isNaN(ms)) throw new Error(`'${at}' is not a time (use ISO 8601, e.g. 2026-01-01T00:00:00Z)`);
-      const found = await api(`/v1/topics/${enc(t)}/partitions/${p}/offsets?timestamp=${ms}&isolation_level=${iso}`);
-      start = found.offset < 0 ? end : found.offset;
+  let first = states;
+  const load = async () => {
+    view.dataset.state = "loading"; // until the records are in
+    try {
+      // offsets read afresh at each later load: after a produce, the new end
+      const now = first || (await api(`/v1/console/topics/${enc(t)}/partitions?limit=1000`)).data;
+      first = null;
+      const chosen = part === "all" ? now : now.filter((s) => String(s.partition_id) === part);
+      if (!chosen.length) throw new Error(`partition ${part} of ${t} does not exist`);
+      const scan = { left: needle ? SCAN_MAX : Infinity, read: 0 };
+      const newest = mode === "newest";
+      let ms = null;
+      if (mode === "timestamp") {
+        ms = Date.parse(at);
+        if (Number.isNaN(ms)) throw new Error(`'${at}' is not a time (use ISO 8601, e.g. 2026-01-01T00:00:00Z)`);
+      }
+      let records = [];
+      for (const state of chosen) {
+        const end = iso === "read_committed" ? state.last_stable_offset : state.high_watermark;
+        const p = state.partition_id;
+        let start = state.log_start_offset;
+        if (mode === "offset") start = Math.min(Math.max(Number(at || 0), state.log_start_offset), end);
+        if (mode === "timestamp") {
+          const found = await api(`/v1/topics/${enc(t)}/partitions/${p}/offsets?timestamp=${ms}&isolation_level=${iso}`);
+          start = found.offset < 0 ? end : found.offset;
+        }
+        records.push(...await partitionRecords(t, p, { start, end, logStart: state.log_start_offset, newest, want: limit, needle, iso, scan }));
+      }
+      // across partitions, by time (then partition and offset), newest or oldest first
+      const order = (a, b) => (a.timestamp - b.timestamp) || (a.partition - b.partition) || (a.offset - b.offset);
+      records.sort(newest ? (a, b) => order(b, a) : order);
+      records = records.slice(0, limit);
+      const where = part === "all" ? `${chosen.length} partitions` : `partition ${part}`;
+      const searched = needle ? ` · searched ${num(scan.read)} records for “${needle}”${scan.left <= 0 ? ` (stopped at ${num(SCAN_MAX)}: narrow by partition, offset or time)` : ""}` : "";
+      const one = chosen.length === 1 ? chosen[0] : null;
+      body.replaceChildren(
+        h("p", { class: "muted", id: "records-summary" }, one
+          ? `log start ${num(one.log_start_offset)} · ${iso === "read_committed" ? "last stable" : "high watermark"} ${num(iso === "read_committed" ? one.last_stable_offset : one.high_watermark)} · `
+          : `${where} · `, `${records.length} shown${searched}`),
+        table(["partition", "offset", "timestamp", "key", "value", "headers"], records.map((r) => h("tr", { class: "record" },
+          h("td", { class: "num" }, r.partition), h("td", { class: "num" }, r.offset), h("td", {}, new Date(r.timestamp).toISOString()),
+          h("td", { class: "key" }, show(b64bytes(r.key), fmt, false)), h("td", { class: "value" }, show(b64bytes(r.value), fmt)),
+          h("td", {}, (r.headers || []).map((hd) => h("div", {}, h("b", {}, hd.key), ": ", show(b64bytes(hd.value), fmt, false)))))),
+        { id: "record-table" }));
+    } catch (err) {
+      body.replaceChildren(errorBox(err));
     }
-    let records = [];
-    if (start < end) {
-      records = await api(`/topics/${enc(t)}/partitions/${p}/records?offset=${start}&max_records=${limit}&isolation_level=${iso}&timeout=0`,
-        { headers: { Accept: "application/vnd.kafka.binary.v2+json" } });
-    }
-    if (newestFirst) records.reverse();
-    body.replaceChildren(
-      h("p", { class: "muted" }, `log start ${num(state.log_start_offset)} · ${iso === "read_committed" ? "last stable" : "high watermark"} ${num(end)} · ${records.length} shown`),
-      table(["offset", "timestamp", "key", "value", "headers"], records.map((r) => h("tr", { class: "record" },
-        h("td", { class: "num" }, r.offset), h("td", {}, new Date(r.timestamp).toISOString()),
-        h("td", { class: "key" }, show(b64bytes(r.key), fmt, false)), h("td", { class: "value" }, show(b64bytes(r.value), fmt)),
-        h("td", {}, (r.headers || []).map((hd) => h("div", {}, h("b", {}, hd.key), ": ", show(b64bytes(hd.value), fmt, false)))))),
-      { id: "record-table" }));
-  } catch (err) {
-    body.replaceChildren(errorBox(err));
-  }
-  view.dataset.state = "ready";
+    view.dataset.state = "ready";
+  };
+  render(h("h1", {}, "Messages"), form, body, produceForm(t, part, load));
+  await load();
 }
 
-function produceForm(t, p) {
+function produceForm(t, part, reload) {
   const key = h("input", { name: "key", placeholder: "key (text, empty: null)" });
   const value = h("textarea", { name: "value", placeholder: "value (text)" });
   const header = h("input", { name: "header", placeholder: "header name=value (optional)" });
   const status = h("div", { id: "produce-status" });
+  const where = part === "all" ? `${t} (partition chosen by key)` : `${t}-${part}`;
   return h("form", { id: "produce", class: "stack", onsubmit: async (e) => {
     e.preventDefault();
     const c = await cluster();
-    const record = { partition_id: p, value: { type: "STRING", data: value.value } };
+    const record = { value: { type: "STRING", data: value.value } };
+    if (part !== "all") record.partition_id = Number(part);
     if (key.value) record.key = { type: "STRING", data: key.value };
     if (header.value.includes("=")) {
       const [name, ...rest] = header.value.split("=");
@@ -313,11 +455,13 @@ function produceForm(t, p) {
     try {
       const report = await api(`/v3/clusters/${c}/topics/${enc(t)}/records`, { method: "POST", body: record });
       if (report.error_code && report.error_code !== 200) throw new ApiError(400, report.error_code, report.message);
+      await reload(); // the new record in the list (read_committed: once it is stable)
       status.replaceChildren(h("div", { class: "good" }, `produced at ${t}-${report.partition_id}@${report.offset}`));
     } catch (err) {
       status.replaceChildren(errorBox(err));
     }
-  } }, h("h2", {}, `Produce a test record to ${t}-${p}`), key, value, header, h("button", {}, "Produce"), status);
+  } }, h("h2", {}, `Produce a test record to ${where}`), field("key", key), field("value", value), field("header", header),
+  h("button", {}, "Produce"), status);
 }
 
 // -- consumer groups ------------------------------------------------------------------
@@ -342,7 +486,7 @@ async function group(id, params) {
     api(`/v1/console/groups/${enc(id)}/lag-history?max_points=300`),
   ]);
   const chart = h("div", { id: "lag-chart" }, lineChart(history.points.map((pt) => ({ x: pt.time_ms, y: pt.lag })),
-    { label: "records of lag", format: (v) => num(Math.round(v)) }));
+    { label: "records of lag", format: num, integer: true }));
   render(
     h("h1", {}, "Consumer group ", h("code", {}, id)),
     h("div", { class: "cards" }, card("State", doc.state), card("Members", doc.members.length),
@@ -410,22 +554,38 @@ async function transactions(params) {
 
 // -- SQL ------------------------------------------------------------------------------
 
+// A query over the first topic there is, so the page's own example runs.
+export function defaultQuery(names) {
+  const t = names.find((n) => !n.startsWith("_"));
+  if (!t) return null;
+  return `SELECT partition, count(*) AS records, min("offset") AS first_offset, max("offset") AS last_offset\nFROM "${t.replaceAll('"', '""')}"\nGROUP BY partition\nORDER BY partition`;
+}
+
+const NUMERIC = /^(u?int\d+|float\d*|double|halffloat|decimal)/;
+
 async function sqlPage(params) {
-  const text = h("textarea", { id: "sql-query", rows: 4 }, params.get("q") || "SELECT partition, offset, key, value FROM my_topic ORDER BY offset DESC LIMIT 20");
-  const out = h("div", { id: "sql-result" });
+  const names = params.get("q") ? [] : await api("/topics");
+  const example = params.get("q") || defaultQuery(names);
+  const text = h("textarea", { id: "sql-query", rows: 5, placeholder: 'SELECT ... FROM "topic" ...' }, example || "");
+  const out = h("div", { id: "sql-result" }, example ? null : h("p", { class: "muted" }, "no topics yet: create one on the Topics page"));
   const run = async (e) => {
     e.preventDefault();
     out.replaceChildren(h("p", { class: "muted" }, "running…"));
     try {
       const res = await api("/v1/console/sql", { method: "POST", body: { query: text.value, max_rows: 500 } });
-      out.replaceChildren(h("p", { class: "muted" }, `${res.rows.length} rows (${res.engine})`),
-        table(res.columns, res.rows.map((r) => h("tr", {}, r.map((v) => h("td", {}, typeof v === "object" && v !== null ? JSON.stringify(v) : v))))));
+      const numeric = res.types.map((t) => NUMERIC.test(t));
+      out.replaceChildren(
+        h("p", { class: "muted", id: "sql-summary" }, `${res.rows.length} rows${res.truncated ? " (more rows left out: at most 500 shown)" : ""} · ${res.engine}`),
+        table(res.columns, res.rows.map((r) => h("tr", {}, r.map((v, i) => h("td", { class: numeric[i] ? "num" : null },
+          typeof v === "object" && v !== null ? JSON.stringify(v) : v)))), { id: "sql-table" }));
     } catch (err) {
       out.replaceChildren(errorBox(err));
     }
   };
   render(h("h1", {}, "SQL"),
-    h("p", { class: "muted" }, "SELECT columns | * | COUNT(*) FROM topic [WHERE column op literal AND …] [ORDER BY column [DESC]] [LIMIT n] over the topic's Delta table: committed records tiered so far (no transaction markers, no aborted records)."),
+    h("p", { class: "muted" }, "Read-only SQL (Apache DataFusion) over the topics' Delta tables: ",
+      h("code", {}, '"topic"'), " is its committed records (no transaction markers, no aborted records), ",
+      h("code", {}, '"topic_all"'), " every row. Columns: partition, \"offset\", timestamp, key, value, headers, producer_id, producer_epoch, sequence, transactional, control, leader_epoch (quote offset, and names with capitals or dashes). Records not tiered yet are not in the tables."),
     h("form", { class: "stack", onsubmit: run }, text, h("button", { id: "sql-run" }, "Run")), out);
 }
 

@@ -6,8 +6,8 @@
   committed offset goes (pure);
 * :mod:`.lag_history` -- a group's lag over time, read from ``_system/consumer_lag``;
 * :mod:`.delta` -- a topic's Delta table in a few numbers (versions, files, last commit);
-* :mod:`.sql` -- a small ``SELECT`` over a topic's Delta table through pyarrow, for
-  brokers without a Spark session.
+* :mod:`.sql` -- read-only, bounded SQL over topics' Delta tables with Apache
+  DataFusion (delta-rs's ``QueryBuilder``), committed rows as the Spark views show them.
 
 The routes are in :mod:`laketail.api.console`; the page itself is served from the
 package data there.
