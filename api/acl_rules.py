@@ -221,7 +221,7 @@ RULES: dict[str, Rule] = {
     "POST /v1/console/groups/{group_id}/reset-offsets": needs(
         group(Op.READ, "group_id"), note="OffsetCommit: and Read on the body's topic"),
     "GET /v1/console/transactions": LISTING,
-    "POST /v1/console/sql": in_handler("Read on the topic the query names"),
+    "POST /v1/console/sql": in_handler("Read on each topic the query names"),
     # -- between brokers -------------------------------------------------------------------------
     f"POST {_INTERNAL}/heartbeat": needs(cluster(Op.CLUSTER_ACTION)),
     f"POST {_INTERNAL}/alter-partition": needs(cluster(Op.CLUSTER_ACTION)),

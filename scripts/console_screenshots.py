@@ -33,7 +33,7 @@ PAGES = [
     ("overview", "overview"),
     ("topics", "topics"),
     ("topic", "topics/orders"),
-    ("messages", "messages?topic=orders&partition=0&from=newest&format=json&limit=8"),
+    ("messages", "messages?topic=orders&partition=all&from=newest&format=json&limit=8"),
     ("groups", "groups"),
     ("group", "groups/billing"),
     ("transactions", "transactions"),
@@ -130,8 +130,8 @@ def shoot(url: str, out: Path) -> None:
             if name == "sql":
                 box = driver.find_element(By.ID, "sql-query")
                 box.clear()
-                box.send_keys("SELECT partition, offset, timestamp, key, value FROM orders "
-                              "WHERE partition = 2 ORDER BY offset DESC LIMIT 8")
+                box.send_keys('SELECT partition, count(*) AS orders, max("offset") AS last_offset, '
+                              "max(timestamp) AS newest FROM orders GROUP BY partition ORDER BY partition")
                 driver.find_element(By.ID, "sql-run").click()
                 wait(lambda: "rows" in driver.find_element(By.ID, "sql-result").text, "the SQL result")
             height = driver.execute_script("return document.body.scrollHeight")

@@ -251,7 +251,7 @@ function deleteTopicForm(name) {
   confirm.addEventListener("input", () => { button.disabled = confirm.value !== name; });
   const status = h("div", { id: "delete-status" });
   return h("section", { id: "delete-topic" }, h("h2", {}, "Delete this topic"),
-    h("p", { class: "muted" }, "Deletes its partitions, its Delta table and its records; consumer groups keep their committed offsets."),
+    h("p", { class: "muted" }, "Deletes its partitions, its Delta table and its records, as v3's DeleteTopics does."),
     h("form", { class: "inline", onsubmit: async (e) => {
       e.preventDefault();
       if (confirm.value !== name) return;
@@ -531,7 +531,8 @@ function resetForm(id, doc) {
   const disabled = doc.members.length > 0;
   return h("section", { id: "reset" }, h("h2", {}, "Reset offsets"),
     disabled ? h("p", { class: "muted" }, "Offsets can only be reset while the group has no members.") : null,
-    h("form", { class: "inline", onsubmit: (e) => e.preventDefault() }, topicInput, to, arg,
+    h("form", { class: "inline", onsubmit: (e) => e.preventDefault() },
+      field("topic", topicInput), field("reset to", to), field("offset or time", arg),
       h("button", { type: "button", id: "reset-dry-run", onclick: () => send(false) }, "Dry run"),
       h("button", { type: "button", id: "reset-execute", class: "danger", onclick: () => send(true) }, "Execute")),
     out);
