@@ -62,7 +62,7 @@ from laketail.console.pages import DEFAULT_LIMIT, MAX_LIMIT, check_window, page
 from laketail.console.transactions import transaction_rows
 from laketail.coordinator.lag import lag_status
 from laketail.coordinator.offsets import CommittedOffset
-from laketail.errors import GroupIdNotFound, InvalidRequest, LaketailError, NonEmptyGroup
+from laketail.errors import GroupIdNotFound, InvalidRequest, LaketailError, NonEmptyGroup, RequestTimedOut
 from laketail.security.acl import AclOperation, ResourceType
 
 router = APIRouter(prefix="/v1/console", tags=["v1 console"])
@@ -410,6 +410,10 @@ def _cell(value: Any) -> Any:
     return value
 
 
+#: How long past a query's deadline the request waits for its worker to notice it.
+_SQL_GRACE_S = 1.0
+
+
 def _sql_resolver(request: Request) -> Callable[[str], sql.Table]:
     """What a table name of a query reads (called by :func:`laketail.console.sql.run` for
     each name DataFusion asks for): ``<topic>`` its committed rows, ``<topic>_all`` every
@@ -432,8 +436,12 @@ def _sql_resolver(request: Request) -> Callable[[str], sql.Table]:
 async def run_sql(request: Request) -> Response:
     body = await _body(request, SqlRequest)
     sql.check_read_only(body.query)  # INVALID_REQUEST before any worker thread or table
-    result = await asyncio.to_thread(sql.run, body.query, _sql_resolver(request), max_rows=body.max_rows,
-                                     timeout_ms=body.timeout_ms)
+    work = asyncio.to_thread(sql.run, body.query, _sql_resolver(request), max_rows=body.max_rows,
+                             timeout_ms=body.timeout_ms)
+    try:  # the worker checks its deadline between batches; a batch that runs on is not waited for
+        result = await asyncio.wait_for(work, body.timeout_ms / 1000 + _SQL_GRACE_S)
+    except asyncio.TimeoutError:
+        raise RequestTimedOut(f"SQL: the query ran past its {body.timeout_ms} ms deadline") from None
     rows = result.rows
     return json_response({
         "engine": "datafusion",
