@@ -95,7 +95,9 @@ def decode_request(frame: bytes) -> Request:
     try:
         header, used = entity_reader(request_type.__header_schema__)(frame, 0)
         body, size = entity_reader(request_type)(frame, used)
-    except (SerialError, ValueError, TypeError, OverflowError, UnicodeDecodeError, IndexError) as exc:
+    except (SerialError, ValueError, TypeError, OverflowError, UnicodeDecodeError, IndexError, KeyError) as exc:
+        # kio's reader on untrusted bytes: an unknown tag, a length past the end, bad
+        # UTF-8 (the fuzz test in tests/kafka/test_protocol.py found KeyError too)
         raise CloseConnection(f"{name} v{version} does not parse: {exc}") from exc
     if used + size != len(frame):
         raise CloseConnection(f"{name} v{version}: {len(frame) - used - size} bytes follow the request body")

@@ -82,6 +82,8 @@ class KafkaListener:
             pass  # the client went away or stalled: only its connection ends
         except CloseConnection as exc:
             log.info("closing Kafka connection from %s: %s", session.host, exc)
+        except Exception:  # a bug answering one request ends its connection, never the listener
+            log.exception("closing Kafka connection from %s after an unexpected error", session.host)
         finally:
             self.connections.discard(task)
             writer.close()
