@@ -13,7 +13,7 @@ from kio.index import load_response_schema
 from kio.serial import entity_reader
 
 from laketail.kafka import records
-from tests.kafka.test_protocol import request_frame
+from tests.kafka_listener.test_protocol import request_frame
 
 pytestmark = pytest.mark.integration
 
