@@ -80,6 +80,8 @@ class KafkaListener:
             await self._requests(reader, writer, session)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass  # the client went away or stalled: only its connection ends
+        except asyncio.CancelledError:
+            pass  # the listener is closing; asyncio's stream callback would print a cancelled task
         except CloseConnection as exc:
             log.info("closing Kafka connection from %s: %s", session.host, exc)
         except Exception:  # a bug answering one request ends its connection, never the listener
