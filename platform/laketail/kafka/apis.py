@@ -20,6 +20,8 @@ Differences from Kafka's broker, on purpose or not yet done:
   every member the coordinator's assignment and ignores the leader's.
 * Fetch sessions (KIP-227) are refused: every answer has session id 0, so clients send
   full fetch requests; an incremental one gets FETCH_SESSION_ID_NOT_FOUND.
+* CreateTopics takes no explicit replica assignments (INVALID_REQUEST) and answers no
+  configs; DeleteTopics names topics (v6's topic ids are not served).
 * Transactions (AddPartitionsToTxn, EndTxn, ...) are not served: InitProducerId with a
   transactional id answers UNSUPPORTED_VERSION; idempotent producers work.
 * Group and transaction coordination only on the controller (this broker alone, or the
@@ -57,12 +59,14 @@ UNKNOWN_SERVER_ERROR = -1
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
 COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
 INVALID_REQUIRED_ACKS = 21
 INCONSISTENT_GROUP_PROTOCOL = 23
 TOPIC_AUTHORIZATION_FAILED = 29
 GROUP_AUTHORIZATION_FAILED = 30
 CLUSTER_AUTHORIZATION_FAILED = 31
 UNSUPPORTED_VERSION = 35
+INVALID_REQUEST = 42
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 FETCH_SESSION_ID_NOT_FOUND = 70
 ACKS = {0: "0", 1: "1", -1: "all"}
@@ -97,7 +101,8 @@ class KafkaApis:
         self.handlers: dict[int, Callable[[Request, Session], Awaitable[dict | None]]] = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata, 8: self.offset_commit,
             9: self.offset_fetch, 10: self.find_coordinator, 11: self.join_group, 12: self.heartbeat,
-            13: self.leave_group, 14: self.sync_group, 18: self.api_versions, 22: self.init_producer_id,
+            13: self.leave_group, 14: self.sync_group, 15: self.describe_groups, 16: self.list_groups,
+            18: self.api_versions, 19: self.create_topics, 20: self.delete_topics, 22: self.init_producer_id,
         }
         assert set(self.handlers) == set(SUPPORTED), "every served API has a handler and only those"
 
@@ -305,6 +310,47 @@ class KafkaApis:
             out["error_code"] = error_code(exc)
         return out
 
+    # -- admin: CreateTopics, DeleteTopics -------------------------------------------------------
+
+    async def create_topics(self, request: Request, session: Session) -> dict:
+        body = request.body
+        may_create_any = self._allowed(session, Op.CREATE, R.CLUSTER)
+        topics = []
+        for t in body.topics:
+            out: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None, "num_partitions": -1,
+                                   "replication_factor": -1, "configs": []}
+            if not (may_create_any or self._allowed(session, Op.CREATE, R.TOPIC, t.name)):
+                out["error_code"] = TOPIC_AUTHORIZATION_FAILED
+            elif t.assignments:
+                out.update(error_code=INVALID_REQUEST, error_message="explicit replica assignments are not served")
+            else:
+                try:
+                    info = await self.broker.create_topic(
+                        t.name, None if t.num_partitions == -1 else t.num_partitions,
+                        None if t.replication_factor == -1 else t.replication_factor,
+                        {c.name: c.value for c in t.configs}, validate_only=body.validate_only)
+                    out.update(num_partitions=info.partitions, replication_factor=info.replication_factor)
+                except Exception as exc:  # noqa: BLE001 - answered as the topic's error code
+                    out.update(error_code=error_code(exc),
+                               error_message=exc.message if isinstance(exc, LaketailError) else None)
+            topics.append(out)
+        return {"throttle_time": 0, "topics": topics}
+
+    async def delete_topics(self, request: Request, session: Session) -> dict:
+        responses = []
+        for name in request.body.topic_names:
+            out: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
+            if not self._allowed(session, Op.DELETE, R.TOPIC, name):
+                out["error_code"] = TOPIC_AUTHORIZATION_FAILED
+            else:
+                try:
+                    await self.broker.delete_topic(name)
+                except Exception as exc:  # noqa: BLE001 - answered as the topic's error code
+                    out.update(error_code=error_code(exc),
+                               error_message=exc.message if isinstance(exc, LaketailError) else None)
+            responses.append(out)
+        return {"throttle_time": 0, "responses": responses}
+
     # -- coordinators ----------------------------------------------------------------------------
 
     def _coordinates(self) -> bool:
@@ -391,6 +437,38 @@ class KafkaApis:
             members.append({"member_id": member_id, "group_instance_id": None, "error_code": code})
         top = members[0]["error_code"] if request.api_version < 3 and members else 0
         return {"throttle_time": 0, "error_code": top, "members": members}
+
+    async def describe_groups(self, request: Request, session: Session) -> dict:
+        groups = []
+        for group_id in request.body.groups:
+            out: dict[str, Any] = {"error_code": 0, "group_id": group_id, "group_state": "Dead",
+                                   "protocol_type": "", "protocol_data": "", "members": []}
+            if not self._allowed(session, Op.DESCRIBE, R.GROUP, group_id):
+                out["error_code"] = GROUP_AUTHORIZATION_FAILED
+            elif not self._coordinates():
+                out["error_code"] = NOT_COORDINATOR
+            else:
+                group = self.broker.groups.describe(group_id)
+                out.update(group_state=group.state, protocol_type="consumer" if group.members else "",
+                           protocol_data=group.protocol or "", members=[
+                               {"member_id": m.member_id, "group_instance_id": None, "client_id": m.client_id,
+                                "client_host": m.client_host, "member_metadata": _encode_subscription(m.topics),
+                                "member_assignment": _encode_assignment(m.assignment)}
+                               for m in group.members.values()])
+            groups.append(out)
+        return {"throttle_time": 0, "groups": groups}
+
+    async def list_groups(self, request: Request, session: Session) -> dict:
+        states = set(getattr(request.body, "states_filter", ()) or ())
+        everything = self._allowed(session, Op.DESCRIBE, R.CLUSTER)
+        groups = []
+        for group in self.broker.groups.list_groups() if self._coordinates() else []:
+            if states and group.state not in states:
+                continue
+            if everything or self.authorizer.authorize(session.principal, session.host, Op.DESCRIBE, R.GROUP,
+                                                       group.group_id, audit_denied=False):
+                groups.append({"group_id": group.group_id, "protocol_type": "consumer", "group_state": group.state})
+        return {"throttle_time": 0, "error_code": 0, "groups": groups}
 
     async def offset_commit(self, request: Request, session: Session) -> dict:
         body = request.body

@@ -49,7 +49,11 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     12: ("Heartbeat", 0, 4),
     13: ("LeaveGroup", 0, 4),
     14: ("SyncGroup", 0, 5),
+    15: ("DescribeGroups", 0, 5),
+    16: ("ListGroups", 0, 4),
     18: ("ApiVersions", 0, 3),
+    19: ("CreateTopics", 2, 7),
+    20: ("DeleteTopics", 1, 5),
     22: ("InitProducerId", 0, 4),
 }
 API_VERSIONS = 18
