@@ -201,3 +201,54 @@ def test_a_record_produced_over_rest_v2_reads_the_same_over_kafka(kafka_broker):
     assert (msg.key(), msg.value(), msg.partition(), msg.offset()) == (b"rest-key", b"rest-value", 1, offset)
     assert msg.timestamp()[1] == stamp
     assert msg.headers() == [("h", b"v")]
+
+
+def test_read_committed_skips_an_aborted_rest_transaction_and_its_markers(kafka_broker):
+    from tests.transactions.support import Session
+
+    topic = _topic(kafka_broker)
+    with httpx.Client(base_url=kafka_broker.url, timeout=60) as http:
+        session = Session(http, f"txn-{uuid.uuid4().hex[:8]}")
+        for values, end in (([b"aborted-1", b"aborted-2"], session.abort), ([b"committed"], session.commit)):
+            assert session.begin().status_code in (200, 204)
+            assert session.add_partitions([(topic, 0)]).status_code in (200, 204)
+            assert session.produce(topic, 0, values).status_code == 200
+            assert end().status_code in (200, 204)
+        resp = http.post(f"/topics/{topic}/partitions/0", json={"records": [
+            {"value": base64.b64encode(b"plain").decode()}]},
+            headers={"Content-Type": "application/vnd.kafka.binary.v2+json"})
+        assert resp.status_code == 200, resp.text
+    committed = _consume(kafka_broker.bootstrap, [topic], 2, **{"isolation.level": "read_committed"})
+    assert [m.value() for m in committed] == [b"committed", b"plain"]
+    # the log: 2 aborted records, their marker, 1 committed record, its marker, 1 plain record
+    assert [m.offset() for m in committed] == [3, 5]
+    uncommitted = _consume(kafka_broker.bootstrap, [topic], 4, **{"isolation.level": "read_uncommitted"})
+    assert [m.value() for m in uncommitted] == [b"aborted-1", b"aborted-2", b"committed", b"plain"]
+
+
+def test_two_members_of_a_group_split_the_partitions_and_read_everything(kafka_broker):
+    topic = _topic(kafka_broker, partitions=4)
+    _produce(kafka_broker.bootstrap, topic, [{"value": b"%d" % i, "partition": i % 4} for i in range(40)])
+    group = f"pair-{uuid.uuid4().hex[:8]}"
+    members = [Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", **QUIET}) for _ in range(2)]
+    for c in members:
+        c.subscribe([topic])
+    seen: dict[int, set[bytes]] = {0: set(), 1: set()}
+    deadline = time.monotonic() + 90
+    try:
+        while time.monotonic() < deadline:
+            for i, c in enumerate(members):
+                msg = c.poll(0.2)
+                if msg is not None and msg.error() is None:
+                    seen[i].add(msg.value())
+            assignments = [sorted(tp.partition for tp in c.assignment()) for c in members]
+            if len(seen[0] | seen[1]) == 40 and all(len(a) == 2 for a in assignments):
+                break
+        assignments = [sorted(tp.partition for tp in c.assignment()) for c in members]
+        assert sorted(assignments[0] + assignments[1]) == [0, 1, 2, 3]  # rebalanced: two partitions each
+        assert all(len(a) == 2 for a in assignments)
+        assert seen[0] | seen[1] == {b"%d" % i for i in range(40)}
+    finally:
+        for c in members:
+            c.close()
