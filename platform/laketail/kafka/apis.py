@@ -242,14 +242,23 @@ class KafkaApis:
                          session: Session) -> list[dict]:
         """Wait up to ``wait_ms`` for any partition to get records (each fetch long-polls
         at its high watermark); the first that does answers for all."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ms / 1000
         tasks = [asyncio.ensure_future(self._fetch_one(t, p, o, m, wait_ms, isolation, session))
                  for t, p, o, m in wanted]
         pending = set(tasks)
+        found = False
         try:
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 if any(t.result()["records"] or t.result()["error_code"] for t in done):
+                    found = True
                     break
+            if not found and loop.time() < deadline:
+                # every read came back empty without waiting (read_committed at the last
+                # stable offset of an open transaction): wait out max_wait_ms, as Kafka's
+                # delayed fetch does, rather than have the client fetch again at once
+                await asyncio.sleep(deadline - loop.time())
         finally:
             for t in pending:
                 t.cancel()
