@@ -571,7 +571,7 @@ def _subscription(metadata: bytes) -> tuple[list[str], list[tuple[str, int]]]:
     schema = load_entity_schema("consumer_protocol_subscription", max(0, min(version, _SUBSCRIPTION_VERSIONS)),
                                 EntityType.data)
     try:
-        sub, _ = entity_reader(schema)(metadata, 2)
+        sub: Any = entity_reader(schema)(metadata, 2)[0]
     except Exception as exc:  # noqa: BLE001 - kio raises several kinds for bad bytes
         raise InconsistentGroupProtocol(f"the consumer subscription does not parse: {exc}") from exc
     owned = [(tp.topic, p) for tp in getattr(sub, "owned_partitions", ()) or () for p in tp.partitions]

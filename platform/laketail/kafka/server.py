@@ -24,19 +24,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from typing import TYPE_CHECKING, Any, Awaitable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 
 from laketail.kafka.apis import KafkaApis, Session
 from laketail.kafka.protocol import CloseConnection, decode_request, encode_response
 from laketail.security.principal import ANONYMOUS
 
 if TYPE_CHECKING:
-    from laketail.api.listeners import ListenerServer
     from laketail.config import BrokerSettings
     from laketail.security.listeners import Listener
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
+
+
+class PrimaryServer(Protocol):
+    """What :func:`serve_with_kafka` needs of the primary HTTP server
+    (``laketail.api.listeners.ListenerServer``; the engine never imports the api)."""
+
+    started: bool
+    on_exit: list[Callable[[], None]]
+
+    def handle_exit(self, sig: int, frame: Any) -> None: ...
 
 
 class KafkaListener:
@@ -118,7 +127,7 @@ def kafka_listeners(app: Any, settings: "BrokerSettings") -> list[KafkaListener]
     return out
 
 
-async def serve_with_kafka(run_http: Awaitable[bool], servers: list["ListenerServer"], app: Any,
+async def serve_with_kafka(run_http: Awaitable[bool], servers: list[PrimaryServer], app: Any,
                            settings: "BrokerSettings") -> bool:
     """Run the HTTP servers (``run_http``, :func:`laketail.api.listeners.run_servers`)
     and the Kafka listeners beside them; whether the primary HTTP server started."""
