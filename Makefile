@@ -13,7 +13,9 @@ JAVA_SOURCES := $(shell find platform/laketail/spark/jvm/java -type f)
 
 .PHONY: run test bench check-python check-java check-compose check-chromium install
 
+# HTTP on 8082, Kafka's protocol on 9092 (docs/architecture.md §11.6)
 run: check-java install
+	LAKETAIL_LISTENERS=KAFKA://127.0.0.1:9092 LAKETAIL_LISTENER_SECURITY_PROTOCOL_MAP=KAFKA:PLAINTEXT \
 	$(VENV)/bin/laketail serve --data ./laketail-data --host 127.0.0.1 --port 8082
 
 # ruff (lint, import order) over the repository and mypy over the packages configured in

@@ -252,6 +252,7 @@ class BrokerSettings:
     advertised_listeners: str = ""
     listener_security_protocol_map: str = ""
     inter_broker_listener_name: str = ""
+    kafka_listener_names: str = "KAFKA"  # listeners speaking Kafka's protocol (laketail.kafka)
     inter_broker_secret: str = ""
     sasl_enabled_mechanisms: str = "SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"
     sasl_credential_cache_ms: int = 30_000
@@ -356,6 +357,7 @@ _BROKER_KEYS = {
     "advertised.listeners": "advertised_listeners",
     "listener.security.protocol.map": "listener_security_protocol_map",
     "inter.broker.listener.name": "inter_broker_listener_name",
+    "laketail.kafka.listener.names": "kafka_listener_names",
     # laketail: the secret every broker shows on the inter-broker listener (a cluster secret,
     # laketail's stand-in for Kafka's inter-broker SASL credentials); keep it in the environment.
     "laketail.inter.broker.secret": "inter_broker_secret",

@@ -107,6 +107,9 @@ def serve(
         plan = listener_plan(settings)
     except LaketailError as exc:
         raise CommandError(exc.message) from exc
+    if plan.kafka and settings.request_processes > 1:
+        raise CommandError("a Kafka-protocol listener runs in one process: drop --processes or the "
+                           + ", ".join(lst.name for lst in plan.kafka) + " listener")
     problems = exposure_problems(plan, settings.ssl_client_auth)
     if problems and not allow_anonymous:
         raise CommandError(
@@ -145,9 +148,9 @@ def serve(
         raise CommandError(exc.message) from exc
     except OSError as exc:  # the shared client port of request processes, bound here
         raise CommandError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror}") from exc
-    shown = ", ".join(f"{s.listener.name} {s.listener.protocol} {s.listener.host}:{s.listener.port}"
-                      + (" (inter-broker)" if s.listener.inter_broker and len(servers) > 1 else "")
-                      for s in servers)
+    shown = ", ".join([f"{s.listener.name} {s.listener.protocol} {s.listener.host}:{s.listener.port}"
+                       + (" (inter-broker)" if s.listener.inter_broker and len(servers) > 1 else "")
+                       for s in servers] + [f"{k.name} Kafka {k.protocol} {k.host}:{k.port}" for k in plan.kafka])
     click.echo(
         f"laketail broker {settings.broker_id}: data {settings.data}, hot logs "
         f"{settings.hot_log_dir}, listening on {settings.url} [{shown}]"
@@ -174,7 +177,10 @@ def serve(
     loop_factory = servers[0].config.get_loop_factory()
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
-            started = runner.run(run_servers(servers))
+            # the Kafka-protocol listeners (laketail.kafka) run beside the HTTP ones
+            from laketail.kafka.server import serve_with_kafka
+
+            started = runner.run(serve_with_kafka(run_servers(servers), servers, app, settings))
     finally:
         if supervisor is not None:
             supervisor.stop()

@@ -12,8 +12,13 @@ Kafka's settings, parsed once at the edge (pure functions, no IO):
   checked against SCRAM credentials, or an OAuth bearer token).
 * ``advertised.listeners`` -- the same form, the addresses others use (defaults to the
   listener's own, ``https`` for the TLS protocols).
+* ``laketail.kafka.listener.names`` -- the listeners that speak Kafka's binary protocol
+  instead of HTTP (default ``KAFKA``: ``KAFKA://127.0.0.1:9092`` with
+  ``KAFKA:PLAINTEXT`` in the protocol map). They are served by :mod:`laketail.kafka`
+  beside the HTTP listeners and are left out of everything below (the inter-broker
+  listener, sharing); only ``PLAINTEXT`` is served on them so far.
 * ``inter.broker.listener.name`` -- the listener brokers talk to each other on; needed
-  when there are several. ``/internal`` is served there only, and there every request
+  when there are several HTTP listeners. ``/internal`` is served there only, and there every request
   must show the cluster secret (``laketail.inter.broker.secret``): a client listener
   does not serve ``/internal`` at all.
 
@@ -74,6 +79,9 @@ class ListenerPlan:
     listeners: tuple[Listener, ...]
     #: True when one listener serves clients and brokers (no ``listeners`` setting, or one entry).
     shared: bool
+    #: Listeners speaking Kafka's protocol (``laketail.kafka.listener.names``), served by
+    #: :mod:`laketail.kafka`; never inter-broker, never counted in ``listeners``.
+    kafka: tuple[Listener, ...] = ()
 
     @property
     def inter_broker(self) -> Listener:
@@ -120,9 +128,10 @@ def parse_protocol_map(text: str) -> dict[str, str]:
 def listener_plan(settings: "BrokerSettings") -> ListenerPlan:
     """The broker's listeners from its settings; :class:`InvalidConfig` when they do not
     make a whole plan."""
+    url = settings.advertised_url or f"http://{settings.host}:{settings.port}"
+    default = (Listener("PLAINTEXT", settings.host, settings.port, "PLAINTEXT", True, url, True),)
     if not settings.listeners:
-        url = settings.advertised_url or f"http://{settings.host}:{settings.port}"
-        return ListenerPlan((Listener("PLAINTEXT", settings.host, settings.port, "PLAINTEXT", True, url, True),), True)
+        return ListenerPlan(default, True)
     entries = parse_entries(settings.listeners, "listeners")
     if not entries:
         raise InvalidConfig("listeners: no listener given")
@@ -135,7 +144,15 @@ def listener_plan(settings: "BrokerSettings") -> ListenerPlan:
     unknown = set(advertised) - set(names)
     if unknown:
         raise InvalidConfig(f"advertised.listeners: no listener named {', '.join(sorted(unknown))}")
+    kafka_names = {n.strip().upper() for n in settings.kafka_listener_names.split(",") if n.strip()}
+    kafka = _kafka_listeners([e for e in entries if e[0] in kafka_names], protocols, advertised)
+    entries = [e for e in entries if e[0] not in kafka_names]
+    names = [name for name, _, _ in entries]
+    if not entries:  # only Kafka listeners given: HTTP stays on host:port
+        return ListenerPlan(default, True, kafka)
     inter = settings.inter_broker_listener_name.strip().upper()
+    if inter in kafka_names:
+        raise InvalidConfig(f"inter.broker.listener.name={inter} speaks Kafka's protocol; brokers talk HTTP")
     if not inter:
         if len(entries) > 1:
             raise InvalidConfig("inter.broker.listener.name is needed when there are several listeners")
@@ -164,7 +181,27 @@ def listener_plan(settings: "BrokerSettings") -> ListenerPlan:
         shown = f"[{adv_host}]" if ":" in adv_host else adv_host
         out.append(Listener(name, host, port, protocol, name == inter, f"{scheme}://{shown}:{adv_port}",
                             shared))
-    return ListenerPlan(tuple(out), shared)
+    return ListenerPlan(tuple(out), shared, kafka)
+
+
+def _kafka_listeners(entries: list[tuple[str, str, int]], protocols: dict[str, str],
+                     advertised: dict[str, tuple[str, int]]) -> tuple[Listener, ...]:
+    """The Kafka-protocol listeners; their ``advertised_url`` is ``kafka://host:port``,
+    the address Metadata answers."""
+    out = []
+    for name, host, port in entries:
+        if name not in protocols:
+            raise InvalidConfig(f"listener.security.protocol.map has no protocol for listener {name} "
+                                f"(for example {name}:PLAINTEXT)")
+        if protocols[name] != "PLAINTEXT":
+            raise InvalidConfig(f"listener {name} speaks Kafka's protocol: only PLAINTEXT is served on it so far "
+                                f"(not {protocols[name]})")
+        adv_host, adv_port = advertised.get(name, (host, port))
+        if adv_host in ("", "0.0.0.0", "::"):
+            adv_host = "127.0.0.1" if adv_host != "::" else "::1"
+        shown = f"[{adv_host}]" if ":" in adv_host else adv_host
+        out.append(Listener(name, host, port, "PLAINTEXT", False, f"kafka://{shown}:{adv_port}"))
+    return tuple(out)
 
 
 def is_loopback(host: str) -> bool:
@@ -182,7 +219,7 @@ def unprotected_exposure(plan: ListenerPlan) -> list[Listener]:
     ``laketail serve`` refuses unless told ``--allow-anonymous``. A client certificate
     required by ``ssl.client.auth=required`` would also authenticate; the caller passes
     that in the settings check (see :func:`exposure_problems`)."""
-    return [lst for lst in plan.listeners if not is_loopback(lst.host) and not lst.authenticates]
+    return [lst for lst in plan.listeners + plan.kafka if not is_loopback(lst.host) and not lst.authenticates]
 
 
 def exposure_problems(plan: ListenerPlan, ssl_client_auth: str) -> list[str]:

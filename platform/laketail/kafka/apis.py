@@ -1,0 +1,599 @@
+"""Kafka's APIs over the broker's services: one method per API key.
+
+:class:`KafkaApis` is to the Kafka listener what the FastAPI routes are to HTTP: it
+takes a decoded request (:mod:`laketail.kafka.protocol`), authorizes it with the same
+:class:`~laketail.security.authorizer.Authorizer` as the gateway (Kafka's resource and
+operation per API, as Kafka's ``AclAuthorizer`` documents them), calls the same public
+broker methods the routes call (``produce``, ``fetch``, ``partition_state_async``,
+``offset_for_timestamp``, ``topic_for_produce``, ``groups``, ``transactions``) and
+answers in Kafka's layout with Kafka's error codes (``LaketailError.kafka_code``). It
+holds no state of its own: a record produced here is the record REST reads, a group
+joined here is the group v3 describes.
+
+Differences from Kafka's broker, on purpose or not yet done:
+
+* Metadata names this broker as the leader of every partition (it forwards produce and
+  fetch to the real leader, as its HTTP routes do); only this broker is listed, since
+  other brokers' Kafka listeners are not registered yet.
+* The group coordinator assigns partitions itself (docs/architecture.md §9): JoinGroup
+  gives the leader the members' subscriptions so the client runs, but SyncGroup answers
+  every member the coordinator's assignment and ignores the leader's.
+* Fetch sessions (KIP-227) are refused: every answer has session id 0, so clients send
+  full fetch requests; an incremental one gets FETCH_SESSION_ID_NOT_FOUND.
+* CreateTopics takes no explicit replica assignments (INVALID_REQUEST) and answers no
+  configs; DeleteTopics names topics (v6's topic ids are not served).
+* Transactions (AddPartitionsToTxn, EndTxn, ...) are not served: InitProducerId with a
+  transactional id answers UNSUPPORTED_VERSION; idempotent producers work.
+* Group and transaction coordination only on the controller (this broker alone, or the
+  cluster's controller); elsewhere FindCoordinator answers COORDINATOR_NOT_AVAILABLE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from kio.index import load_entity_schema
+from kio.serial import entity_reader
+from kio.static.constants import EntityType
+
+from laketail.coordinator.offsets import CommittedOffset
+from laketail.errors import InconsistentGroupProtocol, LaketailError
+from laketail.kafka import records
+from laketail.kafka.protocol import API_VERSIONS, SUPPORTED, Request, build, ms
+from laketail.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from laketail.security.principal import KafkaPrincipal
+from laketail.storage.partition_log import ProducerBatch
+
+if TYPE_CHECKING:
+    from laketail.broker import Broker
+    from laketail.security.authorizer import Authorizer
+
+log = logging.getLogger(__name__)
+
+Op, R = AclOperation, ResourceType
+# Kafka's error codes the edge answers itself (the rest come from LaketailError.kafka_code)
+UNKNOWN_SERVER_ERROR = -1
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+INVALID_REQUIRED_ACKS = 21
+INCONSISTENT_GROUP_PROTOCOL = 23
+TOPIC_AUTHORIZATION_FAILED = 29
+GROUP_AUTHORIZATION_FAILED = 30
+CLUSTER_AUTHORIZATION_FAILED = 31
+UNSUPPORTED_VERSION = 35
+INVALID_REQUEST = 42
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+FETCH_SESSION_ID_NOT_FOUND = 70
+ACKS = {0: "0", 1: "1", -1: "all"}
+
+
+def error_code(exc: BaseException) -> int:
+    """Kafka's code for an exception raised by a broker service."""
+    if isinstance(exc, LaketailError):
+        return exc.kafka_code
+    log.error("unexpected error answering a Kafka request", exc_info=exc)
+    return UNKNOWN_SERVER_ERROR
+
+
+class Session:
+    """Who is at the other end of one connection (PLAINTEXT: ``User:ANONYMOUS``)."""
+
+    __slots__ = ("principal", "host")
+
+    def __init__(self, principal: KafkaPrincipal, host: str) -> None:
+        self.principal = principal
+        self.host = host
+
+
+class KafkaApis:
+    """Answers Kafka requests for one broker; ``advertised`` is the Kafka listener's
+    (host, port), what Metadata and FindCoordinator answer. Event loop thread only."""
+
+    def __init__(self, broker: "Broker", authorizer: "Authorizer", advertised: tuple[str, int]) -> None:
+        self.broker = broker
+        self.authorizer = authorizer
+        self.host, self.port = advertised
+        self.handlers: dict[int, Callable[[Request, Session], Awaitable[dict | None]]] = {
+            0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata, 8: self.offset_commit,
+            9: self.offset_fetch, 10: self.find_coordinator, 11: self.join_group, 12: self.heartbeat,
+            13: self.leave_group, 14: self.sync_group, 15: self.describe_groups, 16: self.list_groups,
+            18: self.api_versions, 19: self.create_topics, 20: self.delete_topics, 22: self.init_producer_id,
+        }
+        assert set(self.handlers) == set(SUPPORTED), "every served API has a handler and only those"
+
+    async def handle(self, request: Request, session: Session) -> Any:
+        """The response entity, or None when the request gets no answer (acks=0)."""
+        data = await self.handlers[request.api_key](request, session)
+        return None if data is None else build(request.response_type, data)
+
+    def _allowed(self, session: Session, op: AclOperation, rtype: ResourceType, name: str = CLUSTER_NAME) -> bool:
+        return self.authorizer.authorize(session.principal, session.host, op, rtype, name)
+
+    # -- ApiVersions, Metadata ------------------------------------------------------------------
+
+    async def api_versions(self, request: Request, session: Session) -> dict:
+        keys = [{"api_key": k, "min_version": low, "max_version": high} for k, (_, low, high) in SUPPORTED.items()]
+        _, low, high = SUPPORTED[API_VERSIONS]
+        code = 0 if low <= request.api_version <= high else UNSUPPORTED_VERSION
+        return {"error_code": code, "api_keys": keys, "throttle_time": 0}
+
+    def _brokers(self) -> list[dict]:
+        return [{"node_id": self.broker.broker_id, "host": self.host, "port": self.port, "rack": None}]
+
+    async def metadata(self, request: Request, session: Session) -> dict:
+        body = request.body
+        allow_create = request.api_version < 4 or body.allow_auto_topic_creation
+        if body.topics is None or (request.api_version == 0 and not body.topics):
+            names = [n for n in self.broker.list_topics(include_internal=False)
+                     if self.authorizer.authorize(session.principal, session.host, Op.DESCRIBE, R.TOPIC, n,
+                                                  audit_denied=False)]
+        else:
+            names = [t.name for t in body.topics]
+        topics = [await self._topic_metadata(name, session, allow_create) for name in names]
+        return {"throttle_time": 0, "brokers": self._brokers(), "cluster_id": self.broker.cluster_id or None,
+                "controller_id": self.broker.broker_id, "topics": topics}
+
+    async def _topic_metadata(self, name: str, session: Session, allow_create: bool) -> dict:
+        out: dict[str, Any] = {"name": name, "error_code": 0, "is_internal": False, "partitions": []}
+        if not self._allowed(session, Op.DESCRIBE, R.TOPIC, name):
+            out["error_code"] = TOPIC_AUTHORIZATION_FAILED
+            return out
+        try:
+            if allow_create and self.broker.would_auto_create(name):
+                if not (self._allowed(session, Op.CREATE, R.CLUSTER) or self._allowed(session, Op.CREATE, R.TOPIC,
+                                                                                      name)):
+                    out["error_code"] = TOPIC_AUTHORIZATION_FAILED
+                    return out
+                info = await self.broker.topic_for_produce(name)
+            else:
+                info = self.broker.topic(name)
+        except Exception as exc:  # noqa: BLE001 - answered as the topic's error code
+            out["error_code"] = error_code(exc)
+            return out
+        out["is_internal"] = info.internal
+        for p in range(info.partitions):
+            state = self.broker.partition_state(name, p)
+            me = self.broker.broker_id
+            out["partitions"].append({"error_code": 0, "partition_index": p, "leader_id": me,
+                                      "leader_epoch": state.leader_epoch, "replica_nodes": [me], "isr_nodes": [me],
+                                      "offline_replicas": []})
+        return out
+
+    # -- Produce ---------------------------------------------------------------------------------
+
+    async def produce(self, request: Request, session: Session) -> dict | None:
+        body = request.body
+        acks = ACKS.get(body.acks)
+        txn_denied = body.transactional_id is not None and not self._allowed(
+            session, Op.WRITE, R.TRANSACTIONAL_ID, body.transactional_id)
+        work = []
+        for topic in body.topic_data:
+            for part in topic.partition_data:
+                work.append((topic.name, part.index, part.records))
+        if acks is None:
+            results = [{"error_code": INVALID_REQUIRED_ACKS} for _ in work]
+        elif txn_denied:
+            results = [{"error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED} for _ in work]
+        else:
+            results = list(await asyncio.gather(*(self._produce_partition(t, p, r, acks, session)
+                                                  for t, p, r in work)))
+        if body.acks == 0:
+            return None  # Kafka answers nothing to acks=0, not even an error
+        by_topic: dict[str, list[dict]] = {}
+        for (topic, partition, _), result in zip(work, results):
+            by_topic.setdefault(topic, []).append({"index": partition, "base_offset": -1, "log_start_offset": -1,
+                                                   "record_errors": [], "error_message": None, **result})
+        return {"responses": [{"name": t, "partition_responses": ps} for t, ps in by_topic.items()],
+                "throttle_time": 0}
+
+    async def _produce_partition(self, topic: str, partition: int, raw: bytes | None, acks: Any,
+                                 session: Session) -> dict:
+        if not self._allowed(session, Op.WRITE, R.TOPIC, topic):
+            return {"error_code": TOPIC_AUTHORIZATION_FAILED}
+        try:
+            self.broker.check_partition(topic, partition)
+            batches = [records.decode_batch(b) for b in records.split_batches(bytes(raw or b""))]
+            if not batches:
+                return {"error_code": CORRUPT_MESSAGE, "error_message": "no record batch"}
+            base = -1
+            for batch in batches:  # validated all first: a bad batch writes nothing
+                producer = None
+                if batch.producer_id >= 0:
+                    if batch.transactional:
+                        return {"error_code": UNSUPPORTED_VERSION,
+                                "error_message": "transactions are not served on the Kafka listener yet"}
+                    producer = ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence)
+                result = await self.broker.produce(topic, records.to_arrow(batch, partition), acks, producer)
+                if base < 0:
+                    base = result.offsets[0]
+            state = self.broker.partition_state(topic, partition)
+            return {"error_code": 0, "base_offset": base, "log_start_offset": state.log_start_offset}
+        except Exception as exc:  # noqa: BLE001 - answered as the partition's error code
+            message = exc.message if isinstance(exc, LaketailError) else None
+            return {"error_code": error_code(exc), "error_message": message}
+
+    # -- Fetch, ListOffsets ----------------------------------------------------------------------
+
+    async def fetch(self, request: Request, session: Session) -> dict:
+        body = request.body
+        if body.session_id != 0:  # no incremental fetch sessions (KIP-227): refuse, clients fall back
+            return {"throttle_time": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []}
+        isolation = "read_committed" if body.isolation_level == 1 else "read_uncommitted"
+        wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+                  for t in body.topics for p in t.partitions]
+        answers = list(await asyncio.gather(*(self._fetch_one(t, p, o, m, 0, isolation, session)
+                                              for t, p, o, m in wanted)))
+        wait_ms = ms(body.max_wait)
+        if wait_ms > 0 and wanted and sum(len(a["records"]) for a in answers) < max(body.min_bytes, 1) and all(
+                a["error_code"] == 0 for a in answers):
+            answers = await self._long_poll(wanted, answers, wait_ms, isolation, session)
+        by_topic: dict[str, list[dict]] = {}
+        for (topic, _, _, _), answer in zip(wanted, answers):
+            by_topic.setdefault(topic, []).append(answer)
+        return {"throttle_time": 0, "error_code": 0, "session_id": 0,
+                "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+    async def _long_poll(self, wanted: list, answers: list[dict], wait_ms: int, isolation: str,
+                         session: Session) -> list[dict]:
+        """Wait up to ``wait_ms`` for any partition to get records (each fetch long-polls
+        at its high watermark); the first that does answers for all."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ms / 1000
+        tasks = [asyncio.ensure_future(self._fetch_one(t, p, o, m, wait_ms, isolation, session))
+                 for t, p, o, m in wanted]
+        pending = set(tasks)
+        found = False
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if any(t.result()["records"] or t.result()["error_code"] for t in done):
+                    found = True
+                    break
+            if not found and loop.time() < deadline:
+                # every read came back empty without waiting (read_committed at the last
+                # stable offset of an open transaction): wait out max_wait_ms, as Kafka's
+                # delayed fetch does, rather than have the client fetch again at once
+                await asyncio.sleep(deadline - loop.time())
+        finally:
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+        return [t.result() if t.done() and not t.cancelled() else a for t, a in zip(tasks, answers)]
+
+    async def _fetch_one(self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int,
+                         isolation: Any, session: Session) -> dict:
+        out: dict[str, Any] = {"partition_index": partition, "error_code": 0, "high_watermark": -1,
+                               "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": [],
+                               "preferred_read_replica": -1, "records": b""}
+        if not self._allowed(session, Op.READ, R.TOPIC, topic):
+            out["error_code"] = TOPIC_AUTHORIZATION_FAILED
+            return out
+        try:
+            result = await self.broker.fetch(topic, partition, offset, max_bytes=max_bytes, timeout_ms=wait_ms,
+                                             isolation=isolation)
+        except Exception as exc:  # noqa: BLE001 - answered as the partition's error code
+            out["error_code"] = error_code(exc)
+            return out
+        out.update(high_watermark=result.high_watermark, last_stable_offset=result.last_stable_offset,
+                   log_start_offset=result.log_start_offset,
+                   records=records.encode_records(result.records, result.next_offset, offset))
+        return out
+
+    async def list_offsets(self, request: Request, session: Session) -> dict:
+        body = request.body
+        committed = getattr(body, "isolation_level", 0) == 1
+        topics = []
+        for topic in body.topics:
+            parts = [await self._list_offset(topic.name, p.partition_index, p.timestamp, committed, session)
+                     for p in topic.partitions]
+            topics.append({"name": topic.name, "partitions": parts})
+        return {"throttle_time": 0, "topics": topics}
+
+    async def _list_offset(self, topic: str, partition: int, timestamp: int, committed: bool,
+                           session: Session) -> dict:
+        out: dict[str, Any] = {"partition_index": partition, "error_code": 0, "timestamp": -1, "offset": -1,
+                               "leader_epoch": -1}
+        if not self._allowed(session, Op.DESCRIBE, R.TOPIC, topic):
+            out["error_code"] = TOPIC_AUTHORIZATION_FAILED
+            return out
+        try:
+            state = await self.broker.partition_state_async(topic, partition)
+            out["leader_epoch"] = state.leader_epoch
+            if timestamp == -1:  # LATEST
+                out["offset"] = state.last_stable_offset if committed else state.high_watermark
+            elif timestamp == -2:  # EARLIEST
+                out["offset"] = state.log_start_offset
+            elif timestamp >= 0:
+                found = await self.broker.offset_for_timestamp(topic, partition, timestamp)
+                if found is not None:
+                    out["offset"], out["timestamp"] = found
+            else:  # -3 MAX_TIMESTAMP and later specials: not served (ListOffsets stops at v6)
+                out["error_code"] = UNSUPPORTED_VERSION
+        except Exception as exc:  # noqa: BLE001 - answered as the partition's error code
+            out["error_code"] = error_code(exc)
+        return out
+
+    # -- admin: CreateTopics, DeleteTopics -------------------------------------------------------
+
+    async def create_topics(self, request: Request, session: Session) -> dict:
+        body = request.body
+        may_create_any = self._allowed(session, Op.CREATE, R.CLUSTER)
+        topics = []
+        for t in body.topics:
+            out: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None, "num_partitions": -1,
+                                   "replication_factor": -1, "configs": []}
+            if not (may_create_any or self._allowed(session, Op.CREATE, R.TOPIC, t.name)):
+                out["error_code"] = TOPIC_AUTHORIZATION_FAILED
+            elif t.assignments:
+                out.update(error_code=INVALID_REQUEST, error_message="explicit replica assignments are not served")
+            else:
+                try:
+                    info = await self.broker.create_topic(
+                        t.name, None if t.num_partitions == -1 else t.num_partitions,
+                        None if t.replication_factor == -1 else t.replication_factor,
+                        {c.name: c.value for c in t.configs}, validate_only=body.validate_only)
+                    out.update(num_partitions=info.partitions, replication_factor=info.replication_factor)
+                except Exception as exc:  # noqa: BLE001 - answered as the topic's error code
+                    out.update(error_code=error_code(exc),
+                               error_message=exc.message if isinstance(exc, LaketailError) else None)
+            topics.append(out)
+        return {"throttle_time": 0, "topics": topics}
+
+    async def delete_topics(self, request: Request, session: Session) -> dict:
+        responses = []
+        for name in request.body.topic_names:
+            out: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
+            if not self._allowed(session, Op.DELETE, R.TOPIC, name):
+                out["error_code"] = TOPIC_AUTHORIZATION_FAILED
+            else:
+                try:
+                    await self.broker.delete_topic(name)
+                except Exception as exc:  # noqa: BLE001 - answered as the topic's error code
+                    out.update(error_code=error_code(exc),
+                               error_message=exc.message if isinstance(exc, LaketailError) else None)
+            responses.append(out)
+        return {"throttle_time": 0, "responses": responses}
+
+    # -- coordinators ----------------------------------------------------------------------------
+
+    def _coordinates(self) -> bool:
+        return self.broker.controller_id in (self.broker.broker_id, -1)
+
+    async def find_coordinator(self, request: Request, session: Session) -> dict:
+        body = request.body
+        key_type = getattr(body, "key_type", 0)
+        out = {"throttle_time": 0, "error_code": 0, "error_message": None, "node_id": self.broker.broker_id,
+               "host": self.host, "port": self.port}
+        if key_type == 0 and not self._allowed(session, Op.DESCRIBE, R.GROUP, body.key):
+            out.update(error_code=GROUP_AUTHORIZATION_FAILED, node_id=-1, host="", port=-1)
+        elif key_type == 1 and not self._allowed(session, Op.DESCRIBE, R.TRANSACTIONAL_ID, body.key):
+            out.update(error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED, node_id=-1, host="", port=-1)
+        elif key_type not in (0, 1) or not self._coordinates():
+            out.update(error_code=COORDINATOR_NOT_AVAILABLE, node_id=-1, host="", port=-1,
+                       error_message="this broker does not coordinate groups or transactions")
+        return out
+
+    async def join_group(self, request: Request, session: Session) -> dict:
+        body = request.body
+        out: dict[str, Any] = {"throttle_time": 0, "error_code": 0, "generation_id": -1, "protocol_type": "consumer",
+                               "protocol_name": "", "leader": "", "member_id": body.member_id, "members": []}
+        if not self._allowed(session, Op.READ, R.GROUP, body.group_id):
+            return {**out, "error_code": GROUP_AUTHORIZATION_FAILED}
+        if body.protocol_type != "consumer" or not body.protocols:
+            return {**out, "error_code": INCONSISTENT_GROUP_PROTOCOL}
+        try:
+            topics, owned = _subscription(body.protocols[0].metadata)
+            session_ms = ms(body.session_timeout)
+            rebalance_ms = ms(body.rebalance_timeout) if request.api_version >= 1 else session_ms
+            result = await self.broker.groups.join(
+                body.group_id, body.member_id, topics=topics, strategies=[p.name for p in body.protocols],
+                client_id=request.client_id or "kafka", client_host=session.host,
+                session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
+                owned=owned or None,
+            )
+        except Exception as exc:  # noqa: BLE001 - answered as the group's error code
+            return {**out, "error_code": error_code(exc)}
+        members = []
+        if result.members:
+            group = self.broker.groups.describe(body.group_id)
+            for member_id in result.members:
+                member = group.members.get(member_id)
+                members.append({"member_id": member_id, "group_instance_id": None,
+                                "metadata": _encode_subscription(member.topics if member else [])})
+        return {**out, "generation_id": result.generation_id, "protocol_name": result.protocol,
+                "leader": result.leader_id, "member_id": result.member_id, "members": members}
+
+    async def sync_group(self, request: Request, session: Session) -> dict:
+        body = request.body
+        out: dict[str, Any] = {"throttle_time": 0, "error_code": 0, "protocol_type": "consumer",
+                               "protocol_name": getattr(body, "protocol_name", None), "assignment": b""}
+        if not self._allowed(session, Op.READ, R.GROUP, body.group_id):
+            return {**out, "error_code": GROUP_AUTHORIZATION_FAILED}
+        try:
+            assignment = self.broker.groups.sync(body.group_id, body.generation_id, body.member_id)
+        except Exception as exc:  # noqa: BLE001
+            return {**out, "error_code": error_code(exc)}
+        return {**out, "assignment": _encode_assignment(assignment)}
+
+    async def heartbeat(self, request: Request, session: Session) -> dict:
+        body = request.body
+        if not self._allowed(session, Op.READ, R.GROUP, body.group_id):
+            return {"throttle_time": 0, "error_code": GROUP_AUTHORIZATION_FAILED}
+        try:
+            self.broker.groups.heartbeat(body.group_id, body.generation_id, body.member_id)
+        except Exception as exc:  # noqa: BLE001
+            return {"throttle_time": 0, "error_code": error_code(exc)}
+        return {"throttle_time": 0, "error_code": 0}
+
+    async def leave_group(self, request: Request, session: Session) -> dict:
+        body = request.body
+        ids = [m.member_id for m in body.members] if request.api_version >= 3 else [body.member_id]
+        if not self._allowed(session, Op.READ, R.GROUP, body.group_id):
+            return {"throttle_time": 0, "error_code": GROUP_AUTHORIZATION_FAILED, "members": []}
+        members = []
+        for member_id in ids:
+            try:
+                self.broker.groups.leave(body.group_id, member_id)
+                code = 0
+            except Exception as exc:  # noqa: BLE001
+                code = error_code(exc)
+            members.append({"member_id": member_id, "group_instance_id": None, "error_code": code})
+        top = members[0]["error_code"] if request.api_version < 3 and members else 0
+        return {"throttle_time": 0, "error_code": top, "members": members}
+
+    async def describe_groups(self, request: Request, session: Session) -> dict:
+        groups = []
+        for group_id in request.body.groups:
+            out: dict[str, Any] = {"error_code": 0, "group_id": group_id, "group_state": "Dead",
+                                   "protocol_type": "", "protocol_data": "", "members": []}
+            if not self._allowed(session, Op.DESCRIBE, R.GROUP, group_id):
+                out["error_code"] = GROUP_AUTHORIZATION_FAILED
+            elif not self._coordinates():
+                out["error_code"] = NOT_COORDINATOR
+            else:
+                group = self.broker.groups.describe(group_id)
+                out.update(group_state=group.state, protocol_type="consumer" if group.members else "",
+                           protocol_data=group.protocol or "", members=[
+                               {"member_id": m.member_id, "group_instance_id": None, "client_id": m.client_id,
+                                "client_host": m.client_host, "member_metadata": _encode_subscription(m.topics),
+                                "member_assignment": _encode_assignment(m.assignment)}
+                               for m in group.members.values()])
+            groups.append(out)
+        return {"throttle_time": 0, "groups": groups}
+
+    async def list_groups(self, request: Request, session: Session) -> dict:
+        states = set(getattr(request.body, "states_filter", ()) or ())
+        everything = self._allowed(session, Op.DESCRIBE, R.CLUSTER)
+        groups = []
+        for group in self.broker.groups.list_groups() if self._coordinates() else []:
+            if states and group.state not in states:
+                continue
+            if everything or self.authorizer.authorize(session.principal, session.host, Op.DESCRIBE, R.GROUP,
+                                                       group.group_id, audit_denied=False):
+                groups.append({"group_id": group.group_id, "protocol_type": "consumer", "group_state": group.state})
+        return {"throttle_time": 0, "error_code": 0, "groups": groups}
+
+    async def offset_commit(self, request: Request, session: Session) -> dict:
+        body = request.body
+        generation = getattr(body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1))
+        codes: dict[tuple[str, int], int] = {}
+        offsets = {}
+        now_ms = self.broker.clock.now_ms()
+        group_ok = self._allowed(session, Op.READ, R.GROUP, body.group_id)
+        for topic in body.topics:
+            topic_ok = self._allowed(session, Op.READ, R.TOPIC, topic.name)
+            for p in topic.partitions:
+                if not group_ok:
+                    codes[(topic.name, p.partition_index)] = GROUP_AUTHORIZATION_FAILED
+                elif not topic_ok:
+                    codes[(topic.name, p.partition_index)] = TOPIC_AUTHORIZATION_FAILED
+                else:
+                    offsets[(topic.name, p.partition_index)] = CommittedOffset(
+                        p.committed_offset, p.committed_metadata or "", now_ms)
+        if offsets:
+            try:
+                await self.broker.groups.commit(body.group_id, offsets, generation_id=generation,
+                                                member_id=body.member_id)
+                code = 0
+            except Exception as exc:  # noqa: BLE001 - the commit is all or nothing
+                code = error_code(exc)
+            codes.update({tp: code for tp in offsets})
+        return {"throttle_time": 0, "topics": [
+            {"name": t.name, "partitions": [{"partition_index": p.partition_index,
+                                             "error_code": codes[(t.name, p.partition_index)]}
+                                            for p in t.partitions]} for t in body.topics]}
+
+    async def offset_fetch(self, request: Request, session: Session) -> dict:
+        body = request.body
+        if not self._allowed(session, Op.DESCRIBE, R.GROUP, body.group_id):
+            if request.api_version >= 2:
+                return {"throttle_time": 0, "topics": [], "error_code": GROUP_AUTHORIZATION_FAILED}
+        if body.topics is None:  # every partition the group committed
+            by_topic: dict[str, list[int]] = {}
+            for (t, p) in self.broker.groups.offsets.group_offsets(body.group_id):
+                by_topic.setdefault(t, []).append(p)
+            wanted = sorted(by_topic.items())
+        else:
+            wanted = [(t.name, list(t.partition_indexes)) for t in body.topics]
+        group_ok = self._allowed(session, Op.DESCRIBE, R.GROUP, body.group_id)
+        topics = []
+        for name, partitions in wanted:
+            topic_ok = self._allowed(session, Op.DESCRIBE, R.TOPIC, name)
+            found = self.broker.groups.committed(body.group_id, [(name, p) for p in partitions]) if (
+                group_ok and topic_ok) else {}
+            parts = []
+            for p in partitions:
+                c = found.get((name, p))
+                code = 0 if group_ok and topic_ok else (
+                    GROUP_AUTHORIZATION_FAILED if not group_ok else TOPIC_AUTHORIZATION_FAILED)
+                parts.append({"partition_index": p, "committed_offset": c.offset if c else -1,
+                              "committed_leader_epoch": -1, "metadata": c.metadata if c else "", "error_code": code})
+            topics.append({"name": name, "partitions": parts})
+        return {"throttle_time": 0, "topics": topics, "error_code": 0}
+
+    async def init_producer_id(self, request: Request, session: Session) -> dict:
+        body = request.body
+        out = {"throttle_time": 0, "error_code": 0, "producer_id": -1, "producer_epoch": -1}
+        if body.transactional_id is not None:
+            return {**out, "error_code": UNSUPPORTED_VERSION}  # transactions: not served here yet
+        if not self._allowed(session, Op.IDEMPOTENT_WRITE, R.CLUSTER):
+            return {**out, "error_code": CLUSTER_AUTHORIZATION_FAILED}
+        expected = None
+        pid, epoch = getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1)
+        if pid >= 0 and epoch >= 0:
+            expected = (pid, epoch)
+        try:
+            producer_id, producer_epoch = await self.broker.transactions.init_producer_id(
+                None, ms(body.transaction_timeout), expected)
+        except Exception as exc:  # noqa: BLE001
+            return {**out, "error_code": error_code(exc)}
+        return {**out, "producer_id": producer_id, "producer_epoch": producer_epoch}
+
+
+# -- the consumer protocol's embedded bytes (ConsumerProtocolSubscription / Assignment) ----------
+
+_SUBSCRIPTION_VERSIONS = 3
+
+
+def _subscription(metadata: bytes) -> tuple[list[str], list[tuple[str, int]]]:
+    """A JoinGroup protocol's metadata: the subscribed topics and owned partitions.
+    A version newer than kio knows is read as the newest it knows (versions only add
+    fields at the end)."""
+    if len(metadata) < 2:
+        raise InconsistentGroupProtocol("a consumer subscription without a version")
+    (version,) = struct.unpack_from(">h", metadata)
+    schema = load_entity_schema("consumer_protocol_subscription", max(0, min(version, _SUBSCRIPTION_VERSIONS)),
+                                EntityType.data)
+    try:
+        sub: Any = entity_reader(schema)(metadata, 2)[0]
+    except Exception as exc:  # noqa: BLE001 - kio raises several kinds for bad bytes
+        raise InconsistentGroupProtocol(f"the consumer subscription does not parse: {exc}") from exc
+    owned = [(tp.topic, p) for tp in getattr(sub, "owned_partitions", ()) or () for p in tp.partitions]
+    return list(sub.topics), owned
+
+
+def _string(value: str) -> bytes:
+    raw = value.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def _encode_subscription(topics: list[str]) -> bytes:
+    """ConsumerProtocolSubscription v0: version, topics, null user data."""
+    return struct.pack(">hi", 0, len(topics)) + b"".join(_string(t) for t in topics) + struct.pack(">i", -1)
+
+
+def _encode_assignment(assignment: list[tuple[str, int]]) -> bytes:
+    """ConsumerProtocolAssignment v0: version, (topic, partitions)*, null user data."""
+    by_topic: dict[str, list[int]] = {}
+    for t, p in assignment:
+        by_topic.setdefault(t, []).append(p)
+    out = bytearray(struct.pack(">hi", 0, len(by_topic)))
+    for t, parts in sorted(by_topic.items()):
+        out += _string(t) + struct.pack(">i", len(parts)) + b"".join(struct.pack(">i", p) for p in sorted(parts))
+    return bytes(out + struct.pack(">i", -1))
