@@ -132,6 +132,7 @@ RULES: dict[str, Rule] = {
     "POST /v1/groups/{group}/leave": needs(group(Op.READ)),
     "POST /v1/groups/{group}/commit": needs(group(Op.READ), note="and Read on each topic of the body"),
     "POST /v1/groups/{group}/committed": needs(group(Op.DESCRIBE), note="and Describe on each topic of the body"),
+    "POST /v1/groups/{group}/offsets/delete": needs(group(Op.DELETE), note="and Read on each topic of the body"),
     "GET /v1/groups": LISTING,
     "GET /v1/groups/{group}": needs(group(Op.DESCRIBE)),
     # -- v1 producers and transactions -------------------------------------------------------
