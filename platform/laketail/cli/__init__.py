@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 import click
@@ -78,6 +79,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         if exit_policy.finalize:  # serve: see the module docstring
             raise
         exit_now(exc.code)
+    except Exception:  # a bug: its traceback, then the same quiet exit
+        if exit_policy.finalize:
+            raise
+        traceback.print_exc()
+        exit_now(1)
     exit_now(0)
 
 
