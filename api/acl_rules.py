@@ -132,6 +132,7 @@ RULES: dict[str, Rule] = {
     "POST /v1/groups/{group}/leave": needs(group(Op.READ)),
     "POST /v1/groups/{group}/commit": needs(group(Op.READ), note="and Read on each topic of the body"),
     "POST /v1/groups/{group}/committed": needs(group(Op.DESCRIBE), note="and Describe on each topic of the body"),
+    "POST /v1/groups/{group}/offsets/delete": needs(group(Op.DELETE), note="and Read on each topic of the body"),
     "GET /v1/groups": LISTING,
     "GET /v1/groups/{group}": needs(group(Op.DESCRIBE)),
     # -- v1 producers and transactions -------------------------------------------------------
@@ -170,6 +171,7 @@ RULES: dict[str, Rule] = {
     f"POST {_V3}/topics": in_handler("CreateTopics: Create on the cluster or on the body's topic_name"),
     f"GET {_V3}/topics/{{topic}}": needs(topic(Op.DESCRIBE)),
     f"DELETE {_V3}/topics/{{topic}}": needs(topic(Op.DELETE)),
+    f"PATCH {_V3}/topics/{{topic}}": needs(topic(Op.ALTER), note="CreatePartitions: Alter on the topic"),
     f"GET {_V3}/topics/{{topic}}/partitions": needs(topic(Op.DESCRIBE)),
     f"GET {_V3}/topics/{{topic}}/partitions/{{partition}}": needs(topic(Op.DESCRIBE)),
     f"GET {_V3}/topics/{{topic}}/configs": needs(topic(Op.DESCRIBE_CONFIGS)),
@@ -228,6 +230,7 @@ RULES: dict[str, Rule] = {
     f"POST {_INTERNAL}/topics": needs(cluster(Op.CLUSTER_ACTION)),
     f"DELETE {_INTERNAL}/topics/{{topic}}": needs(cluster(Op.CLUSTER_ACTION)),
     f"PUT {_INTERNAL}/topics/{{topic}}/configs": needs(cluster(Op.CLUSTER_ACTION)),
+    f"POST {_INTERNAL}/topics/{{topic}}/partitions": needs(cluster(Op.CLUSTER_ACTION)),
     f"POST {_INTERNAL}/metadata": needs(cluster(Op.CLUSTER_ACTION)),
     f"POST {_INTERNAL}/replica-fetch": needs(cluster(Op.CLUSTER_ACTION)),
     f"POST {_INTERNAL}/partitions/{{topic}}/{{partition}}/append": needs(cluster(Op.CLUSTER_ACTION)),

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Coroutine
 
@@ -37,7 +37,7 @@ import httpx
 import pyarrow as pa
 
 from laketail.bounds import INT16_MAX, INT32_MAX
-from laketail.catalog import Catalog, TopicInfo, check_not_internal, validate_topic_name
+from laketail.catalog import Catalog, TopicInfo, check_not_internal, check_partition_increase, validate_topic_name
 from laketail.clock import Clock, SystemClock
 from laketail.cluster.metadata import NO_LEADER, ClusterImage
 from laketail.cluster.node import INTERNAL, ClusterNode
@@ -665,6 +665,27 @@ class Broker:
                 await self._ask_controller("POST", f"{INTERNAL}/topics", json=body)
                 info = self.topic(name)
         return info
+
+    async def create_partitions(
+        self, name: str, partitions: int, *, validate_only: bool = False, internal_topics_allowed: bool = False
+    ) -> TopicInfo:
+        """Kafka's CreatePartitions: topic ``name`` grows to ``partitions`` (on the
+        controller). INVALID_PARTITIONS when that is not more than it has or passes the
+        partition limits; the internal topics are refused (INVALID_TOPIC_EXCEPTION)."""
+        if not internal_topics_allowed:
+            check_not_internal(name, "add partitions to")
+        info = self.topic(name)
+        check_partition_increase(name, info.partitions, partitions)
+        if not name.startswith("__"):
+            check_partition_limits(name, partitions, self._client_partitions() - info.partitions, self.settings)
+        if validate_only:
+            return replace(info, partitions=partitions)
+        async with self._admin_lock:
+            controller = self.cluster.active_controller
+            if controller is not None:
+                return await controller.create_partitions(name, partitions)
+            await self._ask_controller("POST", f"{INTERNAL}/topics/{name}/partitions", json={"partitions": partitions})
+            return self.topic(name)
 
     def _client_partitions(self) -> int:
         """Partitions of every topic clients created (what ``laketail.max.partitions`` bounds)."""

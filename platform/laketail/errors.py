@@ -41,7 +41,7 @@ classes by :func:`code_table` and kept equal to it by ``tests/test_conformance.p
     ├── UnsupportedMediaType         415 41501
     ├── consumer groups: IllegalGeneration 409 40904, RebalanceInProgress 409 40905,
         UnknownMemberId 404 40405, GroupIdNotFound 404 40406 (v3: 404), NonEmptyGroup
-        409 40906, NoOffsetForPartition 409 40907, InvalidGroupId 422 42210,
+        409 40906, GroupSubscribedToTopic 409 40921, NoOffsetForPartition 409 40907, InvalidGroupId 422 42210,
         InvalidSessionTimeout 422 42211, InconsistentGroupProtocol 422 42212,
         OffsetMetadataTooLarge 422 42213
     └── authorization, 403 40301: TopicAuthorizationFailed, GroupAuthorizationFailed,
@@ -462,6 +462,15 @@ class NonEmptyGroup(LaketailError):
     kafka_name = "NON_EMPTY_GROUP"
     http_status = 409
     rest_code = 40906
+
+
+class GroupSubscribedToTopic(LaketailError):
+    """OffsetDelete on a topic a member of the group is subscribed to."""
+
+    kafka_code = 86
+    kafka_name = "GROUP_SUBSCRIBED_TO_TOPIC"
+    http_status = 409
+    rest_code = 40921
 
 
 class InconsistentGroupProtocol(LaketailError):
