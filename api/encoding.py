@@ -301,16 +301,18 @@ def b64encode(data: bytes | None) -> str | None:
     return _b2a(data, newline=False).decode("ascii")
 
 
+class NotJson(ValueError):
+    """Stored bytes that are not JSON (the caller names the record)."""
+
+
 def encode_json(data: bytes | None, offset: int) -> Any:
-    """Bytes stored from JSON back to a JSON value (NOT_ACCEPTABLE when they are not JSON)."""
+    """Bytes stored from JSON back to a JSON value (:class:`NotJson` when they are not)."""
     if data is None:
         return None
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise NotAcceptable(
-            f"record at offset {offset} is not JSON; fetch it with {V2_BINARY}"
-        ) from exc
+        raise NotJson(f"record at offset {offset} is not JSON") from exc
 
 
 def iso_ms(timestamp_ms: int) -> str:

@@ -16,7 +16,9 @@ only parse v2's bodies and answer in v2's shapes:
   ``.../positions/beginning`` and ``.../positions/end`` ``{partitions}`` (204);
 * ``GET .../records?timeout=&max_bytes=`` -> ``[{topic, key, value, partition, offset,
   timestamp, headers}]`` (v2's fields plus laketail's timestamp and headers) in the
-  instance's embedded format; an Accept naming another format is 406/40601;
+  instance's embedded format; an Accept naming another format is 406/40601; a record
+  the format cannot decode is 422/42203 once nothing before it is left to return, and
+  the instance stays on it;
 * ``POST .../offsets`` ``{offsets: [{topic, partition, offset, metadata?}]}`` commits
   ``offset + 1`` for each (v2's convention); no body (or no offsets) commits every
   position. The answer is 200 with an empty list, as Confluent's;
@@ -300,11 +302,12 @@ async def read_records(request: Request, group: str, instance: str) -> Response:
     fmt = accepted_format(request.headers.get("accept"), consumer.config.format)
     batches = await consumer.records(
         query_int(request, "timeout", None), query_int(request, "max_bytes", None),
+        encode=lambda topic, table: fetch_body.rows(topic, table, fmt),
     )
     parts: list = []
-    for topic, table in batches:
+    for topic, pieces in batches:
         authz.check(request, Op.READ, R.TOPIC, topic)  # a pattern may have added a topic meanwhile
-        parts.extend(fetch_body.rows(topic, table, fmt))
+        parts.extend(pieces)
     return Response(fetch_body.body(parts), media_type=MEDIA_TYPES[fmt])
 
 
