@@ -6,7 +6,12 @@ optional laketail (and Strimzi bridge) extension: ``[{"key": str, "value": base6
 The answer is ``{"key_schema_id": null, "value_schema_id": null, "offsets": [...]}``
 with one ``{partition, offset, error_code: null, error: null}`` per record in request
 order; with ``acks=0`` offsets are null (unknown when the answer leaves). A request
-with any bad record is refused whole (4xx) and writes nothing.
+with any record that does not decode is refused whole (4xx) and writes nothing. A record
+that decodes but is not written -- over ``max.message.bytes`` (its batch overhead
+counted, as Kafka's producer does), or in a partition whose append failed while others
+succeeded -- gets ``{partition, offset: null, error_code, error}`` (kafka-rest's codes:
+50002, 50003 retriable, 40301) and the other records are written; a client retries only
+those. A request of which nothing was written is answered with the error (4xx/5xx).
 
 ``POST /topics/{t}/partitions/{p}`` also takes laketail's producer parameters
 (``producer_id``, ``producer_epoch``, ``sequence``, ``transactional``; see
@@ -53,7 +58,7 @@ from laketail.api.encoding import (
     request_format,
 )
 from laketail.bounds import INT32_MAX, INT32_MIN, int32
-from laketail.errors import InvalidRecord, InvalidRequest
+from laketail.errors import InvalidRecord, InvalidRequest, LaketailError
 
 router = APIRouter(tags=["v2 produce"])
 
@@ -280,23 +285,40 @@ async def _produce_v2(request: Request, topic: str, partition: int | None) -> Re
             check_exact_integers(body)
         records = decode_records(doc, embedded, partition)
     await state.broker.topic_for_produce(topic)  # auto.create.topics.enable, once the body is good
-    result = await produce(request, topic, records, acks, producer)
+    result = await produce(request, topic, records, acks, producer, per_record_errors=True)
     if result is not None and result.dense is not None:
         body = _dense_v2_answer(*result.dense, len(records))
     else:
         if result is None:
             parts = records.partitions or [None] * len(records)
             offsets = [{"partition": p, "offset": None, "error_code": None, "error": None} for p in parts]
-        else:
+        elif result.errors is None:
             offsets = [
                 {"partition": p, "offset": o, "error_code": None, "error": None}
                 for p, o in zip(result.partitions, result.offsets)
+            ]
+        else:
+            offsets = [
+                {"partition": p, "offset": o, "error_code": None, "error": None} if e is None
+                else {"partition": None if p < 0 else p, "offset": None,
+                      "error_code": v2_record_error_code(e), "error": e.message}
+                for p, o, e in zip(result.partitions, result.offsets, result.errors)
             ]
         body = _dumps({"key_schema_id": None, "value_schema_id": None, "offsets": offsets})
     state.metrics.observe_produce(
         "v2", topic, len(records), records.payload_bytes(), perf_counter() - started
     )
     return Response(body, media_type=V2_JSON)
+
+
+def v2_record_error_code(error: LaketailError) -> int:
+    """``offsets[i].error_code`` of a record that was not written, as kafka-rest's
+    ``AbstractProduceAction.errorCodeFromProducerException`` picks it: 40301 for an
+    authorization error, 50003 for a retriable one, else 50002 (the Kafka error name
+    starts ``error``)."""
+    if error.http_status == 403:
+        return 40301
+    return 50003 if error.retriable else 50002
 
 
 def _dense_v2_answer(partition: int, base: int, count: int) -> bytes:
