@@ -20,6 +20,7 @@ classes by :func:`code_table` and kept equal to it by ``tests/test_conformance.p
     ├── UnknownTopicOrPartition      404 40401 / 40402 (v3: 404)
     ├── TopicAlreadyExists, InvalidTopic, InvalidPartitions, InvalidReplicationFactor,
     │   InvalidConfig, InvalidRequest      400 40002 (Confluent's Kafka bad request)
+    │   └── InvalidRequestBody       422 42200  (JSON that does not map onto the request)
     ├── InvalidRecord                422 42206  (Confluent's payload error: bad base64, ...)
     ├── InvalidTimestamp             422 42214  (outside [0, 9999-12-31], see bounds.py)
     ├── RecordTooLarge               413 41301
@@ -138,6 +139,17 @@ class InvalidRequest(LaketailError):
     kafka_name = "INVALID_REQUEST"
     http_status = 400
     rest_code = 40002
+
+
+class InvalidRequestBody(InvalidRequest):
+    """A JSON body that parses but does not map onto the request: an unknown field, a
+    field of the wrong type, an empty or missing list. Confluent's proxy answers these
+    422 (Jackson's mapping errors and bean validation in rest-utils), and so do the
+    peer suite's assertions (``{"records": []}``, ``{"foo": "bar"}``, ``topics`` as a
+    string)."""
+
+    http_status = 422
+    rest_code = 42200
 
 
 class InvalidRecord(LaketailError):

@@ -91,10 +91,10 @@ TOO_BIG = b64(b"x" * (DEFAULT_MAX_MESSAGE_BYTES + 1))
 PRODUCE_CASES: list[Case] = [
     ("v2 broken json", _v2('{"records": [{"value": "AA=="}'), 400, 40002, "INVALID_REQUEST"),
     ("v2 body not an object", _v2("[1, 2]"), 400, 40002, "INVALID_REQUEST"),
-    ("v2 no records field", _v2("{}"), 400, 40002, "INVALID_REQUEST"),
+    ("v2 no records field", _v2("{}"), 422, 42200, "INVALID_REQUEST"),
     ("v2 records not a list", _v2({"records": "AA=="}), 400, 40002, "INVALID_REQUEST"),
-    ("v2 empty records", _v2({"records": []}), 400, 40002, "INVALID_REQUEST"),
-    ("v2 json empty records", _v2({"records": []}, JSON_V2), 400, 40002, "INVALID_REQUEST"),
+    ("v2 empty records", _v2({"records": []}), 422, 42200, "INVALID_REQUEST"),
+    ("v2 json empty records", _v2({"records": []}, JSON_V2), 422, 42200, "INVALID_REQUEST"),
     ("v2 json broken json", _v2('{"records": [{"value": {]}', JSON_V2), 400, 40002, "INVALID_REQUEST"),
     ("bad base64 value", _v2({"records": [{"value": "@@@@"}]}), 422, 42206, "INVALID_RECORD"),
     ("bad base64 length", _v2({"records": [{"value": "QUJDR"}]}), 422, 42206, "INVALID_RECORD"),
