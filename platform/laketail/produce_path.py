@@ -218,17 +218,22 @@ class ProducePath:
         if not per_record_errors or producer is not None:
             return await self._execute(self._plan_produce(topic, batch, producer), acks)
         count = batch.num_rows
-        batch, kept, refused = self._refuse_oversized(topic, batch)
-        if not kept:
+        batch, refused = self._refuse_oversized(topic, batch)
+        if not refused:
+            return await self._execute(self._plan_produce(topic, batch), acks, per_record_errors=True)
+        if len(refused) == count:
             raise next(iter(refused.values()))
         result = await self._execute(self._plan_produce(topic, batch), acks, per_record_errors=True)
-        return result.merged(kept, refused, count, self.clock.now_ms()) if refused else result
+        kept = [i for i in range(count) if i not in refused]
+        return result.merged(kept, refused, count, self.clock.now_ms())
 
     def _refuse_oversized(self, topic: str, batch: pa.RecordBatch | pa.Table
-                          ) -> tuple[pa.RecordBatch | pa.Table, list[int], dict[int, LaketailError]]:
-        """The records that fit ``max.message.bytes``, their request indices, and a
-        MESSAGE_TOO_LARGE for each of the others."""
+                          ) -> tuple[pa.RecordBatch | pa.Table, dict[int, LaketailError]]:
+        """The records that fit ``max.message.bytes``, and a MESSAGE_TOO_LARGE for each
+        of the others by request index."""
         limit = self._runtime(topic).config.max_message_bytes
+        if batch.get_total_buffer_size() + RECORD_SIZE_OVERHEAD <= limit:
+            return batch, {}  # the whole request fits: no record can be too large
         names = batch.schema.names
         n = batch.num_rows
         keys = batch.column("key") if "key" in names else pa.nulls(n, pa.binary())
@@ -238,15 +243,14 @@ class ProducePath:
                                  for c in (keys, values, headers))
         sizes = self._record_sizes(keys, values, headers, limit)
         if sizes is None:
-            return batch, list(range(n)), {}
+            return batch, {}
         too_large = pc.greater(sizes, limit)
         refused: dict[int, LaketailError] = {
             i: RecordTooLarge(f"record {i} is {size} bytes with its batch overhead, above "
                               f"max.message.bytes={limit}")
             for i, size in enumerate(sizes.to_pylist()) if size > limit
         }
-        kept = [i for i in range(n) if i not in refused]
-        return batch.filter(pc.invert(too_large)), kept, refused
+        return batch.filter(pc.invert(too_large)), refused
 
     def _single_partition(self, topic: str, batch: pa.RecordBatch | pa.Table) -> int:
         """The one partition a producer batch goes to (it must name it)."""
