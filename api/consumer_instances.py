@@ -41,10 +41,12 @@ long-poll deadlines use the event loop's own clock, and a poll waits at most its
 
 A position moves only past records a poll returns (and control records), never past a
 record the instance's format cannot decode: the poll stops there, as Kafka's consumer
-does, so a commit of the positions covers only records returned. Thread-safety: event loop thread only; an asyncio lock
-per instance serialises changes of positions (one fetch round, one commit, one seek,
-close) but is never held while a poll waits for records, so no operation waits behind
-a long poll; membership changes land between awaits.
+does, so a commit of the positions covers only records returned.
+
+Thread-safety: event loop thread only; an asyncio lock per instance serialises changes
+of positions (one fetch round, one commit, one seek, close) but is never held while a
+poll waits for records, so no operation waits behind a long poll; membership changes
+land between awaits.
 """
 
 from __future__ import annotations
