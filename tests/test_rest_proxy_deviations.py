@@ -86,7 +86,8 @@ def test_an_unacceptable_accept_is_406(client, topic, accept):
                          ids=["empty-records", "unknown-body-field", "only-an-unknown-record-field"])
 @pytest.mark.parametrize("partitioned", [False, True])
 def test_malformed_produce_bodies_are_422_and_write_nothing(client, topic, body, partitioned):
-    # test_publish_malformed_requests: "for js in [...]: assert res.status_code == 422"
+    # test_publish_malformed_requests: "for js in [...]: assert res.status_code == 422";
+    # kafka-rest's v2 ProduceRequest declares ``@NotEmpty records`` (bean validation: 422)
     path = f"/topics/{topic}/partitions/0" if partitioned else f"/topics/{topic}"
     resp = client.post(path, json=body, headers={"Content-Type": JSON_V2})
     assert_error(resp, 422, 42200, "INVALID_REQUEST")
