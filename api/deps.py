@@ -408,11 +408,14 @@ def record_error(topic: str, partitions: int, max_message_bytes: int,
 
 
 async def produce(request: Request, topic: str, records: Records | pa.RecordBatch | pa.Table,
-                  acks: Acks, producer: ProducerBatch | None = None) -> "ProduceResult | None":
+                  acks: Acks, producer: ProducerBatch | None = None, *,
+                  per_record_errors: bool = False) -> "ProduceResult | None":
     """Append ``records`` to ``topic``; ``None`` for acks=0 (the append continues alone).
 
     With ``producer`` the batch is idempotent (or transactional): a retry gets its
-    original offsets back, which acks=0 could never tell, so acks=0 is refused."""
+    original offsets back, which acks=0 could never tell, so acks=0 is refused.
+    ``per_record_errors``: for an answer that says per record what was written (see
+    :meth:`laketail.produce_path.ProducePath.produce`)."""
     broker = broker_of(request)
     if not len(records):
         raise InvalidRequest("a produce request needs at least one record")
@@ -425,7 +428,7 @@ async def produce(request: Request, topic: str, records: Records | pa.RecordBatc
         # Validation happens now (a bad request still gets its 4xx); the append goes on alone.
         spawn(request.app, broker.produce_nowait(topic, batch), f"acks=0 produce to {topic}")
         return None
-    return await broker.produce(topic, batch, acks=acks)
+    return await broker.produce(topic, batch, acks=acks, per_record_errors=per_record_errors)
 
 
 def spawn(app: Any, work: Any, what: str) -> asyncio.Task:

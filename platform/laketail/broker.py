@@ -750,9 +750,11 @@ class Broker:
         producer: ProducerBatch | None = None,
         *,
         internal_topics_allowed: bool = False,
+        per_record_errors: bool = False,
     ) -> Coroutine[Any, Any, ProduceResult]:
         """See :meth:`laketail.produce_path.ProducePath.produce`."""
-        return self.produce_path.produce(topic, batch, acks, producer, internal_topics_allowed=internal_topics_allowed)
+        return self.produce_path.produce(topic, batch, acks, producer, internal_topics_allowed=internal_topics_allowed,
+                                         per_record_errors=per_record_errors)
 
     def produce_nowait(self, topic: str, batch: pa.RecordBatch | pa.Table) -> "asyncio.Task[ProduceResult]":
         """See :meth:`laketail.produce_path.ProducePath.produce_nowait`."""

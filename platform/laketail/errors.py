@@ -20,11 +20,13 @@ classes by :func:`code_table` and kept equal to it by ``tests/test_conformance.p
     ├── UnknownTopicOrPartition      404 40401 / 40402 (v3: 404)
     ├── TopicAlreadyExists, InvalidTopic, InvalidPartitions, InvalidReplicationFactor,
     │   InvalidConfig, InvalidRequest      400 40002 (Confluent's Kafka bad request)
+    │   └── InvalidRequestBody       422 42200  (JSON that does not map onto the request)
     ├── InvalidRecord                422 42206  (Confluent's payload error: bad base64, ...)
     ├── InvalidTimestamp             422 42214  (outside [0, 9999-12-31], see bounds.py)
     ├── RecordTooLarge               413 41301
     ├── OffsetOutOfRange             416 41601
     ├── NotAcceptable                406 40601
+    ├── RecordDeserializationError   422 42203 (a record the consumer's format cannot decode)
     ├── SaslAuthenticationFailed     401 40101 (missing or wrong credentials)
     ├── NotLeaderOrFollower          421 42101
     ├── NotEnoughReplicas            503 50301, NotEnoughReplicasAfterAppend 50302
@@ -139,6 +141,17 @@ class InvalidRequest(LaketailError):
     rest_code = 40002
 
 
+class InvalidRequestBody(InvalidRequest):
+    """A JSON body that parses but does not map onto the request: an unknown field, a
+    field of the wrong type, an empty or missing list. Confluent's proxy answers these
+    422 (Jackson's mapping errors and bean validation in rest-utils), and so do the
+    peer suite's assertions (``{"records": []}``, ``{"foo": "bar"}``, ``topics`` as a
+    string)."""
+
+    http_status = 422
+    rest_code = 42200
+
+
 class InvalidRecord(LaketailError):
     kafka_code = 87
     kafka_name = "INVALID_RECORD"
@@ -172,6 +185,23 @@ class NotAcceptable(LaketailError):
     kafka_name = "INVALID_REQUEST"
     http_status = 406
     rest_code = 40601
+
+
+class RecordDeserializationError(LaketailError):
+    """A fetched record the consumer's embedded format cannot decode (Kafka's client
+    ``RecordDeserializationException``, which carries topic, partition and offset; no
+    protocol code). 422 as Karapace answers it; Confluent's proxy maps Kafka's
+    SerializationException to 408/40801, a retry code a client would loop on. The
+    consumer stays on the record until it is sought past."""
+
+    kafka_name = "RECORD_DESERIALIZATION_ERROR"
+    http_status = 422
+    rest_code = 42203  # Confluent's JSON_CONVERSION_ERROR_CODE
+
+    def __init__(self, detail: str = "", *, rest_code: int | None = None, topic: str = "",
+                 partition: int = -1, offset: int = -1, field: str = "") -> None:
+        self.topic, self.partition, self.offset, self.field = topic, partition, offset, field
+        super().__init__(detail, rest_code=rest_code)
 
 
 class SaslAuthenticationFailed(LaketailError):
