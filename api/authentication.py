@@ -28,10 +28,11 @@ without it. For each HTTP request it decides, by the listener's role and protoco
   challenge, so the browser shows the console's sign-in rather than its own dialog.
 
 A failed authentication is answered only after ``connection.failed.authentication.delay.ms``
-(Kafka's key and default, 100 ms) and closes its connection (``Connection: close``), as
-Kafka closes a connection whose authentication failed after that delay: a client
-guessing passwords gets one try per connection and per delay, and
-``max.connections.per.ip`` bounds its connections.
+(Kafka's key and default, 100 ms), as Kafka delays closing a connection whose
+authentication failed: a client guessing passwords gets one try per connection and per
+delay, and ``max.connections.per.ip`` bounds its connections. The connection is kept
+(HTTP's 401 is an answer, not the end of the connection, and the Python client retries
+on the one it has).
 
 Every refusal is a line on ``laketail.audit`` (host, listener, reason; never the
 credentials). The principal goes to ``scope["state"]["principal"]`` (``request.state.principal``,
@@ -167,9 +168,7 @@ def _forwarded(scope: Scope, shown: dict[bytes, bytes]) -> KafkaPrincipal:
 
 
 async def _refuse(send: Send, exc: SaslAuthenticationFailed, *, challenge: bool = True) -> None:
-    extra = [(b"connection", b"close")]  # one failed try per connection, as Kafka's
-    if challenge:
-        extra.append((b"www-authenticate", b'Basic realm="laketail", Bearer realm="laketail"'))
+    extra = [(b"www-authenticate", b'Basic realm="laketail", Bearer realm="laketail"')] if challenge else []
     await _answer(send, exc.http_status, json.dumps(exc.to_body()).encode(), extra)
 
 

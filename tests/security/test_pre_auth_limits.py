@@ -197,13 +197,12 @@ def test_one_address_cannot_take_every_connection_of_the_broker(sasl_broker):
         sock.close()
 
 
-def test_a_failed_login_is_answered_after_the_delay_and_closes_its_connection(sasl_broker):
+def test_a_failed_login_is_answered_after_the_delay(sasl_broker):
     with httpx.Client(timeout=30) as http:
         for _ in range(3):
             started = time.monotonic()
             resp = http.get(f"{sasl_broker.url}/v3/clusters", auth=httpx.BasicAuth("alice", "wrong"))
             assert resp.status_code == 401, resp.text
             assert time.monotonic() - started >= 0.4  # a lower bound: a slow machine only adds to it
-            assert resp.headers["connection"] == "close"
         ok = http.get(f"{sasl_broker.url}/v3/clusters", auth=httpx.BasicAuth("alice", PASSWORD))
-        assert ok.status_code == 200 and "connection" not in ok.headers
+        assert ok.status_code == 200
