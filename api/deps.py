@@ -182,8 +182,6 @@ _PRODUCER_BOUNDS = {"producer_id": INT64_MAX, "producer_epoch": INT16_MAX, "sequ
 #: route executes the very batch that was authorized (``scope["state"]``).
 PRODUCER_STATE_KEY = "laketail.producer"
 _PRODUCER_NAMES = (*_PRODUCER_KEYS, "transactional")
-#: Bytes whose presence in a query may spell a producer parameter: a name (any case), an escape.
-_PRODUCER_HINTS = (b"producer", b"sequence", b"transactional", b"%")
 
 
 def producer_of(request: Request) -> ProducerBatch | None:
@@ -205,7 +203,8 @@ def producer_params(query: bytes) -> ProducerBatch | None:
     escaped), or in another case (``Producer_ID``: a lenient reader would take it, this
     one would not)."""
     lowered = query.lower()
-    if not any(hint in lowered for hint in _PRODUCER_HINTS):
+    if b"%" not in lowered and b"producer" not in lowered and b"sequence" not in lowered \
+            and b"transactional" not in lowered:
         return None  # the common case skips parsing the query string
     params: dict[str, str] = {}
     for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
