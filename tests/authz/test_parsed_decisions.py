@@ -228,3 +228,18 @@ def test_every_spelling_of_a_query_is_decided_as_its_canonical_spelling(prop, da
         assert got[0] == "InvalidRequest" or got[0] == canonical[0], (key, query, got, canonical)
     else:
         assert got == canonical, (key, query, got, canonical)
+
+
+@pytest.mark.parametrize("query, proxied", [
+    (b"producer_id=1&producer_epoch=0&sequence=0", True),
+    (b"producer%5Fid=1&producer_epoch=0&sequence=0&transactional=true", True),  # was answered locally
+    (b"%70roducer_id=1&producer_epoch=0&sequence=0", True),
+    (b"acks=1", False),
+    (b"producer_id=1&producer_id=2&producer_epoch=0&sequence=0", False),  # refused here, 400
+])
+def test_the_coordinator_proxy_reads_the_producer_as_the_route_does(query, proxied):
+    """A produce naming a producer goes to the controller, whose coordinator knows its
+    epochs; an escaped name was kept on a broker whose coordinator does not."""
+    from laketail.api.coordinator_proxy import is_coordinator_request
+
+    assert is_coordinator_request("/topics/t/partitions/0", query) is proxied
