@@ -14,7 +14,8 @@ Kinds of entries:
   ``any_of=True``: one of them is enough (CreateTopics: Create on the cluster or on
   the topic);
 * ``produce``: Write on the topic; Create on the cluster or the topic when the produce
-  would auto-create it; and when the query carries ``producer_id`` for an
+  would auto-create it; and when the query names a producer (parsed once, decoded, by
+  :func:`laketail.api.deps.producer_params`, and the route executes that parse) for an
   idempotent (not transactional) batch, IdempotentWrite on the cluster; for a
   transactional one (it adds its partition to the transaction), Write on the
   producer's transactional id;
@@ -151,6 +152,7 @@ RULES: dict[str, Rule] = {
     "POST /v1/sinks/{sink_id:path}/batches/{batch_id}/abort": needs(txn(Op.WRITE, "sink_id")),
     "GET /v1/sinks/{sink_id:path}": needs(txn(Op.DESCRIBE, "sink_id")),
     # -- v2 consumer instances (JoinGroup/SyncGroup/Heartbeat/LeaveGroup: Read on the group) -
+    # an instance is its creator's: to any other principal its routes answer 404 (routes/consumers.py)
     "POST /consumers/{group}": needs(group(Op.READ)),
     f"DELETE {_CONSUMER}": needs(group(Op.READ)),
     f"POST {_CONSUMER}/subscription": needs(
@@ -164,7 +166,8 @@ RULES: dict[str, Rule] = {
     f"POST {_CONSUMER}/positions/beginning": needs(group(Op.READ), note="and Describe on each topic (ListOffsets)"),
     f"POST {_CONSUMER}/positions/end": needs(group(Op.READ), note="and Describe on each topic (ListOffsets)"),
     f"GET {_CONSUMER}/records": needs(group(Op.READ), note="Fetch: and Read on each topic it returns"),
-    f"POST {_CONSUMER}/offsets": needs(group(Op.READ), note="OffsetCommit: and Read on each topic committed"),
+    f"POST {_CONSUMER}/offsets": needs(group(Op.READ), note="OffsetCommit: and Read on each topic committed "
+                                                          "(no offsets: each topic of its positions and assignment)"),
     f"GET {_CONSUMER}/offsets": needs(group(Op.DESCRIBE), note="OffsetFetch: and Describe on each topic"),
     # -- v3 topics and configs -----------------------------------------------------------------
     f"GET {_V3}/topics": LISTING,

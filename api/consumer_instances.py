@@ -85,6 +85,7 @@ from laketail.topic_pattern import TopicPattern
 
 if TYPE_CHECKING:
     from laketail.broker import Broker
+    from laketail.security.principal import KafkaPrincipal
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,11 @@ class ConsumerInstance:
         self.client_id = instance_id
         self.client_host = client_host
         self.config = config
+        #: Who created it (set by the route); only this principal may use it.
+        self.owner: KafkaPrincipal | None = None
+        #: Whether the owner may Describe a topic (set by the route with authorization on):
+        #: a pattern matches only those, as Kafka's metadata answer lists only those.
+        self.may_describe: Callable[[str], bool] | None = None
         now = self._broker.clock.monotonic()
         self.last_used = now
         self.closed = False
@@ -212,7 +218,9 @@ class ConsumerInstance:
 
     def _matching_topics(self) -> list[str]:
         assert self._pattern is not None
-        return [t for t in self._broker.list_topics(include_internal=False) if self._pattern.fullmatch(t)]
+        visible = self.may_describe
+        return [t for t in self._broker.list_topics(include_internal=False)
+                if self._pattern.fullmatch(t) and (visible is None or visible(t))]
 
     async def unsubscribe(self) -> None:
         """Leave the group (committing first with auto commit) and drop every partition."""

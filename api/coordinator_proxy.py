@@ -12,7 +12,8 @@ Coordinator requests: the group protocol and commits (``/v1/groups``), transacti
 producer ids and Spark sink batches (``/v1/transactions``, ``/v1/producers``,
 ``/v1/sinks``), v2 consumer instances (``/consumers``), v3 consumer groups and lag, and
 the console's groups and transactions (``/v1/console/groups``, ``/v1/console/transactions``),
-idempotent or transactional produce (a ``producer_id`` in the query), whose epochs the
+idempotent or transactional produce (a producer in the query, parsed as the route parses
+it), whose epochs the
 transaction coordinator checks. Everything else is answered locally. A pure ASGI
 middleware, so the hot paths pay one prefix check.
 
@@ -46,7 +47,20 @@ def is_coordinator_request(path: str, query: bytes) -> bool:
         return True
     if path.startswith("/v3/clusters/") and "/consumer-groups" in path:
         return True
-    return b"producer_id=" in query
+    return _names_producer(query)
+
+
+def _names_producer(query: bytes) -> bool:
+    """An idempotent or transactional produce, read as the route and authorization read it
+    (:func:`laketail.api.deps.producer_params`: ``producer%5Fid`` is ``producer_id``); a
+    spelling they refuse is answered here (INVALID_REQUEST), not proxied."""
+    from laketail.api.deps import producer_params
+    from laketail.errors import InvalidRequest
+
+    try:
+        return producer_params(query) is not None
+    except InvalidRequest:
+        return False
 
 
 class CoordinatorProxy:

@@ -28,6 +28,14 @@ only parse v2's bodies and answer in v2's shapes:
 
 Every answer but records is ``application/vnd.kafka.v2+json``; an unknown instance is
 404/40403.
+
+An instance belongs to the principal that created it: any other principal, even one with
+Read on the group, is answered 404/40403 as if it did not exist (not 403, which would
+confirm that an instance of that name exists in the group; an instance's name is a
+capability of its creator, as a member id is of a Kafka consumer). Its commits need Read
+on every topic committed, those of a commit without offsets too (the topics of its
+positions and assignment); a pattern subscription matches only topics its creator may
+Describe, as Kafka's metadata answer lists only those.
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ from laketail.api.deps import broker_of, json_response, parse_json, query_int, r
 from laketail.api.encoding import MEDIA_TYPES, V2_JSON, EmbeddedFormat, acceptable, format_of, v2_accept
 from laketail.api.routes.clusters import base_url
 from laketail.bounds import int32, int64
-from laketail.coordinator.instance_config import InstanceConfig
+from laketail.coordinator.instance_config import ConsumerInstanceNotFound, InstanceConfig
 from laketail.errors import (
     InvalidRequest,
     InvalidRequestBody,
@@ -67,8 +75,14 @@ def instances_of(request: Request) -> ConsumerInstances:
 
 
 def instance_of(request: Request) -> ConsumerInstance:
+    """The instance the path names, if the acting principal created it (else 404: see the
+    module docstring)."""
     params = request.path_params
-    return instances_of(request).get(params["group"], params["instance"])
+    instance = instances_of(request).get(params["group"], params["instance"])
+    if instance.owner is not None and instance.owner != authz.acting(request)[0]:
+        raise ConsumerInstanceNotFound(
+            f"Consumer instance '{params['instance']}' not found in group '{params['group']}'.")
+    return instance
 
 
 def _v2(doc: Any, status: int = 200) -> Response:
@@ -129,12 +143,19 @@ async def create_instance(request: Request, group: str) -> Response:
     config = InstanceConfig.from_request(doc)
     client = request.client
     instance = instances_of(request).create(group, config, name, client.host if client else "")
+    principal, host = authz.acting(request)
+    instance.owner = principal
+    authorizer = authz.authorizer_of(request)
+    if authorizer.enabled:
+        instance.may_describe = lambda topic: authorizer.authorize(
+            principal, host, Op.DESCRIBE, R.TOPIC, topic, audit_denied=False)
     uri = f"{base_url(request)}/consumers/{quote(group, safe='')}/instances/{quote(instance.instance_id, safe='')}"
     return _v2({"instance_id": instance.instance_id, "base_uri": uri})
 
 
 @router.delete(INSTANCE, status_code=204, summary="Destroy the consumer instance (it leaves its group)")
 async def delete_instance(request: Request, group: str, instance: str) -> Response:
+    instance_of(request)  # its owner's only
     await instances_of(request).delete(group, instance)
     return _no_content()
 
@@ -325,6 +346,9 @@ async def commit_offsets(request: Request, group: str, instance: str) -> Respons
     consumer = instance_of(request)
     doc = await _body(request, required=False)
     if doc.get("offsets") is None:
+        # every position: Read on each topic it may hold one of (positions are of assigned partitions)
+        for topic in sorted({t for t, _ in consumer.assignment} | {t for t, _ in consumer.positions()}):
+            authz.check(request, Op.READ, R.TOPIC, topic)
         await consumer.commit(None)
     else:
         entries = []
