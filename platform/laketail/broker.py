@@ -169,6 +169,7 @@ class Broker:
             self.groups,
             self.offsets,
             self.clock,
+            producer_ids=self,
             num_partitions=settings.transaction_state_log_num_partitions,
             replication_factor=settings.transaction_state_log_replication_factor,
             max_timeout_ms=settings.transaction_max_timeout_ms,
@@ -208,6 +209,10 @@ class Broker:
         await self.transactions.load()
         await self.transactions.recover()
         self.coordinators_loaded = True
+
+    async def allocate_producer_ids(self, size: int, at_least: int = 0) -> tuple[int, int]:
+        """A durable block of producer ids for this broker (``_system/producer_ids``)."""
+        return await asyncio.to_thread(self.cluster.store.allocate_producer_ids, self.broker_id, size, at_least)
 
     def internal_records_skipped(self) -> dict[str, int]:
         """Per internal topic, the records its coordinator's last load could not decode."""
