@@ -46,9 +46,11 @@ from laketail.coordinator.groups import GroupCoordinator
 from laketail.coordinator.offsets import OFFSETS_TOPIC, OffsetStore
 from laketail.coordinator.transactions import TXN_TOPIC, TransactionCoordinator
 from laketail.errors import (
+    CoordinatorLoadInProgress,
     InvalidPartitions,
     InvalidReplicationFactor,
     LeaderNotAvailable,
+    NotCoordinator,
     RequestTimedOut,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
@@ -151,7 +153,12 @@ class Broker:
         self.cluster_id = ""
         self.cluster = ClusterNode(self)
         self._remote_states: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
+        #: whether the coordinators here hold state loaded to their partitions' high
+        #: watermark and may answer (on the controller only; see take_over_coordinators)
         self.coordinators_loaded = False
+        self._coordinator_generation = 0
+        self._coordinator_load: asyncio.Task | None = None
+        self._first_load_attempt = asyncio.Event()
         self.offsets = OffsetStore(
             self, self.clock, settings.offsets_topic_num_partitions, settings.offsets_topic_replication_factor
         )
@@ -192,7 +199,11 @@ class Broker:
         known = {info.name for info in self.catalog.topics()}
         await asyncio.to_thread(self.logs.remove_orphans, None, known)
         await self.cluster.start()  # the cluster image opens this broker's replicas
-        await self.load_coordinators()
+        if self._coordinator_load is not None:  # the controller: give its first load a chance before serving
+            try:
+                await asyncio.wait_for(self._first_load_attempt.wait(), self.settings.broker_session_timeout_ms / 1000)
+            except TimeoutError:
+                log.warning("the coordinators are still loading; they answer COORDINATOR_LOAD_IN_PROGRESS until done")
         if self.settings.tier_enabled:
             self.tierer.start()
         self._background.append(asyncio.create_task(self._group_housekeeping(), name="laketail-groups"))
@@ -202,13 +213,75 @@ class Broker:
             self.maintenance = MaintenanceScheduler(self.settings, is_due=lambda: self.cluster.is_controller)
             self._background.append(asyncio.create_task(self.maintenance.run(), name="laketail-maintenance"))
 
+    # -- the coordinators: they run on the controller (docs/architecture.md §9.1) ------------------
+
+    def take_over_coordinators(self) -> None:
+        """This broker became the controller: its coordinators answer
+        COORDINATOR_LOAD_IN_PROGRESS until they have loaded their internal partitions to
+        the high watermark, which is tried until it succeeds or the broker is deposed.
+        They never serve what they had before."""
+        self._coordinator_generation += 1
+        self.coordinators_loaded = False
+        if self._coordinator_load is not None:
+            self._coordinator_load.cancel()
+        self._first_load_attempt.clear()
+        self._coordinator_load = asyncio.create_task(
+            self._load_until_loaded(self._coordinator_generation), name="laketail-coordinators"
+        )
+
+    def give_up_coordinators(self) -> None:
+        """This broker is no longer the controller: its coordinators stop answering
+        (NOT_COORDINATOR) and pending joins are told so; the next controller loads."""
+        self._coordinator_generation += 1
+        self.coordinators_loaded = False
+        if self._coordinator_load is not None:
+            self._coordinator_load.cancel()
+            self._coordinator_load = None
+        self._first_load_attempt.set()
+        self.groups.resign()
+
+    def check_coordinating(self) -> None:
+        """Raise unless the coordinators here may answer: COORDINATOR_LOAD_IN_PROGRESS
+        while they load, NOT_COORDINATOR when this broker does not run them."""
+        if self.coordinators_loaded:
+            return
+        if self._coordinator_load is not None:
+            raise CoordinatorLoadInProgress(
+                "the coordinators are loading __consumer_offsets and __transaction_state; retry"
+            )
+        raise NotCoordinator(f"broker {self.broker_id} does not run the coordinators now")
+
+    async def _load_until_loaded(self, generation: int) -> None:
+        backoff = min(1.0, self.settings.broker_session_timeout_ms / 3000)
+        failures = 0
+        while generation == self._coordinator_generation:
+            try:
+                await self.load_coordinators()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                # Loud at first and then now and then; the coordinators keep refusing meanwhile.
+                level = logging.WARNING if failures <= 3 or failures % 30 == 0 else logging.INFO
+                log.log(level, "loading the coordinators' state failed (attempt %d): %s; they answer "
+                        "COORDINATOR_LOAD_IN_PROGRESS until it succeeds", failures, exc)
+                self._first_load_attempt.set()
+                await asyncio.sleep(backoff)
+                continue
+            if generation == self._coordinator_generation:
+                self.coordinators_loaded = True
+                self._coordinator_load = None
+                log.info("the coordinators loaded their state (attempt %d)", failures + 1)
+            self._first_load_attempt.set()
+            return
+
     async def load_coordinators(self) -> None:
-        """Rebuild the group and transaction coordinators from their internal topics (at
-        start, and on becoming the controller, where a cluster's coordinators run)."""
+        """Rebuild the group and transaction coordinators from their internal topics, each
+        partition to the high watermark its leader reached (``read_to_log_end``). Raises
+        what a read raises; the caller (:meth:`take_over_coordinators`) retries."""
         await self.offsets.load()
         await self.transactions.load()
         await self.transactions.recover()
-        self.coordinators_loaded = True
 
     async def allocate_producer_ids(self, size: int, at_least: int = 0) -> tuple[int, int]:
         """A durable block of producer ids for this broker (``_system/producer_ids``)."""
@@ -222,6 +295,9 @@ class Broker:
         }
 
     async def close(self) -> None:
+        if self._coordinator_load is not None:
+            self._coordinator_load.cancel()
+            await asyncio.gather(self._coordinator_load, return_exceptions=True)
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -237,7 +313,8 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             try:
-                await self.transactions.expire()
+                if self.coordinators_loaded:  # another broker's coordinator owns the transactions
+                    await self.transactions.expire()
                 now = self.clock.now_ms()
                 for plog in self.logs.all():
                     plog.producer_state.expire(now, self.settings.producer_id_expiration_ms)
@@ -321,7 +398,8 @@ class Broker:
             try:
                 self.groups.tick()
                 now = self.clock.monotonic()
-                if (now - last_expiry) * 1000 >= self.settings.offsets_retention_check_interval_ms:
+                if (self.coordinators_loaded
+                        and (now - last_expiry) * 1000 >= self.settings.offsets_retention_check_interval_ms):
                     last_expiry = now
                     await self.offsets.expire(
                         self.clock.now_ms(),
