@@ -47,6 +47,7 @@ from laketail.coordinator.offsets import OFFSETS_TOPIC, OffsetStore
 from laketail.coordinator.transactions import TXN_TOPIC, TransactionCoordinator
 from laketail.errors import (
     CoordinatorLoadInProgress,
+    CorruptMessage,
     InvalidPartitions,
     InvalidReplicationFactor,
     LeaderNotAvailable,
@@ -56,12 +57,18 @@ from laketail.errors import (
     UnknownTopicOrPartition,
 )
 from laketail.fetch_path import FetchPath, FetchResult
-from laketail.maintenance.compaction import execute_key_compaction, plan_key_compaction
+from laketail.maintenance.compaction import (
+    CompactionAbandoned,
+    commit_internal,
+    plan_key_compaction,
+    plan_overlap_repair,
+    removal_actions,
+    rewrite_actions,
+)
 from laketail.maintenance.scheduler import MaintenanceScheduler
 from laketail.produce_path import PRODUCE_SCHEMA as PRODUCE_SCHEMA  # re-exported: routes build requests with it
 from laketail.produce_path import ProducePath, ProduceResult, TopicRuntime
 from laketail.records import (
-    RECORD_SCHEMA,
     Acks,
     IsolationLevel,
 )
@@ -189,6 +196,7 @@ class Broker:
         self._background: list[asyncio.Task] = []
         self.maintenance: MaintenanceScheduler | None = None  # set by start() when maintenance is enabled
         self._admin_lock = asyncio.Lock()
+        self._isolated_reported: set[tuple[str, int]] = set()  # internal partitions whose damage was reported
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -323,7 +331,8 @@ class Broker:
 
     async def _internal_cleaner(self) -> None:
         """Key-compact the internal topics every ``log.cleaner.backoff.ms`` (the broker
-        keeps ``__consumer_offsets`` small itself; user topics are Spark's job)."""
+        keeps ``__consumer_offsets`` small itself; user topics are Spark's job): each
+        partition by its leader only (see :meth:`compact_topic`)."""
         while True:
             await asyncio.sleep(self.settings.log_cleaner_backoff_ms / 1000)
             for topic in self.list_topics():
@@ -364,31 +373,66 @@ class Broker:
         return {"topic": topic, "ok": not any(r["problems"] for r in partitions), "partitions": partitions}
 
     async def compact_topic(self, topic: str, min_files: int = 2) -> int:
-        """Key-compact the topic's table now; returns how many partitions were rewritten."""
+        """Key-compact the partitions of the topic's table this broker leads, and repair
+        the ones a stale compaction left overlapping (``maintenance/compaction.py``);
+        returns how many partitions were changed. One commit against the snapshot the
+        plans were made from, fenced by the leader epochs: when the table moved meanwhile
+        nothing is committed and 0 is returned (the next pass plans again)."""
         config = self.topic_config(topic)
-        return await asyncio.to_thread(self._compact_topic, topic, config, min_files)
-
-    def _compact_topic(self, topic: str, config: TopicConfig, min_files: int) -> int:
-        plans = plan_key_compaction(
-            self.tables.files_by_partition(topic),
-            now_ms=self.clock.now_ms(),
-            min_compaction_lag_ms=config.min_compaction_lag_ms,
-            delete_retention_ms=config.delete_retention_ms,
-            min_files=min_files,
-        )
-        damaged = self.tables.damage(topic)
-        plans = [plan for plan in plans if plan.partition not in damaged]  # would fold duplicates together
-        if not plans:
+        epochs = {}
+        for p in range(self.topic(topic).partitions):
+            state = self.cluster.replicas.leading.get((topic, p))
+            if state is not None and self.leads(topic, p):
+                epochs[p] = state.reg.leader_epoch
+        if not epochs:
             return 0
-        dt, lock = self.tables.delta_table(topic)
-        with lock:
-            dt.update_incremental()  # the tier child commits through its own handle: start from the latest
-            for plan in plans:
-                execute_key_compaction(dt, self.tables.table_uri(topic), plan, RECORD_SCHEMA)
+        return await asyncio.to_thread(self._compact_topic, topic, config, min_files, epochs)
+
+    def _compact_topic(self, topic: str, config: TopicConfig, min_files: int, epochs: dict[int, int]) -> int:
+        now_ms = self.clock.now_ms()
+        uri = self.tables.table_uri(topic)
+
+        def compact(dt, version: int, files: dict, damage: dict) -> int:
+            actions: list = []
+            written: list[str] = []
+            changed: set[int] = set()
+            for p in sorted(set(damage) & set(epochs)):  # repair what a stale compaction overlapped
+                removed = plan_overlap_repair(files.get(p, []))
+                if removed:
+                    log.warning("%s-%d: removing %d file(s) a stale compaction left overlapping newer ones: %s",
+                                topic, p, len(removed), [f.path for f in removed])
+                    actions += removal_actions(p, removed, now_ms)
+                    changed.add(p)
+                elif removed is None and (topic, p) not in self._isolated_reported:
+                    self._isolated_reported.add((topic, p))
+                    log.error("%s-%d: damaged (%s); left as it is and reported: reads of the range fail",
+                              topic, p, "; ".join(d.reason for d in damage[p])[:500])
+            plans = plan_key_compaction(
+                {p: f for p, f in files.items() if p in epochs and p not in damage},  # damage: never fold it
+                now_ms=now_ms, min_compaction_lag_ms=config.min_compaction_lag_ms,
+                delete_retention_ms=config.delete_retention_ms, min_files=min_files,
+            )
+            try:
+                for plan in plans:
+                    plan_actions, path = rewrite_actions(uri, plan, now_ms)
+                    actions += plan_actions
+                    written += [path] if path else []
+                    changed.add(plan.partition)
+                if not actions:
+                    return 0
+                commit_internal(dt, version, actions, {p: epochs[p] for p in changed}, now_ms)
+            except BaseException as exc:
+                for path in written:
+                    Path(path).unlink(missing_ok=True)
+                if isinstance(exc, CompactionAbandoned):
+                    log.info("compacting %s: %s; planning again next pass", topic, exc)
+                    return 0
+                raise
             # Files compacted away more than an hour ago are no longer read by anyone.
             dt.vacuum(retention_hours=1, enforce_retention_duration=False, dry_run=False)
-        self.tables.reload(topic)
-        return len(plans)
+            return len(changed)
+
+        return self.tables.under_snapshot(topic, compact)
 
     async def _group_housekeeping(self) -> None:
         """Session timeouts and rebalance deadlines (often), offset expiry (rarely)."""
@@ -673,10 +717,23 @@ class Broker:
             result = await self.fetch(topic, partition, offset, max_records=100_000, max_bytes=64 << 20,
                                       isolation="read_uncommitted")
             if result.next_offset <= offset:
+                await self._check_readable(topic, partition, offset, target)
                 break  # nothing readable there (a gap at the end): done
             if result.records.num_rows:
                 yield result.records
             offset = result.next_offset
+
+    async def _check_readable(self, topic: str, partition: int, offset: int, end: int) -> None:
+        """Raise CORRUPT_MESSAGE when a read stopped at ``offset`` below ``end`` because
+        the table is damaged there (a read ends where damage begins): a coordinator must
+        not take the records before it for the whole partition."""
+        damage = await asyncio.to_thread(self.tables.damage, topic)
+        for d in damage.get(partition, []):
+            if d.refuses_reads and d.last_offset >= offset and d.first_offset < end:
+                raise CorruptMessage(
+                    f"{topic}-{partition}: offsets {d.first_offset}-{d.last_offset} of the table are damaged "
+                    f"({d.reason}); the partition's leader repairs what it can"
+                )
 
     async def partition_state_async(self, topic: str, partition: int) -> PartitionState:
         """The partition's offsets as its leader knows them (asked over HTTP when the
