@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from laketail.cluster.controller import Controller
+from laketail.cluster.forwarding import ForwardedAppends
 from laketail.cluster.metadata import NO_LEADER, BrokerRegistration, ClusterImage, PartitionRegistration
 from laketail.cluster.replicas import ReplicaManager
 from laketail.cluster.store import ClusterStore, Conflict
@@ -84,6 +85,8 @@ class ClusterNode:
         self._http: httpx.AsyncClient | None = None
         self._links: dict[int, PeerLink] = {}  # replica fetches, per leader broker
         self._pools: dict[int, PeerPool] = {}  # forwarded produce and fetch, per leader broker
+        #: internal idempotent identities of forwarded appends (a retry is a duplicate the leader drops)
+        self.forwarded = ForwardedAppends(host.allocate_producer_ids)
         self._last_contact = time.monotonic()
         self._tasks: list[asyncio.Task] = []
         self._apply_lock = asyncio.Lock()

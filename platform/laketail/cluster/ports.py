@@ -47,6 +47,11 @@ class ClusterHost(Protocol):
         """The topics' Delta tables (tiered offsets; the controller creates them)."""
         ...
 
+    async def allocate_producer_ids(self, size: int, at_least: int = 0) -> tuple[int, int]:
+        """A durable block ``(first, end)`` of producer ids (``_system/producer_ids``) for
+        the internal identities of forwarded appends (``cluster/forwarding.py``)."""
+        ...
+
     def take_over_coordinators(self) -> None:
         """This broker became the controller: its group and transaction coordinators
         refuse requests (COORDINATOR_LOAD_IN_PROGRESS) until they have loaded their
