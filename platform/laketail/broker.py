@@ -167,7 +167,8 @@ class Broker:
         self._coordinator_load: asyncio.Task | None = None
         self._first_load_attempt = asyncio.Event()
         self.offsets = OffsetStore(
-            self, self.clock, settings.offsets_topic_num_partitions, settings.offsets_topic_replication_factor
+            self, self.clock, settings.offsets_topic_num_partitions, settings.offsets_topic_replication_factor,
+            fence=self,
         )
         self.groups = GroupCoordinator(
             self,
@@ -258,6 +259,24 @@ class Broker:
                 "the coordinators are loading __consumer_offsets and __transaction_state; retry"
             )
         raise NotCoordinator(f"broker {self.broker_id} does not run the coordinators now")
+
+    async def check_coordinator_epoch(self) -> None:
+        """NOT_COORDINATOR unless this broker still runs the coordinators: loaded here and,
+        in a cluster, still the controller ``_system/controller`` names (a paused
+        controller that woke up learns of its successor only from its next write there).
+        A lone broker has no successor and reads nothing. (Loading counts: a load
+        finishes prepared transactions, whose offsets it commits.)"""
+        if not self.coordinators_loaded and self._coordinator_load is None:
+            raise NotCoordinator(f"broker {self.broker_id} does not run the coordinators now")
+        if len(self.cluster.image.brokers) <= 1:
+            return
+        controller = self.cluster.active_controller
+        current = await asyncio.to_thread(self.cluster.store.controller)
+        if controller is None or current != (self.broker_id, controller.epoch):
+            raise NotCoordinator(
+                f"broker {current[0]} (controller epoch {current[1]}) runs the coordinators now, not broker "
+                f"{self.broker_id}: retry there"
+            )
 
     async def _load_until_loaded(self, generation: int) -> None:
         backoff = min(1.0, self.settings.broker_session_timeout_ms / 3000)

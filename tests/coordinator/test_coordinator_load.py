@@ -15,8 +15,17 @@ import asyncio
 import pyarrow as pa
 import pytest
 
-from laketail.coordinator.offsets import OFFSETS_TOPIC, CommittedOffset, encode_key, encode_value, partition_for_group
-from laketail.errors import CoordinatorLoadInProgress
+from laketail.clock import ManualClock
+from laketail.coordinator.fakes import InMemoryLog
+from laketail.coordinator.offsets import (
+    OFFSETS_TOPIC,
+    CommittedOffset,
+    OffsetStore,
+    encode_key,
+    encode_value,
+    partition_for_group,
+)
+from laketail.errors import CoordinatorLoadInProgress, NotCoordinator
 from tests.api_inprocess import assert_error, create_topic, gateway
 
 
@@ -85,3 +94,26 @@ def test_coordinator_requests_are_refused_while_loading_and_after_giving_up(tmp_
         gw.run(take_over())
         gw.run(_until_loaded(broker))
         assert _committed(gw, "g", "t").json()["offsets"][0]["offset"] == 3
+
+
+class _Deposed:
+    """A fence saying another broker has become the controller meanwhile."""
+
+    async def check_coordinator_epoch(self) -> None:
+        raise NotCoordinator("broker 2 runs the coordinators now")
+
+
+def test_a_deposed_coordinator_does_not_acknowledge_a_commit():
+    """A paused controller that woke up writes a commit the new coordinators may never
+    read; it must not acknowledge it (the client retries at the new coordinator) nor
+    serve it from its cache."""
+
+    async def scenario() -> None:
+        log = InMemoryLog()
+        log.add_topic("t", 1)
+        store = OffsetStore(log, ManualClock(), num_partitions=1, replication_factor=1, fence=_Deposed())
+        with pytest.raises(NotCoordinator):
+            await store.commit("g", {("t", 0): CommittedOffset(7)})
+        assert store.committed("g", ("t", 0)) is None
+
+    asyncio.run(scenario())

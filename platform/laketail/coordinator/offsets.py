@@ -40,7 +40,7 @@ from laketail.errors import OffsetMetadataTooLarge, UnknownTopicOrPartition
 if TYPE_CHECKING:
     from laketail.catalog import TopicInfo
     from laketail.clock import Clock
-    from laketail.coordinator.ports import CoordinatorLog
+    from laketail.coordinator.ports import CoordinatorFence, CoordinatorLog
 
 log = logging.getLogger(__name__)
 
@@ -135,11 +135,15 @@ class OffsetStore:
 
     Parts (passed in by the broker): ``internal_log`` -- the internal topic (create, append,
     load; :class:`~laketail.coordinator.ports.CoordinatorLog`); ``clock`` -- stamps
-    commits that carry no timestamp. Event loop thread only."""
+    commits that carry no timestamp; ``fence`` -- asked after each commit's write, before
+    it is acknowledged, whether this broker still runs the coordinators
+    (:class:`~laketail.coordinator.ports.CoordinatorFence`; none: always). Event loop
+    thread only."""
 
     def __init__(self, internal_log: "CoordinatorLog", clock: "Clock", num_partitions: int = 50,
-                 replication_factor: int = 3) -> None:
+                 replication_factor: int = 3, fence: "CoordinatorFence | None" = None) -> None:
         self.internal_log = internal_log
+        self.fence = fence
         self.clock = clock
         self.num_partitions = num_partitions
         self.replication_factor = replication_factor
@@ -237,6 +241,8 @@ class OffsetStore:
         }
         await self.ensure_topic()
         await self._append(group, [(tp, c) for tp, c in offsets.items()])
+        if self.fence is not None:  # a deposed coordinator's commit is not acknowledged
+            await self.fence.check_coordinator_epoch()
         cached = self._cache.setdefault(group, {})
         cached.update(offsets)
 
