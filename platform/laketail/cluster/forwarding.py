@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
+import numpy as np
 import pyarrow as pa
 
 from laketail.errors import OutOfOrderSequenceNumber
@@ -57,11 +58,12 @@ def stamp(frame: pa.RecordBatch, producer: ProducerBatch) -> pa.RecordBatch:
     """``frame`` with its producer columns (id, epoch, sequence) set to ``producer``'s, as
     an idempotent producer's batch has them: what followers rebuild producer state from."""
     n = frame.num_rows
+    schema = frame.schema
     columns = {
-        "producer_id": pa.array([producer.producer_id] * n, frame.schema.field("producer_id").type),
-        "producer_epoch": pa.array([producer.producer_epoch] * n, frame.schema.field("producer_epoch").type),
-        "sequence": pa.array([(producer.base_sequence + i) % _SEQUENCE_WRAP for i in range(n)],
-                             frame.schema.field("sequence").type),
+        "producer_id": pa.array(np.full(n, producer.producer_id), schema.field("producer_id").type),
+        "producer_epoch": pa.array(np.full(n, producer.producer_epoch), schema.field("producer_epoch").type),
+        "sequence": pa.array(np.arange(producer.base_sequence, producer.base_sequence + n, dtype=np.int64)
+                             % _SEQUENCE_WRAP, schema.field("sequence").type),
     }
     arrays = [columns.get(name, frame.column(i)) for i, name in enumerate(frame.schema.names)]
     return pa.RecordBatch.from_arrays(arrays, schema=frame.schema)
