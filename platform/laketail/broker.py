@@ -297,10 +297,19 @@ class Broker:
                 continue
             if generation == self._coordinator_generation:
                 self.coordinators_loaded = True
-                self._coordinator_load = None
                 log.info("the coordinators loaded their state (attempt %d)", failures + 1)
             self._first_load_attempt.set()
-            return
+            break
+        # Damaged __consumer_offsets partitions were isolated (their groups refused):
+        # load each once its leader has repaired it.
+        while generation == self._coordinator_generation and self.offsets.unavailable:
+            await asyncio.sleep(max(backoff, self.settings.log_cleaner_backoff_ms / 1000 / 3))
+            try:
+                await self.offsets.load_unavailable()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.info("isolated partitions of %s still unreadable: %s", OFFSETS_TOPIC, exc)
 
     async def load_coordinators(self) -> None:
         """Rebuild the group and transaction coordinators from their internal topics, each

@@ -15,13 +15,17 @@ import asyncio
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
 from laketail.broker import Broker
 from laketail.clock import ManualClock
 from laketail.config import load_settings
-from laketail.coordinator.offsets import OFFSETS_TOPIC, CommittedOffset
+from laketail.coordinator.offsets import OFFSETS_TOPIC, CommittedOffset, partition_for_group
+from laketail.errors import CoordinatorLoadInProgress
 from laketail.maintenance.compaction import (
     CompactionAbandoned,
     commit_internal,
@@ -30,6 +34,7 @@ from laketail.maintenance.compaction import (
     rewrite_actions,
 )
 from laketail.records import RECORD_SCHEMA
+from laketail.storage.data_files import write_data_file
 from laketail.storage.table_reader import DataFile
 
 
@@ -98,8 +103,9 @@ def test_a_newer_leader_epoch_in_the_table_fences_the_compaction(tmp_path):
 
 def test_a_broker_starts_on_a_damaged_consumer_offsets_and_its_leader_repairs_it(tmp_path):
     """The issue's damage (one compaction committed over another: offsets in two files)
-    no longer stops a start, nor loads a partial state; the coordinators refuse until
-    the leader's cleaner has repaired the partition, then serve the right offsets."""
+    no longer stops a start, nor loads a partial state: the partition is isolated (its
+    groups refused) until the leader's cleaner has repaired it, then its offsets are
+    served."""
     clock = ManualClock()
     data = tmp_path / "data"
 
@@ -123,10 +129,12 @@ def test_a_broker_starts_on_a_damaged_consumer_offsets_and_its_leader_repairs_it
         # at all (-1), or read into it and the start failed with CORRUPT_MESSAGE.
         await broker.start()
         assert await broker.table_damage(OFFSETS_TOPIC)  # the damage is there, and reported
-        assert not broker.coordinators_loaded  # the load fails on it and is retried
+        assert broker.offsets.unavailable.keys() == {0}  # isolated: its groups are refused
+        with pytest.raises(CoordinatorLoadInProgress):
+            broker.groups.committed("g", [("t", 0)])
         assert await broker.compact_topic(OFFSETS_TOPIC) == 1  # the leader repairs it
         assert await broker.table_damage(OFFSETS_TOPIC) == {}
-        while not broker.coordinators_loaded:  # the load, retried, now succeeds
+        while broker.offsets.unavailable:  # the broker loads it again by itself
             await asyncio.sleep(0.05)
         assert broker.groups.committed("g", [("t", 0), ("t", 1)]) == {
             ("t", 0): CommittedOffset(10, "", clock.now_ms()), ("t", 1): CommittedOffset(11, "", clock.now_ms()),
@@ -136,3 +144,54 @@ def test_a_broker_starts_on_a_damaged_consumer_offsets_and_its_leader_repairs_it
     asyncio.run(restart())
 
 
+
+
+def _group_on(partition: int, partitions: int) -> str:
+    return next(g for g in (f"g{i}" for i in range(1000)) if partition_for_group(g, partitions) == partition)
+
+
+def test_a_partition_that_cannot_be_repaired_is_isolated_and_the_others_are_served(tmp_path):
+    clock = ManualClock()
+    data = tmp_path / "data"
+    damaged_group, healthy_group = _group_on(0, 2), _group_on(1, 2)
+
+    def settings():
+        return load_settings(None, env={}, data=str(data), offsets_topic_num_partitions=2, tier_enabled=False)
+
+    async def damage() -> None:
+        broker = Broker(settings(), clock=clock)
+        await broker.start()
+        await broker.create_topic("t", 2)
+        for round_ in range(2):
+            for group in (damaged_group, healthy_group):
+                await broker.groups.commit(group, {("t", p): CommittedOffset(round_ * 10 + p) for p in range(2)})
+            await broker.tierer.tier_now(OFFSETS_TOPIC)
+        uri = broker.tables.table_uri(OFFSETS_TOPIC)
+        first, second = broker.tables.files_by_partition(OFFSETS_TOPIC)[0]
+        rows = pa.concat_tables([pq.read_table(f"{uri}/{f.path}") for f in (first, second)])
+        straddling = rows.filter(pc.is_in(rows.column("offset"), pa.array([first.last_offset, second.first_offset])))
+        _, add, _ = write_data_file(uri, 0, straddling, clock.now_ms())  # overlaps both, inside neither
+        dt = DeltaTable(uri)
+        dt.create_write_transaction([add], mode="append", schema=RECORD_SCHEMA, partition_by=["partition"])
+        await broker.close()
+        for p in range(2):
+            shutil.rmtree(Path(broker.settings.hot_log_dir) / f"{OFFSETS_TOPIC}-{p}")
+
+    asyncio.run(damage())
+
+    async def restart() -> None:
+        broker = Broker(settings(), clock=clock)
+        await broker.start()
+        while not broker.coordinators_loaded:
+            await asyncio.sleep(0.05)
+        assert broker.offsets.unavailable.keys() == {0}
+        assert broker.groups.committed(healthy_group, [("t", 1)])[("t", 1)].offset == 11
+        with pytest.raises(CoordinatorLoadInProgress):
+            broker.groups.committed(damaged_group, [("t", 1)])
+        with pytest.raises(CoordinatorLoadInProgress):
+            await broker.groups.commit(damaged_group, {("t", 1): CommittedOffset(99)})
+        await broker.compact_topic(OFFSETS_TOPIC)  # cannot repair it: left alone, reported
+        assert 0 in await broker.table_damage(OFFSETS_TOPIC)
+        await broker.close()
+
+    asyncio.run(restart())
