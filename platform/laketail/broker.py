@@ -185,6 +185,7 @@ class Broker:
             self.offsets,
             self.clock,
             producer_ids=self,
+            fence=self,
             num_partitions=settings.transaction_state_log_num_partitions,
             replication_factor=settings.transaction_state_log_replication_factor,
             max_timeout_ms=settings.transaction_max_timeout_ms,

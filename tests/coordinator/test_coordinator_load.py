@@ -16,7 +16,8 @@ import pyarrow as pa
 import pytest
 
 from laketail.clock import ManualClock
-from laketail.coordinator.fakes import InMemoryLog
+from laketail.coordinator.fakes import InMemoryLog, InMemoryProducerIdBlocks
+from laketail.coordinator.groups import GroupCoordinator
 from laketail.coordinator.offsets import (
     OFFSETS_TOPIC,
     CommittedOffset,
@@ -25,6 +26,7 @@ from laketail.coordinator.offsets import (
     encode_value,
     partition_for_group,
 )
+from laketail.coordinator.transactions import TransactionCoordinator
 from laketail.errors import CoordinatorLoadInProgress, NotCoordinator
 from tests.api_inprocess import assert_error, create_topic, gateway
 
@@ -115,5 +117,19 @@ def test_a_deposed_coordinator_does_not_acknowledge_a_commit():
         with pytest.raises(NotCoordinator):
             await store.commit("g", {("t", 0): CommittedOffset(7)})
         assert store.committed("g", ("t", 0)) is None
+
+    asyncio.run(scenario())
+
+
+def test_a_deposed_transaction_coordinator_goes_no_further_than_its_write():
+    async def scenario() -> None:
+        log = InMemoryLog()
+        offsets = OffsetStore(log, ManualClock(), num_partitions=1, replication_factor=1)
+        groups = GroupCoordinator(log, offsets, ManualClock())
+        txns = TransactionCoordinator(log, log, groups, offsets, ManualClock(), num_partitions=1,
+                                      replication_factor=1, producer_ids=InMemoryProducerIdBlocks(),
+                                      fence=_Deposed())
+        with pytest.raises(NotCoordinator):
+            await txns.init_producer_id("app")
 
     asyncio.run(scenario())

@@ -97,7 +97,7 @@ if TYPE_CHECKING:
     from laketail.clock import Clock
     from laketail.coordinator.groups import GroupCoordinator
     from laketail.coordinator.offsets import OffsetStore
-    from laketail.coordinator.ports import CoordinatorLog, MarkerWriter, ProducerIdBlocks
+    from laketail.coordinator.ports import CoordinatorFence, CoordinatorLog, MarkerWriter, ProducerIdBlocks
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +247,9 @@ class TransactionCoordinator:
     (:class:`~laketail.coordinator.ports.CoordinatorLog`); ``markers`` -- where
     COMMIT/ABORT markers are appended (:class:`~laketail.coordinator.ports.MarkerWriter`);
     the sibling ``groups`` (member checks of transactional offset commits) and
-    ``offsets`` (where those offsets go at commit); ``clock``. Event loop thread only;
+    ``offsets`` (where those offsets go at commit); ``clock``; ``producer_ids`` -- durable
+    producer id blocks; ``fence`` -- asked after each write to ``__transaction_state``
+    whether this broker still runs the coordinators. Event loop thread only;
     one asyncio lock orders the state changes."""
 
     def __init__(
@@ -259,6 +261,7 @@ class TransactionCoordinator:
         clock: "Clock",
         *,
         producer_ids: "ProducerIdBlocks",
+        fence: "CoordinatorFence | None" = None,
         num_partitions: int = 50,
         replication_factor: int = 3,
         max_timeout_ms: int = 900_000,
@@ -269,6 +272,7 @@ class TransactionCoordinator:
         self.offsets = offsets
         self.clock = clock
         self.producer_ids = producer_ids
+        self.fence = fence
         self.replication_factor = replication_factor
         self.num_partitions = num_partitions
         self.max_timeout_ms = max_timeout_ms
@@ -306,6 +310,8 @@ class TransactionCoordinator:
             "partition": pa.array([partition_for_group(legacy_name(key), self.num_partitions)], pa.int32()),
         })
         await self.internal_log.produce(TXN_TOPIC, batch, acks="all", internal_topics_allowed=True)
+        if self.fence is not None:  # a deposed coordinator goes no further (the client retries at the new one)
+            await self.fence.check_coordinator_epoch()
 
     def _skip(self, partition: int, offset: int, why: object) -> None:
         self.skipped_records += 1
