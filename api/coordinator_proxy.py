@@ -60,16 +60,22 @@ class CoordinatorProxy:
         self.broker = broker
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not is_coordinator_request(scope["path"], scope["query_string"]):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if not self._elsewhere():
+        if not self._elsewhere():  # the coordinators run here: they answer once loaded
+            if self.broker.coordinators_loaded or not is_coordinator_request(scope["path"], scope["query_string"]):
+                await self.app(scope, receive, send)
+                return
             try:
                 self.broker.check_coordinating()
             except LaketailError as exc:
                 await _answer(send, exc.http_status, [(b"content-type", b"application/json")],
                               json.dumps(exc.to_body()).encode())
                 return
+            await self.app(scope, receive, send)
+            return
+        if not is_coordinator_request(scope["path"], scope["query_string"]):
             await self.app(scope, receive, send)
             return
         body = b""
