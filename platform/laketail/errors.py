@@ -31,7 +31,8 @@ classes by :func:`code_table` and kept equal to it by ``tests/test_conformance.p
     ├── NotLeaderOrFollower          421 42101
     ├── NotEnoughReplicas            503 50301, NotEnoughReplicasAfterAppend 50302
     ├── replication: LeaderNotAvailable 503 50303, NotController 503 50304,
-    │   NotCoordinator 503 50305 (a stopping broker's pending group joins),
+    │   NotCoordinator 503 50305 (a stopping broker's pending group joins, a
+    │   deposed controller's coordinators), CoordinatorLoadInProgress 503 50306,
     │   FencedLeaderEpoch 409 40920, BrokerNotAvailable 404 40408
     ├── RequestTimedOut              504 50401
     ├── CorruptMessage               500 50002
@@ -267,6 +268,18 @@ class NotCoordinator(LaketailError):
     kafka_name = "NOT_COORDINATOR"
     http_status = 503
     rest_code = 50305
+    retriable = True
+
+
+class CoordinatorLoadInProgress(LaketailError):
+    """The coordinators here are still loading their internal partitions to the high
+    watermark (a broker that just became the controller): retry shortly, as Kafka's
+    clients do."""
+
+    kafka_code = 14
+    kafka_name = "COORDINATOR_LOAD_IN_PROGRESS"
+    http_status = 503
+    rest_code = 50306
     retriable = True
 
 

@@ -396,6 +396,15 @@ class ProducePath:
         return base
 
     async def _forward_append(self, topic, partition, frame, acks, max_timestamp_us, producer) -> int:
+        if producer is None:  # under an internal idempotent identity, so a retry is never written twice
+            return await self.cluster.forwarded.send(
+                topic, partition, frame,
+                lambda stamped, internal: self._forward_once(topic, partition, stamped, acks, max_timestamp_us,
+                                                             internal),
+            )
+        return await self._forward_once(topic, partition, frame, acks, max_timestamp_us, producer)
+
+    async def _forward_once(self, topic, partition, frame, acks, max_timestamp_us, producer) -> int:
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, frame.schema) as writer:
             writer.write_batch(frame)
