@@ -49,12 +49,14 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-#: Kafka errors that say a produce wrote nothing (the producer may resend safely).
-#: Everything else (timeouts, NOT_ENOUGH_REPLICAS_AFTER_APPEND, a lost connection,
-#: UNKNOWN_SERVER_ERROR) leaves the outcome unknown.
+#: Kafka errors that say a produce wrote nothing: a broker checks them before it
+#: appends. Everything else leaves the outcome unknown: timeouts,
+#: NOT_ENOUGH_REPLICAS_AFTER_APPEND, a lost connection, UNKNOWN_SERVER_ERROR, and
+#: NOT_LEADER_OR_FOLLOWER, which Kafka also answers to an acks=all produce waiting in
+#: purgatory when the leader moves (the new leader may hold the records).
 DEFINITE_FAILURES = frozenset({
-    "UNKNOWN_TOPIC_OR_PARTITION", "LEADER_NOT_AVAILABLE", "NOT_LEADER_OR_FOLLOWER",
-    "NOT_ENOUGH_REPLICAS", "NOT_CONTROLLER", "BROKER_NOT_AVAILABLE", "FENCED_LEADER_EPOCH",
+    "UNKNOWN_TOPIC_OR_PARTITION", "LEADER_NOT_AVAILABLE", "NOT_ENOUGH_REPLICAS", "NOT_CONTROLLER",
+    "BROKER_NOT_AVAILABLE", "FENCED_LEADER_EPOCH",
     "INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED", "OUT_OF_ORDER_SEQUENCE_NUMBER",
     "INVALID_PRODUCER_ID_MAPPING", "INVALID_TXN_STATE", "INVALID_RECORD", "RECORD_TOO_LARGE",
     "INVALID_REQUEST", "CONCURRENT_TRANSACTIONS",
