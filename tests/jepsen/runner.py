@@ -43,7 +43,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-from replication.support import Cluster, ClusterBroker, wait_until
+from replication.support import Cluster, ClusterBroker
 
 # tests/ is on sys.path: pytest puts it there (rootdir conftest), `make soak` sets PYTHONPATH.
 from jepsen.history import (
@@ -69,6 +69,8 @@ TRANSACTIONAL_ID = "jepsen-txn"
 IDEMPOTENT_TRIES = 5
 #: Client request timeout: longer than a broker session timeout plus an election.
 REQUEST_TIMEOUT_S = 30.0
+#: Rounds of starting every stopped broker after the run before it is given up on.
+HEAL_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -456,11 +458,14 @@ def read_partition(http: httpx.Client, url: str, partition: int, isolation: str)
     return out
 
 
-def run(cluster: Cluster, plan: Plan) -> History:
+def run(cluster: Cluster, plan: Plan, holder: dict[str, Run] | None = None) -> History:
     """Drive a started ``cluster`` for ``plan.seconds`` under the nemesis, heal it, read
-    the topic back, and return the history."""
+    the topic back, and return the history (``holder["run"]``: the run, for a caller
+    that wants the history when this raises)."""
     cluster.make_topic(TOPIC, plan.partitions, 3, {"min.insync.replicas": "2"})
     state = Run(cluster, plan)
+    if holder is not None:
+        holder["run"] = state
     seeds = random.Random(plan.seed)
     clients = [
         threading.Thread(target=state.plain_producer, args=("plain-0", random.Random(seeds.random()))),
@@ -478,17 +483,33 @@ def run(cluster: Cluster, plan: Plan) -> History:
     time.sleep(plan.seconds)
     state.stop_nemesis.set()
     nemesis.join()
-    state.heal()
-    state.heal()  # a broker that failed its first start gets a second one
-    wait_until(lambda: len(cluster.live()) == len(cluster.brokers), "every broker to be up after the run")
-    cluster.wait_healthy(TOPIC, "after the run")
-    time.sleep(3.0)  # the clients see the healed cluster for a moment
-    state.stop_clients.set()
-    for t in clients:
-        t.join(timeout=2 * REQUEST_TIMEOUT_S * IDEMPOTENT_TRIES)
+    for _ in range(HEAL_ROUNDS):  # a broker that failed to start is started again
+        state.heal()
+        if len(cluster.live()) == len(cluster.brokers):
+            break
+    try:
+        cluster.wait_healthy(TOPIC, "after the run")
+        time.sleep(3.0)  # the clients see the healed cluster for a moment
+    finally:
+        state.stop_clients.set()
+        for t in clients:
+            t.join(timeout=2 * REQUEST_TIMEOUT_S * IDEMPOTENT_TRIES)
     cluster.wait_healthy(TOPIC, "before reading back")
     state.read_back()
     return state.history
+
+
+def run_to_history(cluster: Cluster, plan: Plan) -> tuple[History, str]:
+    """:func:`run`, and when the run could not finish (brokers that would not start,
+    a topic without a leader) what broke: the history then holds every answer so far
+    but no log read back, so only the checks that need no log mean anything."""
+    holder: dict[str, Run] = {}
+    try:
+        return run(cluster, plan, holder), ""
+    except Exception as exc:  # noqa: BLE001 - reported, with the brokers' logs
+        partial = holder["run"].history if "run" in holder else History()
+        partial.log, partial.committed_log = {}, {}
+        return partial, f"the run did not finish: {exc}"
 
 
 def write_report(out: Path, plan: Plan, history: History, findings: list[Finding], note: str = "") -> Path:
@@ -537,19 +558,17 @@ def main(argv: list[str] | None = None) -> int:
     plan = Plan(seed=args.seed, seconds=args.minutes * 60)
     out = args.out / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     cluster = Cluster(out / "cluster")
-    note = ""
     try:
-        history = run(cluster.start(), plan)
-    except Exception as exc:  # the report still says what was seen before the run broke
-        history = History()
-        note = f"**The run did not finish**: {exc!r}\n\n```\n{cluster.output()[-4000:]}\n```\n"
+        history, broke = run_to_history(cluster.start(), plan)
+        logs = cluster.output() if broke else ""
     finally:
         cluster.close()
-    findings = check(history)
+    findings = check(history, finished=not broke)
+    note = f"**{broke}**\n\n```\n{logs[-6000:]}\n```\n" if broke else ""
     report = write_report(out, plan, history, findings, note)
     print(report.read_text())
     print(f"report: {report}")
-    return 1 if findings or note else 0
+    return 1 if findings else 0
 
 
 if __name__ == "__main__":

@@ -186,3 +186,11 @@ def test_a_value_never_sent_or_in_the_wrong_partition_is_a_phantom():
     h.log[0].append((3, "nobody"))
     h.log[1].append((4, "b0"))  # refused value, sent to partition 0
     assert kinds(check(h)) == ["partial-failure", "phantom", "phantom"]
+
+
+def test_a_run_that_could_not_be_read_back_is_unfinished_and_still_judged():
+    h = clean()
+    h.log, h.committed_log = {}, {}
+    h.grants.append(Grant(None, 3, 0, 40.0))
+    findings = check(h, finished=False)
+    assert kinds(findings) == ["producer-id-reuse", "unfinished"]  # no "lost": nothing was read
