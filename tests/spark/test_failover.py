@@ -102,7 +102,8 @@ def test_a_streaming_query_goes_on_through_a_broker_kill(
              .option("checkpointLocation", f"file:{tmp_path / 'checkpoint'}")
              .trigger(processingTime="500 milliseconds").start())
     try:
-        wait_until(lambda: committed_values(broker.url, sink, 2) == sorted(before), "the first records in the sink")
+        wait_until(lambda: committed_values(broker.url, sink, 2) == sorted(before), "the first records in the sink",
+                   timeout_s=300)
         broker.kill9()  # under the running query: its next batches find nobody
         restart_later(broker, 5.0).join()
         assert query.isActive, f"the query ended while the broker was down: {query.exception()}"
