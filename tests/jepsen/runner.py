@@ -208,7 +208,7 @@ class Run:
                     return pid, epoch
             except httpx.HTTPError:
                 pass
-            if self.stop_clients.is_set() and transactional_id is None:
+            if self.stop_clients.is_set():
                 raise _Stopped
             time.sleep(0.5)
 
@@ -257,56 +257,62 @@ class Run:
                     sequences = {}
 
     def transactional_producer(self, name: str, rng: random.Random) -> None:
-        base = f"/v1/transactions/{quote(TRANSACTIONAL_ID, safe='')}"
         with httpx.Client(timeout=REQUEST_TIMEOUT_S) as http:
-            pid, epoch = self._session(http, rng, TRANSACTIONAL_ID)
-            sequences: dict[int, int] = {}  # per partition, for the session (not per transaction)
-            n = 0
-            while not self.stop_clients.is_set():
-                ident = {"producer_id": pid, "producer_epoch": epoch}
-                txn = Txn(TRANSACTIONAL_ID, pid, epoch, [])
-                ok = self._txn_call(http, rng, f"{base}/begin", ident)
-                added: set[int] = set()
-                for _ in range(rng.randint(1, 3) if ok else 0):
-                    p = rng.randrange(self.plan.partitions)
-                    if p not in added:  # AddPartitionsToTxn first, as Kafka's producer does
-                        if not self._txn_call(http, rng, f"{base}/partitions",
-                                              {**ident, "partitions": [{"topic": TOPIC, "partition": p}]}):
-                            ok = False
-                            break
-                        added.add(p)
-                    records = []
-                    for _ in range(rng.randint(1, 3)):
-                        n += 1
-                        records.append((p, f"{name}-{n}"))
-                    txn.values.extend(v for _, v in records)
-                    produce = Produce(self.request_id(name), name, records)
-                    self.add("produces", produce)
-                    try:
-                        resp = http.post(
-                            f"{self.broker_url(rng)}/topics/{TOPIC}/partitions/{p}",
-                            params={"acks": "all", "producer_id": pid, "producer_epoch": epoch,
-                                    "sequence": sequences.get(p, 0), "transactional": "true"},
-                            json={"records": [{"value": b64(v)} for _, v in records]},
-                            headers={"Content-Type": BINARY_V2, "Accept": V2})
-                        answer = answer_of(resp, records)
-                    except httpx.HTTPError as exc:
-                        answer = [transport_error(exc)] * len(records)
-                    self.answered(produce, answer)
-                    if not all(isinstance(a, int) for a in answer):
+            try:
+                self._transactions(http, name, rng)
+            except _Stopped:
+                return
+
+    def _transactions(self, http: httpx.Client, name: str, rng: random.Random) -> None:
+        base = f"/v1/transactions/{quote(TRANSACTIONAL_ID, safe='')}"
+        pid, epoch = self._session(http, rng, TRANSACTIONAL_ID)
+        sequences: dict[int, int] = {}  # per partition, for the session (not per transaction)
+        n = 0
+        while not self.stop_clients.is_set():
+            ident = {"producer_id": pid, "producer_epoch": epoch}
+            txn = Txn(TRANSACTIONAL_ID, pid, epoch, [])
+            ok = self._txn_call(http, rng, f"{base}/begin", ident)
+            added: set[int] = set()
+            for _ in range(rng.randint(1, 3) if ok else 0):
+                p = rng.randrange(self.plan.partitions)
+                if p not in added:  # AddPartitionsToTxn first, as Kafka's producer does
+                    if not self._txn_call(http, rng, f"{base}/partitions",
+                                          {**ident, "partitions": [{"topic": TOPIC, "partition": p}]}):
                         ok = False
                         break
-                    sequences[p] = sequences.get(p, 0) + len(records)
-                if ok and rng.random() >= 1 / 3:
-                    if self._txn_call(http, rng, f"{base}/commit", ident):
-                        txn.outcome = "committed"
-                elif self._txn_call(http, rng, f"{base}/abort", ident):
-                    txn.outcome = "aborted"
-                self.add("txns", txn)
-                if txn.outcome == "unknown" or not ok:
-                    pid, epoch = self._session(http, rng, TRANSACTIONAL_ID)
-                    sequences = {}
-                    time.sleep(0.3)
+                    added.add(p)
+                records = []
+                for _ in range(rng.randint(1, 3)):
+                    n += 1
+                    records.append((p, f"{name}-{n}"))
+                txn.values.extend(v for _, v in records)
+                produce = Produce(self.request_id(name), name, records)
+                self.add("produces", produce)
+                try:
+                    resp = http.post(
+                        f"{self.broker_url(rng)}/topics/{TOPIC}/partitions/{p}",
+                        params={"acks": "all", "producer_id": pid, "producer_epoch": epoch,
+                                "sequence": sequences.get(p, 0), "transactional": "true"},
+                        json={"records": [{"value": b64(v)} for _, v in records]},
+                        headers={"Content-Type": BINARY_V2, "Accept": V2})
+                    answer = answer_of(resp, records)
+                except httpx.HTTPError as exc:
+                    answer = [transport_error(exc)] * len(records)
+                self.answered(produce, answer)
+                if not all(isinstance(a, int) for a in answer):
+                    ok = False
+                    break
+                sequences[p] = sequences.get(p, 0) + len(records)
+            if ok and rng.random() >= 1 / 3:
+                if self._txn_call(http, rng, f"{base}/commit", ident):
+                    txn.outcome = "committed"
+            elif self._txn_call(http, rng, f"{base}/abort", ident):
+                txn.outcome = "aborted"
+            self.add("txns", txn)
+            if txn.outcome == "unknown" or not ok:
+                pid, epoch = self._session(http, rng, TRANSACTIONAL_ID)
+                sequences = {}
+                time.sleep(0.3)
 
     def _txn_call(self, http: httpx.Client, rng: random.Random, path: str, body: dict[str, Any]) -> bool:
         try:
@@ -492,8 +498,9 @@ def run(cluster: Cluster, plan: Plan, holder: dict[str, Run] | None = None) -> H
         time.sleep(3.0)  # the clients see the healed cluster for a moment
     finally:
         state.stop_clients.set()
+        deadline = time.monotonic() + REQUEST_TIMEOUT_S * IDEMPOTENT_TRIES  # one client's longest request run
         for t in clients:
-            t.join(timeout=2 * REQUEST_TIMEOUT_S * IDEMPOTENT_TRIES)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
     cluster.wait_healthy(TOPIC, "before reading back")
     state.read_back()
     return state.history

@@ -7,6 +7,7 @@ transactional producers and a committing consumer group; the checker must find n
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -36,6 +37,9 @@ def test_a_short_run_under_the_nemesis_keeps_every_guarantee(tmp_path: Path):
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = Path(__file__).resolve().parents[2] / "results" / "jepsen" / f"short-{stamp}"
     report = write_report(out, SHORT, history, findings)
+    if findings:  # the brokers' logs, next to the report (pytest's temporary directories rotate)
+        for run_dir in (tmp_path / "cluster").glob("run-*"):
+            shutil.copytree(run_dir, out / "brokers" / run_dir.name)
     faults = [e for e in history.nemesis if e["action"] not in ("resume", "restart")]
     assert faults, "the nemesis did nothing"
     assert any(isinstance(a, int) for p in history.produces for ans in p.answers for a in ans), "nothing acknowledged"
