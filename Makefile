@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 JAR := platform/laketail/spark/jvm/laketail-spark.jar
 JAVA_SOURCES := $(shell find platform/laketail/spark/jvm/java -type f)
 
-.PHONY: run test bench check-python check-java check-compose check-chromium install
+.PHONY: run test bench soak check-python check-java check-compose check-chromium install
 
 # HTTP on 8082, Kafka's protocol on 9092 (docs/architecture.md §11.6)
 run: check-java install
@@ -28,6 +28,15 @@ test: check-java check-compose check-chromium install
 
 bench: check-java install
 	$(VPY) -m bench
+
+# The Jepsen-style run of tests/jepsen for SOAK_MINUTES (seed SOAK_SEED): three brokers,
+# kill -9s and pauses under producers, a consumer group and transactions; writes
+# report.md, findings.json and history.json under results/jepsen/<time>/ (not committed)
+# and fails when the checker finds something. make test runs its short form.
+SOAK_MINUTES ?= 30
+SOAK_SEED ?= 35
+soak: install
+	PYTHONPATH=tests $(VPY) -m jepsen.runner --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED) --out results/jepsen
 
 install: $(STAMP) $(SPARK_LOOKUP) $(JAR)
 
