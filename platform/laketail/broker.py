@@ -63,6 +63,7 @@ from laketail.records import (
     Acks,
     IsolationLevel,
 )
+from laketail.schemas import SCHEMAS_TOPIC, SchemaRegistry
 from laketail.storage.block_cache import BLOCKS
 from laketail.storage.log_manager import LogManager
 from laketail.storage.partition_log import PartitionLog, ProducerBatch
@@ -173,6 +174,8 @@ class Broker:
             replication_factor=settings.transaction_state_log_replication_factor,
             max_timeout_ms=settings.transaction_max_timeout_ms,
         )
+        # Confluent Schema Registry, its state in __schemas; beside the coordinators
+        self.schemas = SchemaRegistry(self, settings.transaction_state_log_replication_factor)
         self.produce_path = ProducePath(
             settings, self.clock, self.cluster, self.tierer, self.transactions, self._runtime, self.check_partition
         )
@@ -207,6 +210,7 @@ class Broker:
         await self.offsets.load()
         await self.transactions.load()
         await self.transactions.recover()
+        await self.schemas.load()
         self.coordinators_loaded = True
 
     def internal_records_skipped(self) -> dict[str, int]:
@@ -214,6 +218,7 @@ class Broker:
         return {
             OFFSETS_TOPIC: self.offsets.skipped_records,
             TXN_TOPIC: self.transactions.skipped_records,
+            SCHEMAS_TOPIC: self.schemas.skipped_records,
         }
 
     async def close(self) -> None:

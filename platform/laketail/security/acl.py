@@ -45,7 +45,7 @@ WILDCARD = "*"
 #: The one name a Cluster resource has (Kafka's ``kafka-cluster``).
 CLUSTER_NAME = "kafka-cluster"
 WILDCARD_PRINCIPAL = "User:*"
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__schemas"})
 
 
 class _Named(enum.Enum):
@@ -71,6 +71,7 @@ class ResourceType(_Named):
     GROUP = "Group"
     CLUSTER = "Cluster"
     TRANSACTIONAL_ID = "TransactionalId"
+    SUBJECT = "Subject"  # Confluent Schema Registry's subjects (laketail.schemas)
 
 
 class PatternType(_Named):
@@ -120,6 +121,10 @@ SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
                                      AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE,
                                      AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.ALL}),
     ResourceType.TRANSACTIONAL_ID: frozenset({AclOperation.DESCRIBE, AclOperation.WRITE, AclOperation.ALL}),
+    # Confluent RBAC's Subject: Read, Write, Delete; Read/AlterCompatibility as the configs
+    ResourceType.SUBJECT: frozenset({AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE,
+                                     AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS,
+                                     AclOperation.ALTER_CONFIGS, AclOperation.ALL}),
 }
 
 
@@ -163,7 +168,8 @@ class AclBinding:
         op = AclOperation.parse(operation, "operation")
         perm = AclPermissionType.parse(permission, "permission")
         if rtype is ResourceType.ANY:
-            raise InvalidRequest("an ACL names one resource_type (TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID), not ANY")
+            raise InvalidRequest(
+                "an ACL names one resource_type (TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID, SUBJECT), not ANY")
         if ptype not in (PatternType.LITERAL, PatternType.PREFIXED):
             raise InvalidRequest(f"an ACL's pattern_type is LITERAL or PREFIXED, not {ptype.name}")
         if op is AclOperation.ANY or perm is AclPermissionType.ANY:
