@@ -211,6 +211,10 @@ class SchemaRegistry:
             raise SubjectNotFound.of(subject)
         return found
 
+    def versions_of_subject(self, subject: str) -> list[SchemaVersion]:
+        """Every version the subject holds, soft-deleted ones too, oldest first."""
+        return [v for _, v in sorted(self._state.versions.get(subject, {}).items())]
+
     def versions(self, subject: str, deleted: bool = False) -> list[int]:
         return [v.version for v in self._versions(subject, deleted)]
 
