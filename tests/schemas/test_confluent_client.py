@@ -1,4 +1,5 @@
-"""confluent-kafka's official SchemaRegistryClient and Avro serializers, unchanged,
+"""confluent-kafka's official SchemaRegistryClient and its Avro, JSON Schema and
+Protobuf serializers, unchanged,
 against a real broker: register, evolve, look up, delete; and Confluent wire-format
 bytes (magic byte 0, the 4-byte schema id, the Avro body) through REST produce and
 fetch."""
@@ -72,3 +73,48 @@ def test_avro_serializer_round_trip_through_rest_produce_and_fetch(broker, clien
     stored = base64.b64decode(fetched.json()[0]["value"])
     assert stored == value  # the wire-format bytes as the serializer made them
     assert AvroDeserializer(client)(stored, ctx) == {"id": "p-1", "amount": 12.5}
+
+
+def test_json_schema_serializer_round_trip(client: SchemaRegistryClient, topic: str) -> None:
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+
+    schema = json.dumps({"$schema": "http://json-schema.org/draft-07/schema#", "title": "Ping",
+                         "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    value = JSONSerializer(schema, client)({"n": 7}, ctx)
+    assert value[0] == 0
+    registered = client.get_latest_version(f"{topic}-value")
+    assert registered.schema.schema_type == "JSON"
+    assert struct.unpack(">I", value[1:5])[0] == registered.schema_id
+    assert JSONDeserializer(schema, schema_registry_client=client)(value, ctx) == {"n": 7}
+
+
+def test_protobuf_serializer_registers_its_descriptor(client: SchemaRegistryClient, topic: str) -> None:
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    def message_class(fields: list[tuple[str, int, int]], file_name: str):
+        fd = descriptor_pb2.FileDescriptorProto(name=file_name, package="acme", syntax="proto3")
+        msg = fd.message_type.add(name="Reading")
+        for name, number, kind in fields:
+            msg.field.add(name=name, number=number, type=kind,
+                          label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+        pool = descriptor_pool.DescriptorPool()
+        pool.Add(fd)
+        return message_factory.GetMessageClass(pool.FindMessageTypeByName("acme.Reading"))
+
+    F = descriptor_pb2.FieldDescriptorProto
+    Reading = message_class([("sensor", 1, F.TYPE_STRING), ("value", 2, F.TYPE_DOUBLE)], "reading.proto")
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    conf = {"use.deprecated.format": False}
+    data = ProtobufSerializer(Reading, client, conf)(Reading(sensor="s1", value=2.5), ctx)
+    assert data[0] == 0
+    subject = f"{topic}-value"
+    assert client.get_latest_version(subject).schema.schema_type == "PROTOBUF"
+    back = ProtobufDeserializer(Reading, {"use.deprecated.format": False})(data, ctx)
+    assert (back.sensor, back.value) == ("s1", 2.5)
+    # a field number whose type changes is refused (BACKWARD), read from the descriptor
+    Changed = message_class([("sensor", 1, F.TYPE_STRING), ("value", 2, F.TYPE_STRING)], "reading2.proto")
+    with pytest.raises(SchemaRegistryError) as refused:
+        ProtobufSerializer(Changed, client, conf)(Changed(sensor="s1", value="x"), ctx)
+    assert refused.value.error_code == 40901

@@ -23,6 +23,7 @@ types, enums' values, options, services, and anything behind an import.
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from antlr4.error.ErrorListener import ErrorListener
@@ -61,7 +62,14 @@ def _strict(recognizer: Any) -> None:
 
 
 def parse_protobuf(text: str) -> ProtobufSchema:
-    """Raises INVALID_SCHEMA (42201) when the text is not a ``.proto`` file."""
+    """Raises INVALID_SCHEMA (42201) when the text is not a ``.proto`` file, nor a
+    base64 ``FileDescriptorProto`` (what confluent-kafka's Python ProtobufSerializer
+    registers; Confluent's registry accepts both). A descriptor's canonical text is the
+    base64 as given: it is answered as registered (limitation: ``?format=serialized``
+    of a schema registered as ``.proto`` text answers the text, not a descriptor)."""
+    described = _from_descriptor(text)
+    if described is not None:
+        return described
     try:
         parsed = Parser(setup_lexer=_strict, setup_parser=_strict).parse(text)
     except InvalidSchema:
@@ -72,6 +80,47 @@ def parse_protobuf(text: str) -> ProtobufSchema:
     messages: dict[str, dict[int, Any]] = {}
     _collect(parsed.file_elements, package, messages)
     return ProtobufSchema(text.strip(), messages)
+
+
+def _from_descriptor(text: str) -> ProtobufSchema | None:
+    """The messages of a base64 ``FileDescriptorProto``; None when ``text`` is not one."""
+    from google.protobuf import descriptor_pb2
+    from google.protobuf.message import DecodeError
+
+    stripped = text.strip()
+    if not stripped or any(c.isspace() or c in "{};" for c in stripped):
+        return None
+    try:
+        raw = base64.b64decode(stripped, validate=True)
+        fd = descriptor_pb2.FileDescriptorProto.FromString(raw)
+    except (ValueError, DecodeError):
+        return None
+    if not fd.name and not fd.message_type:
+        return None
+    messages: dict[str, dict[int, Any]] = {}
+
+    def walk(types: Any, prefix: str) -> None:
+        for m in types:
+            name = f"{prefix}.{m.name}" if prefix else m.name
+            fields: dict[int, Any] = {}
+            for f in m.field:
+                kind = descriptor_pb2.FieldDescriptorProto.Type.Name(f.type).removeprefix("TYPE_").lower()
+                label = descriptor_pb2.FieldDescriptorProto.Label.Name(f.label).removeprefix("LABEL_")
+                fields[f.number] = _Field(f.type_name.lstrip(".") if kind in ("message", "enum") else kind,
+                                          label)
+            messages[name] = fields
+            walk(m.nested_type, name)
+
+    walk(fd.message_type, fd.package)
+    return ProtobufSchema(stripped, messages)
+
+
+class _Field:
+    """A descriptor's field as the comparison reads it (``type``, ``cardinality``)."""
+
+    def __init__(self, type_: str, cardinality: str) -> None:
+        self.type = type_
+        self.cardinality = cardinality
 
 
 def _collect(elements: list, prefix: str, out: dict[str, dict[int, Any]]) -> None:
