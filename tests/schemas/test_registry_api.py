@@ -84,6 +84,9 @@ def test_incompatible_schema_is_refused_and_nothing_is_written(sr: InProcess) ->
     assert check.json()["is_compatible"] is False and check.json()["messages"]
     ok = post(sr, "/compatibility/subjects/pay-value/versions/1", {"schema": V2_OPTIONAL})
     assert ok.json() == {"is_compatible": True}
+    fresh = post(sr, "/compatibility/subjects/no-such-subject/versions/latest", {"schema": V1})
+    assert fresh.json() == {"is_compatible": True}  # nothing to be incompatible with
+    error(post(sr, "/compatibility/subjects/no-such-subject/versions/1", {"schema": V1}), 404, 40401)
     # with NONE on the subject it registers
     assert sr.put("/config/pay-value", json={"compatibility": "NONE"}).json() == {"compatibility": "NONE"}
     assert post(sr, "/subjects/pay-value/versions", {"schema": V2_REQUIRED}).status_code == 200
@@ -120,6 +123,12 @@ def test_avro_promotions_and_enums(sr: InProcess) -> None:
     post(sr, f"/subjects/{e}/versions", {"schema": json.dumps(enum)})
     fewer = dict(enum, symbols=["RED"])
     error(post(sr, f"/subjects/{e}/versions", {"schema": json.dumps(fewer)}), 409, 40901)
+    # names compare unqualified (Avro's SchemaCompatibility): a new namespace alone is compatible,
+    # a new name is not
+    moved = dict(enum, namespace="elsewhere", symbols=["RED", "GREEN", "BLUE"])
+    assert post(sr, f"/subjects/{e}/versions", {"schema": json.dumps(moved)}).status_code == 200
+    renamed = dict(moved, name="Colour", symbols=["RED", "GREEN", "BLUE", "PINK"])
+    error(post(sr, f"/subjects/{e}/versions", {"schema": json.dumps(renamed)}), 409, 40901)
 
 
 def test_json_schema_and_protobuf(sr: InProcess) -> None:

@@ -20,8 +20,9 @@ makes them.
 * a writer union: each branch must be readable; a reader union: one branch must read
   the writer (the writer's union branches each so).
 
-Named types are compared by full name (the reader's aliases count). Recursive types
-are followed once per (reader, writer) pair.
+Named types are compared by their unqualified names, as Avro's Java
+``SchemaCompatibility`` compares them (a namespace change alone is compatible); the
+reader's aliases count too. Recursive types are followed once per (reader, writer) pair.
 """
 
 from __future__ import annotations
@@ -118,8 +119,9 @@ def _check(reader: Any, writer: Any, rn: dict, wn: dict, path: str, out: list[st
         out.append(f"{path}: TYPE_MISMATCH reader type {rk} cannot read writer type {wk}")
         return
     if rk in ("record", "enum", "fixed"):
-        aliases = set(reader.get("aliases") or ())
-        if reader["name"] != writer["name"] and writer["name"] not in aliases:
+        aliases = {a.rsplit(".", 1)[-1] for a in reader.get("aliases") or ()}
+        simple_reader, simple_writer = reader["name"].rsplit(".", 1)[-1], writer["name"].rsplit(".", 1)[-1]
+        if simple_reader != simple_writer and simple_writer not in aliases:
             out.append(f"{path}: NAME_MISMATCH expected {reader['name']}, found {writer['name']}")
             return
     if rk == "record":

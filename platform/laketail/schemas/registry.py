@@ -317,6 +317,8 @@ class SchemaRegistry:
                 earlier = self._versions(subject)
             except SubjectNotFound:
                 return []
+        elif parse_version(version) == -1 and subject not in self.subjects():
+            return []  # "latest" of a subject with no version: compatible, as Confluent answers
         else:
             earlier = [self.version(subject, version)]
             level = level.removesuffix("_TRANSITIVE")
@@ -466,8 +468,8 @@ class SchemaRegistry:
             validate_subject(subject)
         async with self._lock:
             if mode == "IMPORT" and not force:
-                existing = self.subjects() if subject is None else self.subjects().count(subject) and [subject]
-                if existing:
+                live = self.subjects()
+                if live if subject is None else subject in live:
                     raise OperationNotPermitted("Cannot import since found existing subjects")
             await self._append([(_key("MODE", subject=subject), orjson.dumps({"mode": mode}))])
         return mode
