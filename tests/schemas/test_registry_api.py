@@ -237,3 +237,29 @@ def test_config_and_mode(sr: InProcess) -> None:
     sr.put("/mode/imported", json={"mode": "READWRITE"})
     fresh = post(sr, "/subjects/fresh/versions", {"schema": avro([{"name": "q", "type": "int"}], "Fresh")})
     assert fresh.json()["id"] > 5000  # an imported id is never handed out again
+
+
+BAD_BODIES = [
+    [], "schema", 5, None, {}, {"schema": 5}, {"schema": ""}, {"schema": V1, "references": 5},
+    {"schema": V1, "references": ["x"]}, {"schema": V1, "references": [{"name": "n"}]},
+    {"schema": V1, "references": [{"name": "n", "subject": "s", "version": "x"}]},
+    {"schema": V1, "schemaType": 5}, {"schema": "[1, 2"}, {"schema": '{"type": "record"}'},
+    {"schema": "{}", "schemaType": "JSON", "references": {}}, {"schema": "\u0000", "schemaType": "PROTOBUF"},
+]
+#: an id is the registry's to give outside IMPORT mode (compatibility tests and lookups ignore it)
+BAD_REGISTRATIONS = [{"schema": V1, "id": "x"}, {"schema": V1, "id": 99999}]
+
+
+@pytest.mark.parametrize("path", ["/subjects/bad/versions", "/subjects/bad", "/compatibility/subjects/bad/versions",
+                                  "/compatibility/subjects/bad/versions/latest"])
+def test_bad_bodies_answer_4xx_and_write_nothing(sr: InProcess, path: str) -> None:
+    for body in BAD_BODIES + (BAD_REGISTRATIONS if path == "/subjects/bad/versions" else []):
+        resp = post(sr, path, body)
+        assert 400 <= resp.status_code < 500, (body, resp.status_code, resp.text)
+    resp = sr.post(path, content=b"{not json", headers={"Content-Type": SR})
+    assert 400 <= resp.status_code < 500, resp.text
+    for method, where, body in [("PUT", "/config/bad", {"compatibility": 5}), ("PUT", "/config/bad", []),
+                                ("PUT", "/mode/bad", {"mode": None}), ("PUT", "/mode", "x")]:
+        resp = sr.request(method, where, content=json.dumps(body), headers={"Content-Type": SR})
+        assert resp.status_code == 422, (where, body, resp.text)
+    assert "bad" not in sr.get("/subjects?deleted=true").json()

@@ -278,6 +278,8 @@ class SchemaRegistry:
         kind = compat.schema_type(body.get("schemaType"))
         refs = []
         ref_texts = []
+        if not isinstance(body.get("references", []), (list, type(None))):
+            raise InvalidSchema("Invalid schema: 'references' is a list of {name, subject, version}")
         for ref in body.get("references") or ():
             try:
                 name, subject, version = str(ref["name"]), str(ref["subject"]), int(ref["version"])
