@@ -3,7 +3,8 @@
 Vocabulary, exactly Kafka's (``org.apache.kafka.common.acl`` / ``resource``):
 
 * a **resource pattern** is a resource type (:class:`ResourceType`: Topic, Group,
-  Cluster, TransactionalId), a name and a pattern type (:class:`PatternType`):
+  Cluster, TransactionalId; and Subject, Confluent RBAC's resource for the schema
+  registry's subjects, :mod:`laketail.schemas`), a name and a pattern type (:class:`PatternType`):
   LITERAL matches the name exactly, and the literal name ``*`` matches every resource
   of the type; PREFIXED matches every name that starts with it;
 * an **access control entry** is a principal (``User:alice``; ``User:*`` is every
@@ -26,7 +27,8 @@ The decision (:func:`authorize`), as Kafka's ``AclAuthorizer`` makes it:
 5. otherwise the request is denied.
 
 laketail adds one rule Kafka enforces elsewhere: the coordinators' internal topics
-(``__consumer_offsets``, ``__transaction_state``) are read, written, altered or deleted
+(``__consumer_offsets``, ``__transaction_state``) and the schema registry's
+``__schemas`` are read, written, altered or deleted
 by super users only, whatever the ACLs say (Describe follows the ACLs).
 
 Everything here is immutable and thread-safe.
