@@ -36,6 +36,27 @@ MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
 router = APIRouter(tags=["schema registry"])
 
 
+def _body_doc(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """The OpenAPI description of a JSON body the route reads itself."""
+    schema = {"type": "object", "properties": properties, "required": required}
+    return {"requestBody": {"required": True, "content": {
+        MEDIA_TYPE: {"schema": schema}, "application/json": {"schema": schema}}}}
+
+
+_REFERENCE = {"type": "object", "properties": {
+    "name": {"type": "string"}, "subject": {"type": "string"}, "version": {"type": "integer"}}}
+SCHEMA_BODY = _body_doc({
+    "schema": {"type": "string"}, "schemaType": {"type": "string", "enum": ["AVRO", "JSON", "PROTOBUF"]},
+    "references": {"type": "array", "items": _REFERENCE},
+    "id": {"type": "integer", "description": "IMPORT mode only"},
+    "version": {"type": "integer", "description": "IMPORT mode only"},
+}, ["schema"])
+CONFIG_BODY = _body_doc({"compatibility": {"type": "string", "enum": [
+    "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE", "NONE"]}},
+    ["compatibility"])
+MODE_BODY = _body_doc({"mode": {"type": "string", "enum": ["READWRITE", "READONLY", "IMPORT"]}}, ["mode"])
+
+
 def _registry(request: Request) -> SchemaRegistry:
     return broker_of(request).schemas
 
@@ -111,7 +132,7 @@ async def list_subjects(request: Request) -> Response:
     return _answer([s for s in names if s.startswith(prefix) and may_describe(request, ResourceType.SUBJECT, s)])
 
 
-@router.post("/subjects/{subject}", summary="Look up a schema under a subject")
+@router.post("/subjects/{subject}", summary="Look up a schema under a subject", openapi_extra=SCHEMA_BODY)
 async def lookup_schema(request: Request, subject: str) -> Response:
     body = await _body(request)
     return _answer(_registry(request).lookup(subject, body, deleted=_flag(request, "deleted")))
@@ -127,7 +148,7 @@ async def list_versions(request: Request, subject: str) -> Response:
     return _answer(_registry(request).versions(subject, deleted=_flag(request, "deleted")))
 
 
-@router.post("/subjects/{subject}/versions", summary="Register a schema under a subject")
+@router.post("/subjects/{subject}/versions", summary="Register a schema under a subject", openapi_extra=SCHEMA_BODY)
 async def register(request: Request, subject: str) -> Response:
     body = await _body(request)
     return _answer({"id": await _registry(request).register(subject, body)})
@@ -165,13 +186,15 @@ def _compatibility_answer(request: Request, problems: list[str]) -> Response:
     return _answer(doc)
 
 
-@router.post("/compatibility/subjects/{subject}/versions/{version}", summary="Test against one version")
+@router.post("/compatibility/subjects/{subject}/versions/{version}", summary="Test against one version",
+             openapi_extra=SCHEMA_BODY)
 async def test_compatibility(request: Request, subject: str, version: str) -> Response:
     body = await _body(request)
     return _compatibility_answer(request, _registry(request).test_compatibility(subject, body, version))
 
 
-@router.post("/compatibility/subjects/{subject}/versions", summary="Test against the versions the level compares")
+@router.post("/compatibility/subjects/{subject}/versions", summary="Test against the versions the level compares",
+             openapi_extra=SCHEMA_BODY)
 async def test_compatibility_all(request: Request, subject: str) -> Response:
     body = await _body(request)
     return _compatibility_answer(request, _registry(request).test_compatibility(subject, body, None))
@@ -188,7 +211,7 @@ async def get_global_config(request: Request) -> Response:
     return _answer({"compatibilityLevel": _registry(request).compatibility(None)})
 
 
-@router.put("/config", summary="Set the global compatibility level")
+@router.put("/config", summary="Set the global compatibility level", openapi_extra=CONFIG_BODY)
 async def put_global_config(request: Request) -> Response:
     level = await _registry(request).set_compatibility(None, _field(await _body(request), "compatibility"))
     return _answer({"compatibility": level})
@@ -205,7 +228,7 @@ async def get_subject_config(request: Request, subject: str) -> Response:
     return _answer({"compatibilityLevel": level})
 
 
-@router.put("/config/{subject}", summary="Set a subject's compatibility level")
+@router.put("/config/{subject}", summary="Set a subject's compatibility level", openapi_extra=CONFIG_BODY)
 async def put_subject_config(request: Request, subject: str) -> Response:
     level = await _registry(request).set_compatibility(subject, _field(await _body(request), "compatibility"))
     return _answer({"compatibility": level})
@@ -221,7 +244,7 @@ async def get_global_mode(request: Request) -> Response:
     return _answer({"mode": _registry(request).mode(None)})
 
 
-@router.put("/mode", summary="Set the global mode (READWRITE, READONLY, IMPORT)")
+@router.put("/mode", summary="Set the global mode (READWRITE, READONLY, IMPORT)", openapi_extra=MODE_BODY)
 async def put_global_mode(request: Request) -> Response:
     mode = await _registry(request).set_mode(None, _field(await _body(request), "mode"), _flag(request, "force"))
     return _answer({"mode": mode})
@@ -232,7 +255,7 @@ async def get_subject_mode(request: Request, subject: str) -> Response:
     return _answer({"mode": _registry(request).mode(subject, default_to_global=_flag(request, "defaultToGlobal"))})
 
 
-@router.put("/mode/{subject}", summary="Set a subject's mode")
+@router.put("/mode/{subject}", summary="Set a subject's mode", openapi_extra=MODE_BODY)
 async def put_subject_mode(request: Request, subject: str) -> Response:
     registry = _registry(request)
     mode = await registry.set_mode(subject, _field(await _body(request), "mode"), _flag(request, "force"))
