@@ -13,7 +13,7 @@ import pytest
 from laketail.coordinator.fakes import InMemoryLog
 from laketail.errors import NotEnoughReplicas
 from laketail.schemas import SCHEMAS_TOPIC, SchemaRegistry
-from laketail.schemas.errors import IncompatibleSchema
+from laketail.schemas.errors import IncompatibleSchema, SchemaNotFound
 
 
 def avro(*fields: str) -> dict:
@@ -27,8 +27,17 @@ def state(reg: SchemaRegistry) -> dict:
         "subjects": subjects,
         "versions": {s: [(v.version, v.id, v.deleted) for v in reg.versions_of_subject(s)] for s in subjects},
         "global": reg.compatibility(None),
+        "ids": sorted(i for i in range(1, 10) if _known(reg, i)),
         "mode": reg.mode(None),
     }
+
+
+def _known(reg: SchemaRegistry, schema_id: int) -> bool:
+    try:
+        reg.schema(schema_id)
+    except SchemaNotFound:
+        return False
+    return True
 
 
 async def scenario(log: InMemoryLog) -> SchemaRegistry:
@@ -65,6 +74,7 @@ def test_reload_and_compaction_replay_to_the_live_state() -> None:
         await again.load()
         assert state(again) == state(live)
         assert state(live)["versions"] == {"a": [(1, 1, True), (2, 2, False)]}
+        assert state(live)["ids"] == [1, 2]  # b's id 3 went with its last version
         small = SchemaRegistry(compacted(log), 1)
         await small.load()
         assert state(small) == state(live)

@@ -151,9 +151,13 @@ class SchemaRegistry:
         if kind == "SCHEMA":
             subject, version = str(k["subject"]), int(k["version"])
             if doc is None:
-                st.versions.get(subject, {}).pop(version, None)
+                gone = st.versions.get(subject, {}).pop(version, None)
                 if not st.versions.get(subject, True):
                     del st.versions[subject]
+                if gone is not None and not any(v.id == gone.id for vs in st.versions.values() for v in vs.values()):
+                    # the id's last version: forgotten, as a reload of the compacted log forgets it
+                    stored = st.schemas.pop(gone.id)
+                    st.ids.pop(stored, None)
                 return
             stored = StoredSchema(
                 compat.schema_type(doc.get("schemaType")), str(doc["schema"]),
