@@ -78,6 +78,10 @@ def txn(op: Op, param: str = "transactional_id") -> Need:
     return Need(op, R.TRANSACTIONAL_ID, param)
 
 
+def subject(op: Op, param: str = "subject") -> Need:
+    return Need(op, R.SUBJECT, param)
+
+
 def cluster(op: Op) -> Need:
     return Need(op, R.CLUSTER)
 
@@ -227,6 +231,36 @@ RULES: dict[str, Rule] = {
         group(Op.READ, "group_id"), note="OffsetCommit: and Read on the body's topic"),
     "GET /v1/console/transactions": LISTING,
     "POST /v1/console/sql": in_handler("Read on each topic the query names"),
+    # -- Confluent Schema Registry (laketail.schemas): Confluent RBAC's Subject resource is the
+    # Subject ACL type; Read to read, Write to register, Delete to delete, DescribeConfigs /
+    # AlterConfigs for a subject's compatibility and mode; the global ones are the cluster's
+    "GET /schemas/types": OPEN,
+    "GET /schemas/ids/{schema_id}": in_handler("Read on one subject holding the id"),
+    "GET /schemas/ids/{schema_id}/schema": in_handler("Read on one subject holding the id"),
+    "GET /schemas/ids/{schema_id}/versions": in_handler("Read on one subject holding the id"),
+    "GET /schemas/ids/{schema_id}/subjects": in_handler("Read on one subject holding the id"),
+    "GET /subjects": LISTING,
+    "POST /subjects/{subject}": needs(subject(Op.READ)),
+    "DELETE /subjects/{subject}": needs(subject(Op.DELETE)),
+    "GET /subjects/{subject}/versions": needs(subject(Op.READ)),
+    "POST /subjects/{subject}/versions": needs(subject(Op.WRITE)),
+    "GET /subjects/{subject}/versions/{version}": needs(subject(Op.READ)),
+    "GET /subjects/{subject}/versions/{version}/schema": needs(subject(Op.READ)),
+    "GET /subjects/{subject}/versions/{version}/referencedby": needs(subject(Op.READ)),
+    "DELETE /subjects/{subject}/versions/{version}": needs(subject(Op.DELETE)),
+    "POST /compatibility/subjects/{subject}/versions/{version}": needs(subject(Op.READ)),
+    "POST /compatibility/subjects/{subject}/versions": needs(subject(Op.READ)),
+    "GET /config": needs(cluster(Op.DESCRIBE_CONFIGS)),
+    "PUT /config": needs(cluster(Op.ALTER_CONFIGS)),
+    "DELETE /config": needs(cluster(Op.ALTER_CONFIGS)),
+    "GET /config/{subject}": needs(subject(Op.DESCRIBE_CONFIGS)),
+    "PUT /config/{subject}": needs(subject(Op.ALTER_CONFIGS)),
+    "DELETE /config/{subject}": needs(subject(Op.ALTER_CONFIGS)),
+    "GET /mode": needs(cluster(Op.DESCRIBE_CONFIGS)),
+    "PUT /mode": needs(cluster(Op.ALTER_CONFIGS)),
+    "GET /mode/{subject}": needs(subject(Op.DESCRIBE_CONFIGS)),
+    "PUT /mode/{subject}": needs(subject(Op.ALTER_CONFIGS)),
+    "DELETE /mode/{subject}": needs(subject(Op.ALTER_CONFIGS)),
     # -- between brokers -------------------------------------------------------------------------
     f"POST {_INTERNAL}/heartbeat": needs(cluster(Op.CLUSTER_ACTION)),
     f"POST {_INTERNAL}/alter-partition": needs(cluster(Op.CLUSTER_ACTION)),

@@ -41,7 +41,9 @@ from laketail.security.peers import peer_headers
 log = logging.getLogger(__name__)
 
 PREFIXES = ("/v1/groups", "/v1/transactions", "/v1/producers", "/v1/sinks", "/consumers",
-            "/v1/console/groups", "/v1/console/transactions")
+            "/v1/console/groups", "/v1/console/transactions",
+            # the schema registry runs beside the coordinators (laketail.schemas)
+            "/subjects", "/schemas/", "/config", "/mode", "/compatibility/")
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "content-encoding"}
 
 

@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "platform" / "laketail"
-PORT_USERS = ("coordinator", "storage", "cluster")
+PORT_USERS = ("coordinator", "storage", "cluster", "schemas")
 FORBIDDEN = "laketail.broker"
 #: Underscored names that are other projects' public spelling: PySpark's handles on its JVM
 #: (the JavaSparkContext, the py4j gateway view and the Java SparkSession, which PySpark's

@@ -14,6 +14,7 @@ from laketail.api.routes import (
     internal,
     offsets,
     produce,
+    schema_registry,
     topics,
     transactions_v1,
     v3_acls,
@@ -40,6 +41,7 @@ ROUTERS = [
     v3_replicas.router,
     v3_acls.router,
     internal.router,
+    schema_registry.router,  # Confluent Schema Registry (laketail.schemas)
 ]
 
 __all__ = ["ROUTERS"]

@@ -72,6 +72,7 @@ from laketail.records import (
     Acks,
     IsolationLevel,
 )
+from laketail.schemas import SCHEMAS_TOPIC, SchemaRegistry
 from laketail.storage.block_cache import BLOCKS
 from laketail.storage.log_manager import LogManager
 from laketail.storage.partition_log import PartitionLog, ProducerBatch
@@ -190,6 +191,8 @@ class Broker:
             replication_factor=settings.transaction_state_log_replication_factor,
             max_timeout_ms=settings.transaction_max_timeout_ms,
         )
+        # Confluent Schema Registry, its state in __schemas; beside the coordinators
+        self.schemas = SchemaRegistry(self, settings.transaction_state_log_replication_factor)
         self.produce_path = ProducePath(
             settings, self.clock, self.cluster, self.tierer, self.transactions, self._runtime, self.check_partition
         )
@@ -319,6 +322,7 @@ class Broker:
         await self.offsets.load()
         await self.transactions.load()
         await self.transactions.recover()
+        await self.schemas.load()
 
     async def allocate_producer_ids(self, size: int, at_least: int = 0) -> tuple[int, int]:
         """A durable block of producer ids for this broker (``_system/producer_ids``)."""
@@ -329,6 +333,7 @@ class Broker:
         return {
             OFFSETS_TOPIC: self.offsets.skipped_records,
             TXN_TOPIC: self.transactions.skipped_records,
+            SCHEMAS_TOPIC: self.schemas.skipped_records,
         }
 
     async def close(self) -> None:

@@ -70,7 +70,7 @@ def validate_topic_name(name: Any) -> str:
 
 #: The coordinators' topics (Kafka's ``Topic.INTERNAL_TOPICS``): only the group and
 #: transaction coordinators write, alter or delete them; clients may read them.
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__schemas"})  # + the schema registry
 
 
 def check_not_internal(name: str, action: str) -> None:

@@ -26,10 +26,12 @@ ERRORS = {
     ResourceType.GROUP: "GROUP_AUTHORIZATION_FAILED",
     ResourceType.CLUSTER: "CLUSTER_AUTHORIZATION_FAILED",
     ResourceType.TRANSACTIONAL_ID: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+    ResourceType.SUBJECT: "SUBJECT_AUTHORIZATION_FAILED",
 }
 PARAMS = {"topic": "walk-topic", "partition": "0", "group": "walk-group", "group_id": "walk-group",
           "instance": "walk-instance", "consumer_id": "walk-consumer", "transactional_id": "walk-txn",
-          "sink_id": "walk-sink", "batch_id": "1", "broker_id": "0", "name": "retention.ms"}
+          "sink_id": "walk-sink", "batch_id": "1", "broker_id": "0", "name": "retention.ms",
+          "subject": "walk-subject", "version": "1", "schema_id": "1"}
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,8 @@
 Vocabulary, exactly Kafka's (``org.apache.kafka.common.acl`` / ``resource``):
 
 * a **resource pattern** is a resource type (:class:`ResourceType`: Topic, Group,
-  Cluster, TransactionalId), a name and a pattern type (:class:`PatternType`):
+  Cluster, TransactionalId; and Subject, Confluent RBAC's resource for the schema
+  registry's subjects, :mod:`laketail.schemas`), a name and a pattern type (:class:`PatternType`):
   LITERAL matches the name exactly, and the literal name ``*`` matches every resource
   of the type; PREFIXED matches every name that starts with it;
 * an **access control entry** is a principal (``User:alice``; ``User:*`` is every
@@ -26,7 +27,8 @@ The decision (:func:`authorize`), as Kafka's ``AclAuthorizer`` makes it:
 5. otherwise the request is denied.
 
 laketail adds one rule Kafka enforces elsewhere: the coordinators' internal topics
-(``__consumer_offsets``, ``__transaction_state``) are read, written, altered or deleted
+(``__consumer_offsets``, ``__transaction_state``) and the schema registry's
+``__schemas`` are read, written, altered or deleted
 by super users only, whatever the ACLs say (Describe follows the ACLs).
 
 Everything here is immutable and thread-safe.
@@ -45,7 +47,7 @@ WILDCARD = "*"
 #: The one name a Cluster resource has (Kafka's ``kafka-cluster``).
 CLUSTER_NAME = "kafka-cluster"
 WILDCARD_PRINCIPAL = "User:*"
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__schemas"})
 
 
 class _Named(enum.Enum):
@@ -71,6 +73,7 @@ class ResourceType(_Named):
     GROUP = "Group"
     CLUSTER = "Cluster"
     TRANSACTIONAL_ID = "TransactionalId"
+    SUBJECT = "Subject"  # Confluent Schema Registry's subjects (laketail.schemas)
 
 
 class PatternType(_Named):
@@ -120,6 +123,10 @@ SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
                                      AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE,
                                      AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.ALL}),
     ResourceType.TRANSACTIONAL_ID: frozenset({AclOperation.DESCRIBE, AclOperation.WRITE, AclOperation.ALL}),
+    # Confluent RBAC's Subject: Read, Write, Delete; Read/AlterCompatibility as the configs
+    ResourceType.SUBJECT: frozenset({AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE,
+                                     AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS,
+                                     AclOperation.ALTER_CONFIGS, AclOperation.ALL}),
 }
 
 
@@ -163,7 +170,8 @@ class AclBinding:
         op = AclOperation.parse(operation, "operation")
         perm = AclPermissionType.parse(permission, "permission")
         if rtype is ResourceType.ANY:
-            raise InvalidRequest("an ACL names one resource_type (TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID), not ANY")
+            raise InvalidRequest(
+                "an ACL names one resource_type (TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID, SUBJECT), not ANY")
         if ptype not in (PatternType.LITERAL, PatternType.PREFIXED):
             raise InvalidRequest(f"an ACL's pattern_type is LITERAL or PREFIXED, not {ptype.name}")
         if op is AclOperation.ANY or perm is AclPermissionType.ANY:

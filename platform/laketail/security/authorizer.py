@@ -41,6 +41,7 @@ from laketail.errors import (
     TopicAuthorizationFailed,
     TransactionalIdAuthorizationFailed,
 )
+from laketail.schemas.errors import SubjectAuthorizationFailed
 from laketail.security.acl import (
     CLUSTER_NAME,
     AclBinding,
@@ -69,6 +70,7 @@ DENIED_ERRORS: dict[ResourceType, type[LaketailError]] = {
     ResourceType.GROUP: GroupAuthorizationFailed,
     ResourceType.CLUSTER: ClusterAuthorizationFailed,
     ResourceType.TRANSACTIONAL_ID: TransactionalIdAuthorizationFailed,
+    ResourceType.SUBJECT: SubjectAuthorizationFailed,
 }
 #: Operations whose allowed uses are audited too (they change the cluster).
 AUDITED_CHANGES = frozenset({AclOperation.CREATE, AclOperation.DELETE, AclOperation.ALTER, AclOperation.ALTER_CONFIGS})
