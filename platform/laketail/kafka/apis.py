@@ -22,8 +22,8 @@ Differences from Kafka's broker, on purpose or not yet done:
   full fetch requests; an incremental one gets FETCH_SESSION_ID_NOT_FOUND.
 * CreateTopics takes no explicit replica assignments (INVALID_REQUEST) and answers no
   configs; DeleteTopics names topics (v6's topic ids are not served).
-* Transactions (AddPartitionsToTxn, EndTxn, ...) are not served: InitProducerId with a
-  transactional id answers UNSUPPORTED_VERSION; idempotent producers work.
+* Transactions (InitProducerId, AddPartitionsToTxn, EndTxn, ...) are in
+  :mod:`laketail.kafka.txn`, over the same transaction coordinator as ``/v1``.
 * Group and transaction coordination only on the controller (this broker alone, or the
   cluster's controller); elsewhere FindCoordinator answers COORDINATOR_NOT_AVAILABLE.
 """
@@ -40,7 +40,7 @@ from kio.serial import entity_reader
 from kio.static.constants import EntityType
 
 from laketail.coordinator.offsets import CommittedOffset
-from laketail.errors import InconsistentGroupProtocol, LaketailError
+from laketail.errors import InconsistentGroupProtocol, LaketailError, ProducerFenced
 from laketail.kafka import records
 from laketail.kafka.protocol import API_VERSIONS, SUPPORTED, Request, build, ms
 from laketail.security.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -67,6 +67,7 @@ GROUP_AUTHORIZATION_FAILED = 30
 CLUSTER_AUTHORIZATION_FAILED = 31
 UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
+INVALID_PRODUCER_EPOCH = 47
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 FETCH_SESSION_ID_NOT_FOUND = 70
 ACKS = {0: "0", 1: "1", -1: "all"}
@@ -102,8 +103,11 @@ class KafkaApis:
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata, 8: self.offset_commit,
             9: self.offset_fetch, 10: self.find_coordinator, 11: self.join_group, 12: self.heartbeat,
             13: self.leave_group, 14: self.sync_group, 15: self.describe_groups, 16: self.list_groups,
-            18: self.api_versions, 19: self.create_topics, 20: self.delete_topics, 22: self.init_producer_id,
+            18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
         }
+        from laketail.kafka.txn import TransactionApis  # noqa: PLC0415 - it builds on this module
+
+        self.handlers.update(TransactionApis(self).handlers)
         assert set(self.handlers) == set(SUPPORTED), "every served API has a handler and only those"
 
     async def handle(self, request: Request, session: Session) -> Any:
@@ -203,11 +207,9 @@ class KafkaApis:
             base = -1
             for batch in batches:  # validated all first: a bad batch writes nothing
                 producer = None
-                if batch.producer_id >= 0:
-                    if batch.transactional:
-                        return {"error_code": UNSUPPORTED_VERSION,
-                                "error_message": "transactions are not served on the Kafka listener yet"}
-                    producer = ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence)
+                if batch.producer_id >= 0:  # a transactional batch joins its transaction in Broker.produce
+                    producer = ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                                             batch.transactional)
                 result = await self.broker.produce(topic, records.to_arrow(batch, partition), acks, producer)
                 if base < 0:
                     base = result.offsets[0]
@@ -215,7 +217,9 @@ class KafkaApis:
             return {"error_code": 0, "base_offset": base, "log_start_offset": state.log_start_offset}
         except Exception as exc:  # noqa: BLE001 - answered as the partition's error code
             message = exc.message if isinstance(exc, LaketailError) else None
-            return {"error_code": error_code(exc), "error_message": message}
+            # Kafka's log answers a fenced producer INVALID_PRODUCER_EPOCH, never PRODUCER_FENCED
+            code = INVALID_PRODUCER_EPOCH if isinstance(exc, ProducerFenced) else error_code(exc)
+            return {"error_code": code, "error_message": message}
 
     # -- Fetch, ListOffsets ----------------------------------------------------------------------
 
@@ -536,24 +540,6 @@ class KafkaApis:
                               "committed_leader_epoch": -1, "metadata": c.metadata if c else "", "error_code": code})
             topics.append({"name": name, "partitions": parts})
         return {"throttle_time": 0, "topics": topics, "error_code": 0}
-
-    async def init_producer_id(self, request: Request, session: Session) -> dict:
-        body = request.body
-        out = {"throttle_time": 0, "error_code": 0, "producer_id": -1, "producer_epoch": -1}
-        if body.transactional_id is not None:
-            return {**out, "error_code": UNSUPPORTED_VERSION}  # transactions: not served here yet
-        if not self._allowed(session, Op.IDEMPOTENT_WRITE, R.CLUSTER):
-            return {**out, "error_code": CLUSTER_AUTHORIZATION_FAILED}
-        expected = None
-        pid, epoch = getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1)
-        if pid >= 0 and epoch >= 0:
-            expected = (pid, epoch)
-        try:
-            producer_id, producer_epoch = await self.broker.transactions.init_producer_id(
-                None, ms(body.transaction_timeout), expected)
-        except Exception as exc:  # noqa: BLE001
-            return {**out, "error_code": error_code(exc)}
-        return {**out, "producer_id": producer_id, "producer_epoch": producer_epoch}
 
 
 # -- the consumer protocol's embedded bytes (ConsumerProtocolSubscription / Assignment) ----------

@@ -55,6 +55,11 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 5),
     22: ("InitProducerId", 0, 4),
+    # transactions (laketail.kafka.txn): the client's versions, before KIP-890's
+    24: ("AddPartitionsToTxn", 0, 3),
+    25: ("AddOffsetsToTxn", 0, 3),
+    26: ("EndTxn", 0, 3),
+    28: ("TxnOffsetCommit", 0, 3),
 }
 API_VERSIONS = 18
 _KEY_VERSION = struct.Struct(">hh")
