@@ -24,6 +24,8 @@ Differences from Kafka's broker, on purpose or not yet done:
   configs; DeleteTopics names topics (v6's topic ids are not served).
 * Transactions (InitProducerId, AddPartitionsToTxn, EndTxn, ...) are in
   :mod:`laketail.kafka.txn`, over the same transaction coordinator as ``/v1``.
+* The admin APIs for configs, groups, the cluster and ACLs are in
+  :mod:`laketail.kafka.admin`; CreatePartitions is not served.
 * Group and transaction coordination only on the controller (this broker alone, or the
   cluster's controller); elsewhere FindCoordinator answers COORDINATOR_NOT_AVAILABLE.
 """
@@ -42,6 +44,7 @@ from kio.static.constants import EntityType
 from laketail.coordinator.offsets import CommittedOffset
 from laketail.errors import InconsistentGroupProtocol, LaketailError, ProducerFenced
 from laketail.kafka import records
+from laketail.kafka.acl_codes import NOT_ASKED, authorized_operations
 from laketail.kafka.protocol import API_VERSIONS, SUPPORTED, Request, build, ms
 from laketail.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from laketail.security.principal import KafkaPrincipal
@@ -105,9 +108,10 @@ class KafkaApis:
             13: self.leave_group, 14: self.sync_group, 15: self.describe_groups, 16: self.list_groups,
             18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
         }
-        from laketail.kafka.txn import TransactionApis  # noqa: PLC0415 - it builds on this module
+        from laketail.kafka.admin import AdminApis  # noqa: PLC0415 - they build on this module
+        from laketail.kafka.txn import TransactionApis  # noqa: PLC0415
 
-        self.handlers.update(TransactionApis(self).handlers)
+        self.handlers.update(TransactionApis(self).handlers | AdminApis(self).handlers)
         assert set(self.handlers) == set(SUPPORTED), "every served API has a handler and only those"
 
     async def handle(self, request: Request, session: Session) -> Any:
@@ -126,7 +130,8 @@ class KafkaApis:
         code = 0 if low <= request.api_version <= high else UNSUPPORTED_VERSION
         return {"error_code": code, "api_keys": keys, "throttle_time": 0}
 
-    def _brokers(self) -> list[dict]:
+    def brokers(self) -> list[dict]:
+        """The brokers Metadata and DescribeCluster list: this one, at its Kafka listener."""
         return [{"node_id": self.broker.broker_id, "host": self.host, "port": self.port, "rack": None}]
 
     async def metadata(self, request: Request, session: Session) -> dict:
@@ -139,8 +144,17 @@ class KafkaApis:
         else:
             names = [t.name for t in body.topics]
         topics = [await self._topic_metadata(name, session, allow_create) for name in names]
-        return {"throttle_time": 0, "brokers": self._brokers(), "cluster_id": self.broker.cluster_id or None,
-                "controller_id": self.broker.broker_id, "topics": topics}
+        out = {"throttle_time": 0, "brokers": self.brokers(), "cluster_id": self.broker.cluster_id or None,
+               "controller_id": self.broker.broker_id, "topics": topics, "cluster_authorized_operations": NOT_ASKED}
+        if getattr(body, "include_topic_authorized_operations", False):  # KIP-430 (v8+)
+            for t in topics:
+                t["topic_authorized_operations"] = 0 if t["error_code"] else authorized_operations(
+                    self.authorizer, session.principal, session.host, R.TOPIC, t["name"])
+        if getattr(body, "include_cluster_authorized_operations", False):  # v8-10
+            out["cluster_authorized_operations"] = authorized_operations(
+                self.authorizer, session.principal, session.host, R.CLUSTER) if self._allowed(
+                session, Op.DESCRIBE, R.CLUSTER) else 0
+        return out
 
     async def _topic_metadata(self, name: str, session: Session, allow_create: bool) -> dict:
         out: dict[str, Any] = {"name": name, "error_code": 0, "is_internal": False, "partitions": []}
@@ -366,7 +380,8 @@ class KafkaApis:
 
     # -- coordinators ----------------------------------------------------------------------------
 
-    def _coordinates(self) -> bool:
+    def coordinates(self) -> bool:
+        """Whether this broker runs the group and transaction coordinators."""
         return self.broker.controller_id in (self.broker.broker_id, -1)
 
     async def find_coordinator(self, request: Request, session: Session) -> dict:
@@ -378,7 +393,7 @@ class KafkaApis:
             out.update(error_code=GROUP_AUTHORIZATION_FAILED, node_id=-1, host="", port=-1)
         elif key_type == 1 and not self._allowed(session, Op.DESCRIBE, R.TRANSACTIONAL_ID, body.key):
             out.update(error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED, node_id=-1, host="", port=-1)
-        elif key_type not in (0, 1) or not self._coordinates():
+        elif key_type not in (0, 1) or not self.coordinates():
             out.update(error_code=COORDINATOR_NOT_AVAILABLE, node_id=-1, host="", port=-1,
                        error_message="this broker does not coordinate groups or transactions")
         return out
@@ -458,7 +473,7 @@ class KafkaApis:
                                    "protocol_type": "", "protocol_data": "", "members": []}
             if not self._allowed(session, Op.DESCRIBE, R.GROUP, group_id):
                 out["error_code"] = GROUP_AUTHORIZATION_FAILED
-            elif not self._coordinates():
+            elif not self.coordinates():
                 out["error_code"] = NOT_COORDINATOR
             else:
                 group = self.broker.groups.describe(group_id)
@@ -475,7 +490,7 @@ class KafkaApis:
         states = set(getattr(request.body, "states_filter", ()) or ())
         everything = self._allowed(session, Op.DESCRIBE, R.CLUSTER)
         groups = []
-        for group in self.broker.groups.list_groups() if self._coordinates() else []:
+        for group in self.broker.groups.list_groups() if self.coordinates() else []:
             if states and group.state not in states:
                 continue
             if everything or self.authorizer.authorize(session.principal, session.host, Op.DESCRIBE, R.GROUP,

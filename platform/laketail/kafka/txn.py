@@ -83,7 +83,7 @@ class TransactionApis:
     def __init__(self, apis: "KafkaApis") -> None:
         self.broker = apis.broker
         self.authorizer = apis.authorizer
-        self.coordinates = apis._coordinates
+        self.coordinates = apis.coordinates
 
     @property
     def handlers(self) -> dict[int, Callable[[Request, Session], Awaitable[dict]]]:
