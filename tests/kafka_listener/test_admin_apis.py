@@ -12,7 +12,7 @@ from typing import Iterator
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -322,3 +322,25 @@ def test_describe_cluster_api_over_a_raw_socket(admin_broker):
         assert answer.cluster_authorized_operations & (1 << 7)  # ALTER: no ACL on the cluster
         controllers = _call(sock, 60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2})
         assert controllers.error_code == 119  # UNSUPPORTED_ENDPOINT_TYPE
+
+
+# -- transactions under ACLs (the broker with ACLs is here) ---------------------------------------
+
+
+def test_a_denied_transactional_id_cannot_init_transactions(admin_broker):
+    transactional_id = f"ktx-denied-{uuid.uuid4().hex[:8]}"
+    admin = _admin(admin_broker)
+    # Describe allowed (FindCoordinator answers), Write denied (InitProducerId is refused)
+    for f in admin.create_acls([
+            AclBinding(ResourceType.TRANSACTIONAL_ID, transactional_id, ResourcePatternType.LITERAL,
+                       "User:ANONYMOUS", "*", op, permission)
+            for op, permission in ((AclOperation.WRITE, AclPermissionType.DENY),
+                                   (AclOperation.DESCRIBE, AclPermissionType.ALLOW))]).values():
+        f.result(60)
+    producer = Producer({"bootstrap.servers": admin_broker.bootstrap, "transactional.id": transactional_id,
+                         **QUIET})
+    with pytest.raises(KafkaException) as denied:
+        producer.init_transactions(60)
+    assert _code(denied.value) == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    with httpx.Client(base_url=admin_broker.url, timeout=30) as http:  # nothing was initialised
+        assert http.get(f"/v1/transactions/{transactional_id}").status_code == 404
