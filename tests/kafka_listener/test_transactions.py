@@ -4,6 +4,7 @@ and read_committed consumers, and fencing across protocols: a Kafka producer and
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 
@@ -178,3 +179,35 @@ def test_a_kafka_producer_fences_a_rest_session_of_the_same_transactional_id(kaf
     producer.produce(topic, value=b"from-kafka")
     producer.commit_transaction(60)
     assert [m.value() for m in _read(kafka_broker, topic, 1, "read_committed", idle_s=1.0)] == [b"from-kafka"]
+
+
+def test_transaction_requests_over_a_raw_socket_answer_kafkas_codes(kafka_broker):
+    """What a client cannot easily provoke: a partial AddPartitionsToTxn adds nothing,
+    and a fenced epoch is PRODUCER_FENCED only to versions that know it (KIP-588)."""
+    from tests.kafka_listener.test_listener import _call
+
+    topic = _topic(kafka_broker)
+    transactional_id = f"ktx-raw-{uuid.uuid4().hex[:8]}"
+    with socket.create_connection(("127.0.0.1", kafka_broker.kafka_port), timeout=30) as sock:
+        first = _call(sock, 22, 1, {"transactional_id": transactional_id, "transaction_timeout": 60_000})
+        assert first.error_code == 0
+        pid, epoch = first.producer_id, first.producer_epoch
+        added = _call(sock, 24, 1, {
+            "v3_and_below_transactional_id": transactional_id, "v3_and_below_producer_id": pid,
+            "v3_and_below_producer_epoch": epoch,
+            "v3_and_below_topics": [{"name": topic, "partitions": [0]},
+                                    {"name": "no-such-topic-here", "partitions": [0]}]})
+        codes = {r.name: [p.partition_error_code for p in r.results_by_partition]
+                 for r in added.results_by_topic_v3_and_below}
+        assert codes == {topic: [55], "no-such-topic-here": [3]}  # OPERATION_NOT_ATTEMPTED, UNKNOWN_TOPIC
+        state = httpx.get(f"{kafka_broker.url}/v1/transactions/{transactional_id}", timeout=30).json()
+        assert state["partitions"] == [] and state["state"] != "Ongoing"
+        again = _call(sock, 22, 1, {"transactional_id": transactional_id, "transaction_timeout": 60_000})
+        assert (again.producer_id, again.producer_epoch) == (pid, epoch + 1)
+        old = {"transactional_id": transactional_id, "producer_id": pid, "producer_epoch": epoch, "committed": True}
+        assert _call(sock, 26, 1, old).error_code == 47  # INVALID_PRODUCER_EPOCH before v2
+        assert _call(sock, 26, 3, old).error_code == 90  # PRODUCER_FENCED
+        unknown = {**old, "transactional_id": f"{transactional_id}-never"}
+        assert _call(sock, 26, 3, unknown).error_code == 49  # INVALID_PRODUCER_ID_MAPPING
+        assert _call(sock, 22, 1, {"transactional_id": transactional_id,
+                                   "transaction_timeout": 10 ** 9}).error_code == 50  # INVALID_TRANSACTION_TIMEOUT
