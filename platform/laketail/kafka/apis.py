@@ -24,8 +24,9 @@ Differences from Kafka's broker, on purpose or not yet done:
   configs; DeleteTopics names topics (v6's topic ids are not served).
 * Transactions (InitProducerId, AddPartitionsToTxn, EndTxn, ...) are in
   :mod:`laketail.kafka.txn`, over the same transaction coordinator as ``/v1``.
-* The admin APIs for configs, groups, the cluster and ACLs are in
-  :mod:`laketail.kafka.admin`; CreatePartitions is not served.
+* The admin APIs for configs, groups and the cluster, and ACLs are in
+  :mod:`laketail.kafka.configs`, :mod:`laketail.kafka.admin` and
+  :mod:`laketail.kafka.acls`; CreatePartitions is not served.
 * Group and transaction coordination only on the controller (this broker alone, or the
   cluster's controller); elsewhere FindCoordinator answers COORDINATOR_NOT_AVAILABLE.
 """
@@ -84,6 +85,11 @@ def error_code(exc: BaseException) -> int:
     return UNKNOWN_SERVER_ERROR
 
 
+def error_message(exc: BaseException) -> str | None:
+    """The message a laketail error carries to the client (others carry none)."""
+    return exc.message if isinstance(exc, LaketailError) else None
+
+
 class Session:
     """Who is at the other end of one connection (PLAINTEXT: ``User:ANONYMOUS``)."""
 
@@ -108,10 +114,13 @@ class KafkaApis:
             13: self.leave_group, 14: self.sync_group, 15: self.describe_groups, 16: self.list_groups,
             18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
         }
-        from laketail.kafka.admin import AdminApis  # noqa: PLC0415 - they build on this module
+        from laketail.kafka.acls import AclApis  # noqa: PLC0415 - they build on this module
+        from laketail.kafka.admin import AdminApis  # noqa: PLC0415
+        from laketail.kafka.configs import ConfigApis  # noqa: PLC0415
         from laketail.kafka.txn import TransactionApis  # noqa: PLC0415
 
-        self.handlers.update(TransactionApis(self).handlers | AdminApis(self).handlers)
+        for part in (TransactionApis(self), ConfigApis(self), AdminApis(self), AclApis(self)):
+            self.handlers.update(part.handlers)
         assert set(self.handlers) == set(SUPPORTED), "every served API has a handler and only those"
 
     async def handle(self, request: Request, session: Session) -> Any:
