@@ -12,7 +12,7 @@ from laketail.config import load_settings
 from laketail.coordinator.fakes import InMemoryLog
 from laketail.coordinator.groups import GroupCoordinator
 from laketail.coordinator.offsets import CommittedOffset, OffsetStore, java_string_hash, partition_for_group
-from laketail.errors import IllegalGeneration, RebalanceInProgress, UnknownMemberId
+from laketail.errors import GroupIdNotFound, IllegalGeneration, NonEmptyGroup, RebalanceInProgress, UnknownMemberId
 
 
 def run(coro):
@@ -230,5 +230,28 @@ def test_a_second_join_supersedes_the_pending_one():
         broker.groups.tick()
         assert (await second).member_id == member_id
         await broker.close()
+
+    run(scenario())
+
+
+def test_delete_refuses_a_group_with_members_and_forgets_an_empty_one_for_good():
+    clock = ManualClock()
+
+    async def scenario():
+        broker = await _coordinators(clock)
+        await broker.create_topic("t", 1)
+        (a,) = await _join_together(broker, clock, 1, topics=["t"], session_timeout_ms=1000)
+        await broker.groups.commit("g", {("t", 0): CommittedOffset(5)}, generation_id=a.generation_id,
+                                   member_id=a.member_id)
+        with pytest.raises(NonEmptyGroup):
+            await broker.groups.delete("g")
+        broker.groups.leave("g", a.member_id)
+        await broker.groups.delete("g")
+        assert [g.group_id for g in broker.groups.list_groups()] == []
+        assert broker.groups.describe("g").state == "Dead"
+        with pytest.raises(GroupIdNotFound):
+            await broker.groups.delete("g")
+        again = await _coordinators(clock, log=broker.log)  # the tombstones hold after a restart
+        assert again.groups.committed("g", [("t", 0)]) == {("t", 0): None}
 
     run(scenario())

@@ -3,11 +3,13 @@ clients (confluent-kafka's librdkafka, kafka-python)."""
 
 from __future__ import annotations
 
+import socket
+import time
 from typing import Iterator
 
 import pytest
 
-from tests.conftest import SHARED_BROKER_ENV, BrokerProcess, free_port
+from tests.conftest import READY_TIMEOUT_S, SHARED_BROKER_ENV, BrokerProcess, free_port
 
 
 class KafkaBroker(BrokerProcess):
@@ -22,6 +24,21 @@ class KafkaBroker(BrokerProcess):
             "LAKETAIL_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
             **(env or {}),
         })
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """HTTP answers first; the Kafka listener starts just after the broker, so wait
+        for its port too (a test connecting at once would be refused)."""
+        super().wait_ready(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.kafka_port), timeout=5).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline or (self.proc is not None and self.proc.poll() is not None):
+                    raise AssertionError(f"the Kafka listener on port {self.kafka_port} never opened\n"
+                                         f"{self.output()}") from None
+                time.sleep(0.05)
 
     @property
     def bootstrap(self) -> str:

@@ -24,6 +24,7 @@ States (Kafka's names)::
 * ``commit`` follows Kafka's checks: generation -1 commits only into a group with no
   members; otherwise UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, and REBALANCE_IN_PROGRESS
   while a completed rebalance is not yet synced.
+* ``delete`` (DeleteGroups) tombstones an empty group's offsets and forgets it.
 * ``cooperative-sticky``: partitions that must move are revoked in one generation and
   handed over in the next, which the coordinator starts once every member has synced.
 
@@ -44,11 +45,13 @@ from laketail.clock import Clock
 from laketail.coordinator.assignors import ASSIGNORS, assign
 from laketail.coordinator.offsets import CommittedOffset, OffsetStore, TopicPartition
 from laketail.errors import (
+    GroupIdNotFound,
     GroupSubscribedToTopic,
     IllegalGeneration,
     InconsistentGroupProtocol,
     InvalidGroupId,
     InvalidSessionTimeout,
+    NonEmptyGroup,
     NotCoordinator,
     RebalanceInProgress,
     UnknownMemberId,
@@ -420,3 +423,16 @@ class GroupCoordinator:
 
     def committed(self, group_id: str, tps: list[TopicPartition]) -> dict[TopicPartition, CommittedOffset | None]:
         return {tp: self.offsets.committed(group_id, tp) for tp in tps}
+
+    async def delete(self, group_id: str) -> None:
+        """Kafka's DeleteGroups: an empty group's offsets are tombstoned and the group is
+        forgotten; NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND when neither
+        the group nor its offsets exist."""
+        group = self._groups.get(group_id)
+        if group is not None and group.members:
+            raise NonEmptyGroup(f"group '{group_id}' has {len(group.members)} member(s)")
+        if group is None and group_id not in self.offsets.groups():
+            raise GroupIdNotFound(f"group '{group_id}' does not exist")
+        await self.offsets.delete(group_id, list(self.offsets.group_offsets(group_id)))
+        if not (group := self._groups.get(group_id)) or not group.members:  # nobody joined meanwhile
+            self._groups.pop(group_id, None)

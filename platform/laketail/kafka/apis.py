@@ -22,8 +22,11 @@ Differences from Kafka's broker, on purpose or not yet done:
   full fetch requests; an incremental one gets FETCH_SESSION_ID_NOT_FOUND.
 * CreateTopics takes no explicit replica assignments (INVALID_REQUEST) and answers no
   configs; DeleteTopics names topics (v6's topic ids are not served).
-* Transactions (AddPartitionsToTxn, EndTxn, ...) are not served: InitProducerId with a
-  transactional id answers UNSUPPORTED_VERSION; idempotent producers work.
+* Transactions (InitProducerId, AddPartitionsToTxn, EndTxn, ...) are in
+  :mod:`laketail.kafka.txn`, over the same transaction coordinator as ``/v1``.
+* The admin APIs for configs, groups and the cluster, and ACLs are in
+  :mod:`laketail.kafka.configs`, :mod:`laketail.kafka.admin` and
+  :mod:`laketail.kafka.acls`; CreatePartitions is not served.
 * Group and transaction coordination only on the controller (this broker alone, or the
   cluster's controller); elsewhere FindCoordinator answers COORDINATOR_NOT_AVAILABLE.
 """
@@ -40,8 +43,9 @@ from kio.serial import entity_reader
 from kio.static.constants import EntityType
 
 from laketail.coordinator.offsets import CommittedOffset
-from laketail.errors import InconsistentGroupProtocol, LaketailError
+from laketail.errors import InconsistentGroupProtocol, LaketailError, ProducerFenced
 from laketail.kafka import records
+from laketail.kafka.acl_codes import NOT_ASKED, authorized_operations
 from laketail.kafka.protocol import API_VERSIONS, SUPPORTED, Request, build, ms
 from laketail.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from laketail.security.principal import KafkaPrincipal
@@ -67,6 +71,7 @@ GROUP_AUTHORIZATION_FAILED = 30
 CLUSTER_AUTHORIZATION_FAILED = 31
 UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
+INVALID_PRODUCER_EPOCH = 47
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 FETCH_SESSION_ID_NOT_FOUND = 70
 ACKS = {0: "0", 1: "1", -1: "all"}
@@ -78,6 +83,11 @@ def error_code(exc: BaseException) -> int:
         return exc.kafka_code
     log.error("unexpected error answering a Kafka request", exc_info=exc)
     return UNKNOWN_SERVER_ERROR
+
+
+def error_message(exc: BaseException) -> str | None:
+    """The message a laketail error carries to the client (others carry none)."""
+    return exc.message if isinstance(exc, LaketailError) else None
 
 
 class Session:
@@ -102,8 +112,15 @@ class KafkaApis:
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata, 8: self.offset_commit,
             9: self.offset_fetch, 10: self.find_coordinator, 11: self.join_group, 12: self.heartbeat,
             13: self.leave_group, 14: self.sync_group, 15: self.describe_groups, 16: self.list_groups,
-            18: self.api_versions, 19: self.create_topics, 20: self.delete_topics, 22: self.init_producer_id,
+            18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
         }
+        from laketail.kafka.acls import AclApis  # noqa: PLC0415 - they build on this module
+        from laketail.kafka.admin import AdminApis  # noqa: PLC0415
+        from laketail.kafka.configs import ConfigApis  # noqa: PLC0415
+        from laketail.kafka.txn import TransactionApis  # noqa: PLC0415
+
+        for part in (TransactionApis(self), ConfigApis(self), AdminApis(self), AclApis(self)):
+            self.handlers.update(part.handlers)
         assert set(self.handlers) == set(SUPPORTED), "every served API has a handler and only those"
 
     async def handle(self, request: Request, session: Session) -> Any:
@@ -122,7 +139,8 @@ class KafkaApis:
         code = 0 if low <= request.api_version <= high else UNSUPPORTED_VERSION
         return {"error_code": code, "api_keys": keys, "throttle_time": 0}
 
-    def _brokers(self) -> list[dict]:
+    def brokers(self) -> list[dict]:
+        """The brokers Metadata and DescribeCluster list: this one, at its Kafka listener."""
         return [{"node_id": self.broker.broker_id, "host": self.host, "port": self.port, "rack": None}]
 
     async def metadata(self, request: Request, session: Session) -> dict:
@@ -135,8 +153,17 @@ class KafkaApis:
         else:
             names = [t.name for t in body.topics]
         topics = [await self._topic_metadata(name, session, allow_create) for name in names]
-        return {"throttle_time": 0, "brokers": self._brokers(), "cluster_id": self.broker.cluster_id or None,
-                "controller_id": self.broker.broker_id, "topics": topics}
+        out = {"throttle_time": 0, "brokers": self.brokers(), "cluster_id": self.broker.cluster_id or None,
+               "controller_id": self.broker.broker_id, "topics": topics, "cluster_authorized_operations": NOT_ASKED}
+        if getattr(body, "include_topic_authorized_operations", False):  # KIP-430 (v8+)
+            for t in topics:
+                t["topic_authorized_operations"] = 0 if t["error_code"] else authorized_operations(
+                    self.authorizer, session.principal, session.host, R.TOPIC, t["name"])
+        if getattr(body, "include_cluster_authorized_operations", False):  # v8-10
+            out["cluster_authorized_operations"] = authorized_operations(
+                self.authorizer, session.principal, session.host, R.CLUSTER) if self._allowed(
+                session, Op.DESCRIBE, R.CLUSTER) else 0
+        return out
 
     async def _topic_metadata(self, name: str, session: Session, allow_create: bool) -> dict:
         out: dict[str, Any] = {"name": name, "error_code": 0, "is_internal": False, "partitions": []}
@@ -203,11 +230,9 @@ class KafkaApis:
             base = -1
             for batch in batches:  # validated all first: a bad batch writes nothing
                 producer = None
-                if batch.producer_id >= 0:
-                    if batch.transactional:
-                        return {"error_code": UNSUPPORTED_VERSION,
-                                "error_message": "transactions are not served on the Kafka listener yet"}
-                    producer = ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence)
+                if batch.producer_id >= 0:  # a transactional batch joins its transaction in Broker.produce
+                    producer = ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                                             batch.transactional)
                 result = await self.broker.produce(topic, records.to_arrow(batch, partition), acks, producer)
                 if base < 0:
                     base = result.offsets[0]
@@ -215,7 +240,9 @@ class KafkaApis:
             return {"error_code": 0, "base_offset": base, "log_start_offset": state.log_start_offset}
         except Exception as exc:  # noqa: BLE001 - answered as the partition's error code
             message = exc.message if isinstance(exc, LaketailError) else None
-            return {"error_code": error_code(exc), "error_message": message}
+            # Kafka's log answers a fenced producer INVALID_PRODUCER_EPOCH, never PRODUCER_FENCED
+            code = INVALID_PRODUCER_EPOCH if isinstance(exc, ProducerFenced) else error_code(exc)
+            return {"error_code": code, "error_message": message}
 
     # -- Fetch, ListOffsets ----------------------------------------------------------------------
 
@@ -362,7 +389,8 @@ class KafkaApis:
 
     # -- coordinators ----------------------------------------------------------------------------
 
-    def _coordinates(self) -> bool:
+    def coordinates(self) -> bool:
+        """Whether this broker runs the group and transaction coordinators."""
         return self.broker.controller_id in (self.broker.broker_id, -1)
 
     async def find_coordinator(self, request: Request, session: Session) -> dict:
@@ -374,7 +402,7 @@ class KafkaApis:
             out.update(error_code=GROUP_AUTHORIZATION_FAILED, node_id=-1, host="", port=-1)
         elif key_type == 1 and not self._allowed(session, Op.DESCRIBE, R.TRANSACTIONAL_ID, body.key):
             out.update(error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED, node_id=-1, host="", port=-1)
-        elif key_type not in (0, 1) or not self._coordinates():
+        elif key_type not in (0, 1) or not self.coordinates():
             out.update(error_code=COORDINATOR_NOT_AVAILABLE, node_id=-1, host="", port=-1,
                        error_message="this broker does not coordinate groups or transactions")
         return out
@@ -454,7 +482,7 @@ class KafkaApis:
                                    "protocol_type": "", "protocol_data": "", "members": []}
             if not self._allowed(session, Op.DESCRIBE, R.GROUP, group_id):
                 out["error_code"] = GROUP_AUTHORIZATION_FAILED
-            elif not self._coordinates():
+            elif not self.coordinates():
                 out["error_code"] = NOT_COORDINATOR
             else:
                 group = self.broker.groups.describe(group_id)
@@ -471,7 +499,7 @@ class KafkaApis:
         states = set(getattr(request.body, "states_filter", ()) or ())
         everything = self._allowed(session, Op.DESCRIBE, R.CLUSTER)
         groups = []
-        for group in self.broker.groups.list_groups() if self._coordinates() else []:
+        for group in self.broker.groups.list_groups() if self.coordinates() else []:
             if states and group.state not in states:
                 continue
             if everything or self.authorizer.authorize(session.principal, session.host, Op.DESCRIBE, R.GROUP,
@@ -536,24 +564,6 @@ class KafkaApis:
                               "committed_leader_epoch": -1, "metadata": c.metadata if c else "", "error_code": code})
             topics.append({"name": name, "partitions": parts})
         return {"throttle_time": 0, "topics": topics, "error_code": 0}
-
-    async def init_producer_id(self, request: Request, session: Session) -> dict:
-        body = request.body
-        out = {"throttle_time": 0, "error_code": 0, "producer_id": -1, "producer_epoch": -1}
-        if body.transactional_id is not None:
-            return {**out, "error_code": UNSUPPORTED_VERSION}  # transactions: not served here yet
-        if not self._allowed(session, Op.IDEMPOTENT_WRITE, R.CLUSTER):
-            return {**out, "error_code": CLUSTER_AUTHORIZATION_FAILED}
-        expected = None
-        pid, epoch = getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1)
-        if pid >= 0 and epoch >= 0:
-            expected = (pid, epoch)
-        try:
-            producer_id, producer_epoch = await self.broker.transactions.init_producer_id(
-                None, ms(body.transaction_timeout), expected)
-        except Exception as exc:  # noqa: BLE001
-            return {**out, "error_code": error_code(exc)}
-        return {**out, "producer_id": producer_id, "producer_epoch": producer_epoch}
 
 
 # -- the consumer protocol's embedded bytes (ConsumerProtocolSubscription / Assignment) ----------

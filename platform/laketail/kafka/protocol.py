@@ -55,6 +55,21 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 5),
     22: ("InitProducerId", 0, 4),
+    # transactions (laketail.kafka.txn): the client's versions, before KIP-890's
+    24: ("AddPartitionsToTxn", 0, 3),
+    25: ("AddOffsetsToTxn", 0, 3),
+    26: ("EndTxn", 0, 3),
+    28: ("TxnOffsetCommit", 0, 3),
+    # admin: configs, groups, the cluster, ACLs (laketail.kafka.admin)
+    29: ("DescribeAcls", 1, 3),
+    30: ("CreateAcls", 1, 3),
+    31: ("DeleteAcls", 1, 3),
+    32: ("DescribeConfigs", 1, 4),
+    33: ("AlterConfigs", 0, 2),
+    42: ("DeleteGroups", 0, 2),
+    44: ("IncrementalAlterConfigs", 0, 1),
+    47: ("OffsetDelete", 0, 0),
+    60: ("DescribeCluster", 0, 1),
 }
 API_VERSIONS = 18
 _KEY_VERSION = struct.Struct(">hh")
