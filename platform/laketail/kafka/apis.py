@@ -41,7 +41,7 @@ from kio.static.constants import EntityType
 
 from laketail.coordinator.offsets import CommittedOffset
 from laketail.errors import InconsistentGroupProtocol, LaketailError
-from laketail.kafka import records
+from laketail.kafka import records, sasl
 from laketail.kafka.protocol import API_VERSIONS, SUPPORTED, Request, build, ms
 from laketail.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from laketail.security.principal import KafkaPrincipal
@@ -104,6 +104,7 @@ class KafkaApis:
             13: self.leave_group, 14: self.sync_group, 15: self.describe_groups, 16: self.list_groups,
             18: self.api_versions, 19: self.create_topics, 20: self.delete_topics, 22: self.init_producer_id,
         }
+        self.handlers.update(sasl.AFTER_AUTHENTICATION)  # the SASL exchange itself is sasl.SaslGate's
         assert set(self.handlers) == set(SUPPORTED), "every served API has a handler and only those"
 
     async def handle(self, request: Request, session: Session) -> Any:

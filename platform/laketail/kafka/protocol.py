@@ -51,10 +51,12 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     14: ("SyncGroup", 0, 5),
     15: ("DescribeGroups", 0, 5),
     16: ("ListGroups", 0, 4),
+    17: ("SaslHandshake", 1, 1),  # v0's raw tokens are not served (laketail.kafka.sasl)
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 5),
     22: ("InitProducerId", 0, 4),
+    36: ("SaslAuthenticate", 0, 2),
 }
 API_VERSIONS = 18
 _KEY_VERSION = struct.Struct(">hh")
