@@ -20,8 +20,11 @@ import uuid
 from typing import Any, Iterator
 
 import httpx
+import jwt
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 from kafka import KafkaConsumer, KafkaProducer
 
 from tests.conftest import free_port
@@ -29,19 +32,22 @@ from tests.kafka_listener.conftest import KafkaBroker
 from tests.security.support import Pki, add_user
 
 pytestmark = pytest.mark.integration
+OAUTH_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 QUIET = {"log_level": 0}
 ALICE, BOB, ERIN = "alice-pw-1", "bob-pw-2", "erin-pw-3"
 
 
 class SaslBroker(KafkaBroker):
-    def __init__(self, data_dir, pki: Pki) -> None:
+    def __init__(self, data_dir, pki: Pki, oauth_public_pem) -> None:
         self.ports = {"SASLPLAIN": free_port(), "SASLTLS": free_port(), "MTLS": free_port()}
         self.pki = pki
         super().__init__(data_dir, env={
             "LAKETAIL_LISTENERS": ",".join(f"{n}://127.0.0.1:{p}" for n, p in self.ports.items()),
             "LAKETAIL_LISTENER_SECURITY_PROTOCOL_MAP": "SASLPLAIN:SASL_PLAINTEXT,SASLTLS:SASL_SSL,MTLS:SSL",
             "LAKETAIL_KAFKA_LISTENER_NAMES": "SASLPLAIN,SASLTLS,MTLS",
-            "LAKETAIL_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
+            "LAKETAIL_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN,OAUTHBEARER",
+            "LAKETAIL_SASL_OAUTHBEARER_JWKS_ENDPOINT_URL": str(oauth_public_pem),
+            "LAKETAIL_SASL_OAUTHBEARER_EXPECTED_AUDIENCE": "laketail",
             "LAKETAIL_SSL_CLIENT_AUTH": "requested",
             "LAKETAIL_SSL_PRINCIPAL_MAPPING_RULES": r"RULE:^CN=([^,]+),OU=Eng,.*$/$1/L,DEFAULT",
             "LAKETAIL_AUTHORIZER_CLASS_NAME": "laketail.security.authorizer.AclAuthorizer",
@@ -70,7 +76,10 @@ def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SaslBroker
     add_user(data, "alice", ALICE)
     add_user(data, "bob", BOB)
     add_user(data, "erin", ERIN, mechanism="SCRAM-SHA-512")
-    proc = SaslBroker(data, pki)
+    public_pem = base / "oauth-public.pem"
+    public_pem.write_bytes(OAUTH_KEY.public_key().public_bytes(serialization.Encoding.PEM,
+                                                                serialization.PublicFormat.SubjectPublicKeyInfo))
+    proc = SaslBroker(data, pki, public_pem)
     try:
         proc.start()
         _wait_listening(proc)
@@ -142,6 +151,33 @@ def test_confluent_kafka_scram_over_tls_with_a_trustme_ca(sasl_broker):
     config = sasl_broker.scram("erin", ERIN, "SCRAM-SHA-512", listener="SASLTLS")
     assert [err for err, _ in _produce(config, topic)] == [None] * 3
     assert _consume(config, topic, 3) == [b"v0", b"v1", b"v2"]
+
+
+def _oauth(broker: SaslBroker, key: rsa.RSAPrivateKey, **extra: Any) -> dict[str, Any]:
+    def token(_config: str) -> tuple[str, float]:
+        expiry = time.time() + 300
+        return jwt.encode({"sub": "carol", "exp": int(expiry), "aud": "laketail"}, key, algorithm="RS256"), expiry
+
+    return {"bootstrap.servers": broker.bootstrap_of("SASLTLS"), "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(broker.pki.ca_pem), "sasl.mechanisms": "OAUTHBEARER", "oauth_cb": token,
+            **QUIET, **extra}
+
+
+def test_oauthbearer_with_a_jwt_the_configured_key_signed(sasl_broker):
+    topic = _topic(sasl_broker)
+    # only User:carol (the token's sub) may write: the principal is the token's
+    for principal, op in [("User:carol", "WRITE"), ("User:ANONYMOUS", "DESCRIBE")]:  # REST reads as ANONYMOUS
+        resp = httpx.post(f"{sasl_broker.url}/v3/clusters/{sasl_broker.rest.cluster_id}/acls", json={
+            "resource_type": "TOPIC", "resource_name": topic, "pattern_type": "LITERAL", "principal": principal,
+            "host": "*", "operation": op, "permission": "ALLOW"})
+        assert resp.status_code == 201, resp.text
+    time.sleep(0.6)
+    reports = _produce(_oauth(sasl_broker, OAUTH_KEY), topic)
+    assert [err for err, _ in reports] == [None] * 3
+    assert sasl_broker.rest.offsets(topic, 0) == (0, 3)
+    other_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    errors = _auth_errors(_oauth(sasl_broker, other_key))
+    assert errors and errors[0].code() == KafkaError._AUTHENTICATION, errors
 
 
 def _auth_errors(config: dict[str, Any]) -> list[KafkaError]:
