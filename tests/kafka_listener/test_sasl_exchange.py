@@ -184,3 +184,20 @@ def test_other_requests_before_authentication_close_the_connection(api_key):
 
     with pytest.raises(CloseConnection):
         asyncio.run(run())
+
+
+def test_every_security_protocol_is_a_kafka_listener_protocol():
+    from laketail.config import BrokerSettings
+    from laketail.security.listeners import exposure_problems, listener_plan
+
+    plan = listener_plan(BrokerSettings(
+        listeners="A://0.0.0.0:9092,B://0.0.0.0:9093,C://0.0.0.0:9094,D://0.0.0.0:9095",
+        listener_security_protocol_map="A:PLAINTEXT,B:SSL,C:SASL_PLAINTEXT,D:SASL_SSL", kafka_listener_names="A,B,C,D",
+        ssl_keystore_certificate_chain="chain.pem", ssl_keystore_key="key.pem"))
+    assert [(lst.name, lst.protocol, lst.tls, lst.sasl) for lst in plan.kafka] == [
+        ("A", "PLAINTEXT", False, False), ("B", "SSL", True, False), ("C", "SASL_PLAINTEXT", False, True),
+        ("D", "SASL_SSL", True, True)]
+    # beyond loopback, the listeners that authenticate nobody are the ones serve refuses
+    problems = exposure_problems(plan, "none")
+    assert [p.split()[1] for p in problems] == ["A", "B"]
+    assert [p.split()[1] for p in exposure_problems(plan, "required")] == ["A"]
