@@ -63,7 +63,7 @@ def _api_versions_answer(kafka_broker) -> list[int]:
 
 
 def test_api_versions_lists_only_what_is_served(kafka_broker):
-    assert _api_versions_answer(kafka_broker) == [0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 22]
+    assert _api_versions_answer(kafka_broker) == [0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22, 36]
 
 
 @pytest.mark.parametrize("send", [
@@ -78,7 +78,7 @@ def test_bad_frames_close_that_connection_and_others_are_served(kafka_broker, se
         assert _closed(bad)
         answer = _call(other, 3, 12, {"topics": []})  # the other connection still gets answers
         assert [b.port for b in answer.brokers] == [kafka_broker.kafka_port]
-    assert len(_api_versions_answer(kafka_broker)) == 17
+    assert len(_api_versions_answer(kafka_broker)) == 19
 
 
 def test_api_versions_newer_than_served_gets_v0_with_unsupported_version(kafka_broker):
