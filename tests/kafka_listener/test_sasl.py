@@ -108,7 +108,7 @@ def _topic(broker: KafkaBroker, partitions: int = 1) -> str:
 
 
 def _produce(config: dict[str, Any], topic: str, n: int = 3) -> list:
-    producer = Producer({**config, "message.timeout.ms": 30_000, "acks": "all"})
+    producer = Producer({"message.timeout.ms": 30_000, "acks": "all", **config})  # a caller's timeout wins
     reports: list = []
     for i in range(n):
         producer.produce(topic, key=b"k", value=b"v%d" % i, on_delivery=lambda err, msg: reports.append((err, msg)))
