@@ -7,11 +7,12 @@ PYTHON ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.laketail-installed
+SPARK_LOOKUP := $(VENV)/.laketail-spark-lookup
 PYTEST_ARGS ?=
 JAR := platform/laketail/spark/jvm/laketail-spark.jar
 JAVA_SOURCES := $(shell find platform/laketail/spark/jvm/java -type f)
 
-.PHONY: run test bench check-python check-java check-compose check-chromium install
+.PHONY: run test bench soak check-python check-java check-compose check-chromium install
 
 # HTTP on 8082, Kafka's protocol on 9092 (docs/architecture.md §11.6)
 run: check-java install
@@ -28,10 +29,31 @@ test: check-java check-compose check-chromium install
 bench: check-java install
 	$(VPY) -m bench
 
-install: $(STAMP) $(JAR)
+# The Jepsen-style run of tests/jepsen for SOAK_MINUTES (seed SOAK_SEED): three brokers,
+# kill -9s and pauses under producers, a consumer group and transactions; writes
+# report.md, findings.json and history.json under results/jepsen/<time>/ (not committed)
+# and fails when the checker finds something. make test runs its short form.
+SOAK_MINUTES ?= 30
+SOAK_SEED ?= 35
+soak: install
+	PYTHONPATH=tests $(VPY) -m jepsen.runner --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED) --out results/jepsen
+
+install: $(STAMP) $(SPARK_LOOKUP) $(JAR)
 
 $(STAMP): pyproject.toml | check-python
 	$(VPY) -m pip install -e '.[dev]'
+	touch $@
+
+# Spark 4 registers the Python data sources it finds by listing the top-level modules
+# of its workers' sys.path (pkgutil.iter_modules over pyspark_*), and an editable
+# install's import hook is invisible to that listing: `USING laketail` from SQL alone
+# failed with DATA_SOURCE_NOT_FOUND. A directory in the venv that holds only a link to
+# platform/pyspark_laketail, named in a .pth, puts the module where the listing looks
+# (edits stay live; laketail itself still comes from the editable install).
+$(SPARK_LOOKUP): | $(STAMP)
+	mkdir -p $(VENV)/spark-lookup
+	ln -sfn $(CURDIR)/platform/pyspark_laketail $(VENV)/spark-lookup/pyspark_laketail
+	echo $(abspath $(VENV))/spark-lookup > "$$($(VPY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/laketail-spark-lookup.pth"
 	touch $@
 
 # laketail's Spark classes (format("laketail_table"), SQL views fresh at every query): one

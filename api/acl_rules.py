@@ -14,7 +14,8 @@ Kinds of entries:
   ``any_of=True``: one of them is enough (CreateTopics: Create on the cluster or on
   the topic);
 * ``produce``: Write on the topic; Create on the cluster or the topic when the produce
-  would auto-create it; and when the query carries ``producer_id`` for an
+  would auto-create it; and when the query names a producer (parsed once, decoded, by
+  :func:`laketail.api.deps.producer_params`, and the route executes that parse) for an
   idempotent (not transactional) batch, IdempotentWrite on the cluster; for a
   transactional one (it adds its partition to the transaction), Write on the
   producer's transactional id;
@@ -132,6 +133,7 @@ RULES: dict[str, Rule] = {
     "POST /v1/groups/{group}/leave": needs(group(Op.READ)),
     "POST /v1/groups/{group}/commit": needs(group(Op.READ), note="and Read on each topic of the body"),
     "POST /v1/groups/{group}/committed": needs(group(Op.DESCRIBE), note="and Describe on each topic of the body"),
+    "POST /v1/groups/{group}/offsets/delete": needs(group(Op.DELETE), note="and Read on each topic of the body"),
     "GET /v1/groups": LISTING,
     "GET /v1/groups/{group}": needs(group(Op.DESCRIBE)),
     # -- v1 producers and transactions -------------------------------------------------------
@@ -150,6 +152,7 @@ RULES: dict[str, Rule] = {
     "POST /v1/sinks/{sink_id:path}/batches/{batch_id}/abort": needs(txn(Op.WRITE, "sink_id")),
     "GET /v1/sinks/{sink_id:path}": needs(txn(Op.DESCRIBE, "sink_id")),
     # -- v2 consumer instances (JoinGroup/SyncGroup/Heartbeat/LeaveGroup: Read on the group) -
+    # an instance is its creator's: to any other principal its routes answer 404 (routes/consumers.py)
     "POST /consumers/{group}": needs(group(Op.READ)),
     f"DELETE {_CONSUMER}": needs(group(Op.READ)),
     f"POST {_CONSUMER}/subscription": needs(
@@ -163,13 +166,15 @@ RULES: dict[str, Rule] = {
     f"POST {_CONSUMER}/positions/beginning": needs(group(Op.READ), note="and Describe on each topic (ListOffsets)"),
     f"POST {_CONSUMER}/positions/end": needs(group(Op.READ), note="and Describe on each topic (ListOffsets)"),
     f"GET {_CONSUMER}/records": needs(group(Op.READ), note="Fetch: and Read on each topic it returns"),
-    f"POST {_CONSUMER}/offsets": needs(group(Op.READ), note="OffsetCommit: and Read on each topic committed"),
+    f"POST {_CONSUMER}/offsets": needs(group(Op.READ), note="OffsetCommit: and Read on each topic committed "
+                                                          "(no offsets: each topic of its positions and assignment)"),
     f"GET {_CONSUMER}/offsets": needs(group(Op.DESCRIBE), note="OffsetFetch: and Describe on each topic"),
     # -- v3 topics and configs -----------------------------------------------------------------
     f"GET {_V3}/topics": LISTING,
     f"POST {_V3}/topics": in_handler("CreateTopics: Create on the cluster or on the body's topic_name"),
     f"GET {_V3}/topics/{{topic}}": needs(topic(Op.DESCRIBE)),
     f"DELETE {_V3}/topics/{{topic}}": needs(topic(Op.DELETE)),
+    f"PATCH {_V3}/topics/{{topic}}": needs(topic(Op.ALTER), note="CreatePartitions: Alter on the topic"),
     f"GET {_V3}/topics/{{topic}}/partitions": needs(topic(Op.DESCRIBE)),
     f"GET {_V3}/topics/{{topic}}/partitions/{{partition}}": needs(topic(Op.DESCRIBE)),
     f"GET {_V3}/topics/{{topic}}/configs": needs(topic(Op.DESCRIBE_CONFIGS)),
@@ -228,6 +233,7 @@ RULES: dict[str, Rule] = {
     f"POST {_INTERNAL}/topics": needs(cluster(Op.CLUSTER_ACTION)),
     f"DELETE {_INTERNAL}/topics/{{topic}}": needs(cluster(Op.CLUSTER_ACTION)),
     f"PUT {_INTERNAL}/topics/{{topic}}/configs": needs(cluster(Op.CLUSTER_ACTION)),
+    f"POST {_INTERNAL}/topics/{{topic}}/partitions": needs(cluster(Op.CLUSTER_ACTION)),
     f"POST {_INTERNAL}/metadata": needs(cluster(Op.CLUSTER_ACTION)),
     f"POST {_INTERNAL}/replica-fetch": needs(cluster(Op.CLUSTER_ACTION)),
     f"POST {_INTERNAL}/partitions/{{topic}}/{{partition}}/append": needs(cluster(Op.CLUSTER_ACTION)),

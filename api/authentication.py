@@ -27,6 +27,13 @@ without it. For each HTTP request it decides, by the listener's role and protoco
   of a request marked ``X-Requested-With`` (the console's) has no ``WWW-Authenticate``
   challenge, so the browser shows the console's sign-in rather than its own dialog.
 
+A failed authentication is answered only after ``connection.failed.authentication.delay.ms``
+(Kafka's key and default, 100 ms), as Kafka delays closing a connection whose
+authentication failed: a client guessing passwords gets one try per connection and per
+delay, and ``max.connections.per.ip`` bounds its connections. The connection is kept
+(HTTP's 401 is an answer, not the end of the connection, and the Python client retries
+on the one it has).
+
 Every refusal is a line on ``laketail.audit`` (host, listener, reason; never the
 credentials). The principal goes to ``scope["state"]["principal"]`` (``request.state.principal``,
 read through :func:`laketail.api.principal.principal_of`). The lifespan passes through.
@@ -34,6 +41,7 @@ read through :func:`laketail.api.principal.principal_of`). The lifespan passes t
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -72,8 +80,9 @@ class Authenticate:
     """ASGI middleware for one listener; stateless per request, event-loop only."""
 
     def __init__(self, app: ASGIApp, listener: Listener, authenticator: Authenticator | None,
-                 secret: str = "") -> None:
+                 secret: str = "", *, failed_delay_s: float = 0.1) -> None:
         self.app = app
+        self.failed_delay_s = failed_delay_s
         self.listener = listener
         self.authenticator = authenticator
         self.secret = secret.encode()
@@ -99,6 +108,8 @@ class Authenticate:
             client = scope.get("client")
             audit.info("principal=- host=%s operation=Authenticate resource=Listener:%s result=denied reason=%s",
                        client[0] if client else "-", self.listener.name, exc.detail)
+            if self.failed_delay_s > 0:
+                await asyncio.sleep(self.failed_delay_s)  # Kafka's delayed close of a failed login
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008, "reason": exc.message[:120]})
             else:

@@ -6,8 +6,11 @@
 hot produce/fetch dispatch, so every request -- routed by FastAPI, matched by
 :mod:`laketail.api.hot_routes`, or proxied to the controller -- is checked once, here.
 It is installed only when authorization is on (``authorizer.class.name`` set): with it
-off the gateway runs exactly as before. Decisions are cached by the authorizer, so a
-produce or fetch pays one route match and one dictionary lookup.
+off the gateway runs exactly as before. Each request is decided on what the route will
+execute (the path parameters of the route's own pattern; a produce's producer parsed
+once, by :func:`laketail.api.deps.producer_params`, and handed to the route); the
+authorizer caches each permission's answer under the whole question, so a produce or
+fetch pays a cached route match and a few dictionary lookups.
 
 Routes whose resource is in the body (commits, AddPartitionsToTxn, InitProducerId,
 CreateTopics) check it themselves with :func:`check`; listings keep what
@@ -22,19 +25,19 @@ takes from a peer broker's forwarding headers (only a peer broker may forward on
 from __future__ import annotations
 
 from typing import Any, Iterable
-from urllib.parse import parse_qs
 
 from starlette.requests import HTTPConnection, Request
 from starlette.routing import Mount
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from laketail.api.acl_rules import Need, Rule, rule_for
+from laketail.api.deps import PRODUCER_STATE_KEY, producer_params
 from laketail.api.errors import error_response
 from laketail.api.principal import host_of, principal_of
 from laketail.coordinator.transactions import SINK_PREFIX
 from laketail.errors import ClusterAuthorizationFailed, LaketailError
 from laketail.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from laketail.security.authorizer import AUDITED_CHANGES, Authorizer
+from laketail.security.authorizer import Authorizer
 from laketail.security.principal import ANONYMOUS, KafkaPrincipal
 
 _STATE_KEY = "laketail.authz"
@@ -138,18 +141,26 @@ def resource_name(need: Need, params: dict[str, str]) -> str:
     return name
 
 
+#: At most this many (method, path) route matches are kept (then the table starts over).
+_MATCHES_MAX = 10_000
+
+
 class Authorization:
-    """The gateway's authorization middleware (see the module docstring)."""
+    """The gateway's authorization middleware (see the module docstring).
+
+    Every request is decided afresh: no decision outlives the request it was made for.
+    What is kept is the route a (method, path) matches, which depends on the route table
+    alone; each permission's answer comes from :meth:`Authorizer.authorize`, whose cache
+    holds the whole question (principal, host, operation, resource type and name) and is
+    emptied by every ACL change. Whether a produce would create its topic is asked on
+    every produce."""
 
     def __init__(self, app: ASGIApp, fastapi_app: Any, authorizer: Authorizer) -> None:
         self.app = app
         self.fastapi_app = fastapi_app
         self.authorizer = authorizer
         self._entries: list[_Entry] | None = None
-        # (principal, host, method, path) of requests allowed at this authorizer generation:
-        # a repeated produce or fetch skips the route match and the decisions
-        self._allowed: dict[tuple, bool] = {}
-        self._generation = -1
+        self._matches: dict[tuple[str, str], tuple[_Entry, dict[str, str]] | None] = {}
 
     def _build(self) -> list[_Entry]:
         from laketail.api.hot_routes import HOT_ENDPOINTS
@@ -166,15 +177,25 @@ class Authorization:
         return hot + rest  # produce and fetch are found first
 
     def _match(self, method: str, path: str) -> tuple[_Entry, dict[str, str]] | None:
+        key = (method, path)
+        try:
+            return self._matches[key]
+        except KeyError:
+            pass
         if self._entries is None:
             self._entries = self._build()
+        found: tuple[_Entry, dict[str, str]] | None = None
         for entry in self._entries:
             if entry.methods is not None and method not in entry.methods:
                 continue
-            found = entry.regex.match(path)
-            if found is not None:
-                return entry, found.groupdict()
-        return None
+            hit = entry.regex.match(path)
+            if hit is not None:
+                found = entry, hit.groupdict()
+                break
+        if len(self._matches) >= _MATCHES_MAX:
+            self._matches = {}
+        self._matches[key] = found
+        return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -187,13 +208,8 @@ class Authorization:
         client = scope.get("client")
         host = client[0] if client else "*"  # host_of
         state[_STATE_KEY] = (principal, host)
-        key = (principal, host, scope["method"], scope["path"])
-        if self._generation != self.authorizer.generation:
-            self._allowed = {}
-            self._generation = self.authorizer.generation
         try:
-            if key not in self._allowed and self._authorize(scope, principal, host) and len(self._allowed) < 100_000:
-                self._allowed[key] = True
+            self.decide(scope, principal, host)
         except LaketailError as err:
             metrics = getattr(self.fastapi_app.state, "metrics", None)
             if metrics is not None:
@@ -202,20 +218,22 @@ class Authorization:
             return
         await self.app(scope, receive, send)
 
-    def _authorize(self, scope: Scope, principal: KafkaPrincipal, host: str) -> bool:
-        """Raise the refusal, if any; True when the same request (principal, host, method
-        and path) would be allowed again until the ACLs change: it depends on nothing else."""
+    def decide(self, scope: Scope, principal: KafkaPrincipal, host: str) -> None:
+        """Raise the refusal, if any, of this request by this principal from this host.
+        What a route's rule reads of the request it reads parsed, as the route does: path
+        parameters from the route's own pattern, a produce's producer from
+        :func:`~laketail.api.deps.producer_params`, whose result the route then executes."""
         matched = self._match(scope["method"], scope["path"])
         if matched is None:
-            return False  # no such route: 404/405 follow, nothing to protect
+            return  # no such route: 404/405 follow, nothing to protect
         entry, params = matched
         rule = entry.rule
         if rule is None:
             if self.authorizer.is_super_user(principal):
-                return True
+                return
             raise ClusterAuthorizationFailed(f"route {entry.key} has no entry in the ACL table; super users only")
         if rule.kind != "checked":
-            return True
+            return
         authorizer = self.authorizer
         decisions = []
         for need in rule.needs:
@@ -228,38 +246,32 @@ class Authorization:
             first = rule.needs[0]
             authorizer.check(principal, host, first.operation, first.resource_type, resource_name(first, params))
         if rule.produce:
-            return self._authorize_produce(scope, params["topic"], principal, host)
-        return not any(need.operation in AUDITED_CHANGES for need in rule.needs)  # each change is audited
+            self._authorize_produce(scope, params["topic"], principal, host)
 
-    def _authorize_produce(self, scope: Scope, topic: str, principal: KafkaPrincipal, host: str) -> bool:
+    def _authorize_produce(self, scope: Scope, topic: str, principal: KafkaPrincipal, host: str) -> None:
         """What a produce needs beyond Write on the topic: Create (on the cluster or the
         topic) when it would auto-create the topic, as Kafka's auto-creation requires;
-        IdempotentWrite on the cluster for an idempotent batch. True when that is all
-        settled by the path (the topic exists, no producer in the query)."""
+        IdempotentWrite on the cluster for an idempotent batch; Write on the producer's
+        transactional id for a transactional one. The producer is parsed once, here, and
+        left in the request's state for the route (:func:`~laketail.api.deps.producer_of`)."""
         authorizer = self.authorizer
-        broker = self.fastapi_app.state.broker
-        repeatable = True
-        if broker.would_auto_create(topic):
-            repeatable = False
+        if self.fastapi_app.state.broker.would_auto_create(topic):
             check_auto_create(authorizer, principal, host, topic)
-        query = scope["query_string"]
-        if b"producer_id=" in query:
-            repeatable = False
-            if b"transactional=true" not in query.lower():
-                authorizer.check(principal, host, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)
-            else:
-                self._authorize_transactional(query, principal, host)
-        return repeatable
+        producer = producer_params(scope["query_string"])  # INVALID_REQUEST for an ambiguous spelling
+        scope["state"][PRODUCER_STATE_KEY] = producer
+        if producer is None:
+            return
+        if producer.transactional:
+            self._authorize_transactional(producer.producer_id, principal, host)
+        else:
+            authorizer.check(principal, host, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)
 
-    def _authorize_transactional(self, query: bytes, principal: KafkaPrincipal, host: str) -> None:
+    def _authorize_transactional(self, producer_id: int, principal: KafkaPrincipal, host: str) -> None:
         """A transactional batch adds its partition to the producer's transaction, so it needs
         Write on that transactional id, as Kafka's transactional produce does. A producer id the
         coordinator here does not know passes: this broker proxies the request to the
         controller, which checks it again, and the coordinator refuses an unknown producer id."""
-        raw = parse_qs(query.decode("latin-1")).get("producer_id", [""])[-1]
-        if not raw.isdigit():
-            return  # the route answers INVALID_REQUEST
-        tid = self.fastapi_app.state.broker.transactions.transactional_id_of(int(raw))
+        tid = self.fastapi_app.state.broker.transactions.transactional_id_of(producer_id)
         if tid is not None:
             name = resource_name(Need(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, "tid"), {"tid": tid})
             self.authorizer.check(principal, host, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, name)

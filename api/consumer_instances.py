@@ -36,11 +36,17 @@ offset, else per ``auto.offset.reset``: ``earliest`` (log start offset), ``lates
 retention, or a seek past the end) is reset the same way.
 
 Time: idle expiry and the auto commit interval use the broker's clock (``now``);
-long-poll deadlines use the event loop's own clock, and a poll waits at most the
-broker's ``fetch.max.wait.ms``. Thread-safety: event loop thread only; an asyncio lock
-per instance serialises changes of positions (one fetch round, one commit, one seek,
-close) but is never held while a poll waits for records, so no operation waits behind
-a long poll; membership changes land between awaits.
+long-poll deadlines use the event loop's own clock, and a poll waits at most its
+``timeout``, the instance's ``consumer.request.timeout.ms`` and ``LONG_POLL_MAX_MS``.
+
+A position moves only past records a poll returns (and control records), never past a
+record the instance's format cannot decode: the poll stops there, as Kafka's consumer
+does, so a commit of the positions covers only records returned.
+
+Thread-safety: event loop thread only; an asyncio lock per instance serialises changes
+of positions (one fetch round, one commit, one seek, close) but is never held while a
+poll waits for records, so no operation waits behind a long poll; membership changes
+land between awaits.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -71,6 +77,7 @@ from laketail.errors import (
     NoOffsetForPartition,
     OffsetOutOfRange,
     RebalanceInProgress,
+    RecordDeserializationError,
     UnknownMemberId,
     UnknownTopicOrPartition,
 )
@@ -78,6 +85,7 @@ from laketail.topic_pattern import TopicPattern
 
 if TYPE_CHECKING:
     from laketail.broker import Broker
+    from laketail.security.principal import KafkaPrincipal
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +97,13 @@ MAX_POLL_RECORDS = 500
 STRATEGIES = ("range", "cooperative-sticky")
 #: Confluent's ``consumer.request.max.bytes``: the most one records response carries.
 MAX_RESPONSE_BYTES = 67_108_864
+#: The longest a records request waits, whatever its ``timeout`` and the instance's
+#: ``consumer.request.timeout.ms`` say: the ``request.timeout.ms`` (30 s) Confluent's
+#: proxy gives its consumers (kafka-rest ``KafkaConsumerManager``).
+LONG_POLL_MAX_MS = 30_000
+#: Turns one partition's fetched rows into response pieces; raises
+#: RECORD_DESERIALIZATION_ERROR (with the record's offset) for a record it cannot return.
+Encoder = Callable[[str, pa.Table], Any]
 #: How often the background task heartbeats and expires idle instances.
 TICK_S = 0.1
 #: The longest one wait for new records lasts before membership is looked at again.
@@ -96,6 +111,10 @@ WAIT_SLICE_S = 0.25
 #: How often a read_committed instance looks again at a partition an open
 #: transaction holds back.
 STALLED_POLL_S = 0.05
+
+
+def _rows_as_they_are(topic: str, rows: pa.Table) -> pa.Table:
+    return rows
 
 
 def _payload_bytes(records: pa.Table) -> int:
@@ -124,6 +143,11 @@ class ConsumerInstance:
         self.client_id = instance_id
         self.client_host = client_host
         self.config = config
+        #: Who created it (set by the route); only this principal may use it.
+        self.owner: KafkaPrincipal | None = None
+        #: Whether the owner may Describe a topic (set by the route with authorization on):
+        #: a pattern matches only those, as Kafka's metadata answer lists only those.
+        self.may_describe: Callable[[str], bool] | None = None
         now = self._broker.clock.monotonic()
         self.last_used = now
         self.closed = False
@@ -194,7 +218,9 @@ class ConsumerInstance:
 
     def _matching_topics(self) -> list[str]:
         assert self._pattern is not None
-        return [t for t in self._broker.list_topics(include_internal=False) if self._pattern.fullmatch(t)]
+        visible = self.may_describe
+        return [t for t in self._broker.list_topics(include_internal=False)
+                if self._pattern.fullmatch(t) and (visible is None or visible(t))]
 
     async def unsubscribe(self) -> None:
         """Leave the group (committing first with auto commit) and drop every partition."""
@@ -380,31 +406,41 @@ class ConsumerInstance:
 
     # -- reading ---------------------------------------------------------------------------
 
-    async def records(self, timeout_ms: int | None = None, max_bytes: int | None = None) -> list[tuple[str, pa.Table]]:
+    async def records(self, timeout_ms: int | None = None, max_bytes: int | None = None, *,
+                      encode: Encoder | None = None) -> list[tuple[str, Any]]:
         """Kafka's ``poll``: records of the assigned partitions, round-robin, as
-        ``[(topic, rows of one partition)]`` in ``RECORD_SCHEMA`` (no control rows).
+        ``[(topic, encode(topic, rows of one partition))]`` (no control rows; without
+        ``encode``, the rows in ``RECORD_SCHEMA``).
 
         Answers once at least ``fetch.min.bytes`` key+value bytes (any record, by
-        default) are there, once ``max_bytes`` is reached, or at the timeout
-        (``consumer.request.timeout.ms`` unless given, capped at the broker's
-        ``fetch.max.wait.ms``) with what it has; at once with what it has when the
-        instance is destroyed meanwhile. The instance's lock is held for one fetch
-        round at a time, never while waiting, so commit, seek and DELETE never wait
-        behind a long poll.
+        default) are there, once ``max_bytes`` is reached, or at the timeout with what
+        it has; at once with what it has when the instance is destroyed meanwhile. The
+        timeout is Confluent's: ``timeout`` when given, at most the instance's
+        ``consumer.request.timeout.ms`` (its default), and never past
+        :data:`LONG_POLL_MAX_MS`. The instance's lock is held for one fetch round at a
+        time, never while waiting, so commit, seek and DELETE never wait behind a long
+        poll.
+
+        Never past a record it cannot return (Kafka's consumer stays on a record it
+        cannot deserialize): ``encode`` raises RECORD_DESERIALIZATION_ERROR for such a
+        record; the partition's position stays on it and the records before it, and
+        those of the other partitions, are returned. A poll that has nothing else to
+        return raises the error, and moves no position.
         """
         self.touch()
         if not self.subscribed and not self._manual:
             raise IllegalConsumerState("Consumer is not subscribed to any topics or assigned any partitions")
         loop = asyncio.get_running_loop()
-        requested = self.config.request_timeout_ms if timeout_ms is None or timeout_ms < 0 else timeout_ms
-        wait_s = min(requested, self._broker.settings.fetch_max_wait_ms) / 1000.0
-        deadline = loop.time() + wait_s
+        instance_ms = self.config.request_timeout_ms
+        requested = instance_ms if timeout_ms is None or timeout_ms <= 0 else min(timeout_ms, instance_ms)
+        deadline = loop.time() + min(requested, LONG_POLL_MAX_MS) / 1000.0
         limit = min(max_bytes, MAX_RESPONSE_BYTES) if max_bytes and max_bytes > 0 else MAX_RESPONSE_BYTES
         async with self._lock:
             await self._maybe_auto_commit()
         self._ensure_membership()
-        out: list[tuple[str, pa.Table]] = []
+        out: list[tuple[str, Any]] = []
         size = 0
+        failed: RecordDeserializationError | None = None
         while not self.closed:
             join = self._join_task
             if join is not None:  # poll completes a rebalance before fetching
@@ -412,25 +448,33 @@ class ConsumerInstance:
             async with self._lock:  # one round at a time; never held across a wait
                 if self.closed:
                     break
-                got, nbytes = await self._fetch_round(limit - size)
+                got, nbytes, error = await self._fetch_round(limit - size, encode or _rows_as_they_are)
             out.extend(got)
             size += nbytes
+            failed = failed or error
             remaining = deadline - loop.time()
-            if (out and size >= self.config.fetch_min_bytes) or size >= limit or remaining <= 0:
+            if failed is not None or (out and size >= self.config.fetch_min_bytes) or size >= limit or remaining <= 0:
                 break
             await self._wait_for_records(min(remaining, WAIT_SLICE_S))
         self.touch()
+        if failed is not None and not out:
+            raise failed
         return out
 
-    async def _fetch_round(self, budget: int) -> tuple[list[tuple[str, pa.Table]], int]:
-        """One pass over the assigned partitions, starting one further each time."""
+    async def _fetch_round(self, budget: int, encode: Encoder
+                           ) -> tuple[list[tuple[str, Any]], int, RecordDeserializationError | None]:
+        """One pass over the assigned partitions, starting one further each time. A
+        partition's position moves past what is returned (and the control records
+        skipped), never past a record ``encode`` refused: that error comes back."""
         order = list(self.assignment)
         if not order or budget <= 0:
-            return [], 0
+            return [], 0, None
         start = self._cursor % len(order)
         self._cursor = start + 1
         order = order[start:] + order[:start]
-        out, size = [], 0
+        out: list[tuple[str, Any]] = []
+        size = 0
+        failed: RecordDeserializationError | None = None
         for tp in order:
             if size >= budget:
                 break
@@ -450,12 +494,25 @@ class ConsumerInstance:
                 continue  # deleted since it was assigned
             if tp not in self._assigned or self._positions.get(tp) != position:
                 continue  # revoked or sought while the fetch ran: drop what came
-            self._positions[tp] = result.next_offset
             rows = data_rows(result.records)
+            next_offset = result.next_offset
+            parts: Any = None
+            refused: RecordDeserializationError | None = None
+            while rows.num_rows:  # the key of one record may fail after the value of an earlier one
+                try:
+                    parts = encode(tp[0], rows)
+                    break
+                except RecordDeserializationError as exc:
+                    refused = exc
+                    rows = rows.filter(pc.less(rows.column("offset"), exc.offset))
+            if refused is not None:
+                next_offset = refused.offset  # stay on the first record that cannot be returned
+                failed = failed or refused
+            self._positions[tp] = next_offset
             if rows.num_rows:
-                out.append((tp[0], rows))
+                out.append((tp[0], parts))
                 size += _payload_bytes(rows)
-        return out, size
+        return out, size, failed
 
     async def _wait_for_records(self, wait_s: float) -> None:
         """Until a partition at its end gets a record, or ``wait_s`` (no busy loop).

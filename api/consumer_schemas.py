@@ -103,7 +103,8 @@ COMMITTED_OPENAPI = _body(_PARTITIONS)
 #: ``GET .../records``: its query parameters (read by the route itself).
 RECORDS_OPENAPI = {"parameters": [
     {"name": "timeout", "in": "query", "required": False, "schema": {"type": "integer"},
-     "description": "ms to wait for records (default: the instance's consumer.request.timeout.ms)"},
+     "description": "ms to wait for records, at most the instance's consumer.request.timeout.ms (the "
+                    "default) and 30 s"},
     {"name": "max_bytes", "in": "query", "required": False, "schema": {"type": "integer"},
      "description": "stop adding records past this many bytes"},
 ]}

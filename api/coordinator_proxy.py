@@ -12,9 +12,15 @@ Coordinator requests: the group protocol and commits (``/v1/groups``), transacti
 producer ids and Spark sink batches (``/v1/transactions``, ``/v1/producers``,
 ``/v1/sinks``), v2 consumer instances (``/consumers``), v3 consumer groups and lag, and
 the console's groups and transactions (``/v1/console/groups``, ``/v1/console/transactions``),
-idempotent or transactional produce (a ``producer_id`` in the query), whose epochs the
+idempotent or transactional produce (a producer in the query, parsed as the route parses
+it), whose epochs the
 transaction coordinator checks. Everything else is answered locally. A pure ASGI
 middleware, so the hot paths pay one prefix check.
+
+On the controller (or a lone broker) the coordinators answer only once they have loaded
+their internal partitions to the high watermark: until then every coordinator request is
+answered 503 COORDINATOR_LOAD_IN_PROGRESS, and on a broker that no longer runs them
+NOT_COORDINATOR (:meth:`laketail.broker.Broker.check_coordinating`); clients retry.
 
 The proxied request goes to the controller's inter-broker listener with the cluster
 secret (the node's HTTP client sends it) and names the client it speaks for
@@ -29,7 +35,7 @@ import logging
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from laketail.errors import NotController
+from laketail.errors import LaketailError, NotController
 from laketail.security.peers import peer_headers
 
 log = logging.getLogger(__name__)
@@ -46,7 +52,20 @@ def is_coordinator_request(path: str, query: bytes) -> bool:
         return True
     if path.startswith("/v3/clusters/") and "/consumer-groups" in path:
         return True
-    return b"producer_id=" in query
+    return _names_producer(query)
+
+
+def _names_producer(query: bytes) -> bool:
+    """An idempotent or transactional produce, read as the route and authorization read it
+    (:func:`laketail.api.deps.producer_params`: ``producer%5Fid`` is ``producer_id``); a
+    spelling they refuse is answered here (INVALID_REQUEST), not proxied."""
+    from laketail.api.deps import producer_params
+    from laketail.errors import InvalidRequest
+
+    try:
+        return producer_params(query) is not None
+    except InvalidRequest:
+        return False
 
 
 class CoordinatorProxy:
@@ -55,7 +74,22 @@ class CoordinatorProxy:
         self.broker = broker
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self._elsewhere(scope):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if not self._elsewhere():  # the coordinators run here: they answer once loaded
+            if self.broker.coordinators_loaded or not is_coordinator_request(scope["path"], scope["query_string"]):
+                await self.app(scope, receive, send)
+                return
+            try:
+                self.broker.check_coordinating()
+            except LaketailError as exc:
+                await _answer(send, exc.http_status, [(b"content-type", b"application/json")],
+                              json.dumps(exc.to_body()).encode())
+                return
+            await self.app(scope, receive, send)
+            return
+        if not is_coordinator_request(scope["path"], scope["query_string"]):
             await self.app(scope, receive, send)
             return
         body = b""
@@ -81,12 +115,15 @@ class CoordinatorProxy:
             out_headers = [
                 (k.encode(), v.encode()) for k, v in resp.headers.items() if k.lower() not in _HOP_BY_HOP
             ]
-        out_headers.append((b"content-length", str(len(content)).encode()))
-        await send({"type": "http.response.start", "status": status, "headers": out_headers})
-        await send({"type": "http.response.body", "body": content})
+        await _answer(send, status, out_headers, content)
 
-    def _elsewhere(self, scope: Scope) -> bool:
+    def _elsewhere(self) -> bool:
+        """Whether the coordinators run on another broker (the controller)."""
         node = self.broker.cluster
-        if node.is_controller or len(node.image.brokers) <= 1:
-            return False
-        return is_coordinator_request(scope["path"], scope["query_string"])
+        return not (node.is_controller or len(node.image.brokers) <= 1)
+
+
+async def _answer(send: Send, status: int, headers: list[tuple[bytes, bytes]], content: bytes) -> None:
+    headers = headers + [(b"content-length", str(len(content)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": content})

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import TYPE_CHECKING, Annotated, Any, Mapping
+from urllib.parse import parse_qsl
 
 import orjson
 import pyarrow as pa
@@ -177,14 +178,44 @@ _PRODUCER_KEYS = ("producer_id", "producer_epoch", "sequence")
 _PRODUCER_BOUNDS = {"producer_id": INT64_MAX, "producer_epoch": INT16_MAX, "sequence": INT32_MAX}
 
 
+#: Where :class:`laketail.api.authz.Authorization` leaves the producer it decided on, so the
+#: route executes the very batch that was authorized (``scope["state"]``).
+PRODUCER_STATE_KEY = "laketail.producer"
+_PRODUCER_NAMES = (*_PRODUCER_KEYS, "transactional")
+
+
 def producer_of(request: Request) -> ProducerBatch | None:
-    """The producer a batch comes from (``producer_id``, ``producer_epoch``, ``sequence``,
-    ``transactional``), or ``None`` for a plain produce. The three numbers come
-    together, each a non-negative integer in its Kafka type's range."""
-    query = request.scope["query_string"]
-    if b"producer_" not in query and b"sequence" not in query and b"transactional" not in query:
+    """The producer a batch comes from, as authorization decided it (the same parse,
+    :func:`producer_params`, done once per request)."""
+    state = request.scope.get("state")
+    if state is not None and PRODUCER_STATE_KEY in state:
+        return state[PRODUCER_STATE_KEY]
+    return producer_params(request.scope["query_string"])
+
+
+def producer_params(query: bytes) -> ProducerBatch | None:
+    """The producer a produce's query names (``producer_id``, ``producer_epoch``,
+    ``sequence``, ``transactional``), or ``None`` for a plain produce. The three numbers
+    come together, each a non-negative integer in its Kafka type's range.
+
+    The names are read decoded (``producer%5Fid`` is ``producer_id``). A spelling that
+    could be read two ways is INVALID_REQUEST: one of these names given twice (however
+    escaped), or in another case (``Producer_ID``: a lenient reader would take it, this
+    one would not)."""
+    lowered = query.lower()
+    if b"%" not in lowered and b"producer" not in lowered and b"sequence" not in lowered \
+            and b"transactional" not in lowered:
         return None  # the common case skips parsing the query string
-    params = request.query_params
+    params: dict[str, str] = {}
+    for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+        canonical = name.lower()
+        if canonical not in _PRODUCER_NAMES:
+            continue
+        if name != canonical:
+            raise InvalidRequest(f"query parameter {name!r} is spelled {canonical!r}")
+        if name in params:
+            raise InvalidRequest(f"query parameter {name} is given more than once")
+        params[name] = value
     raw_txn = params.get("transactional", "false")
     if raw_txn.lower() not in ("true", "false"):
         raise InvalidRequest(f"query parameter transactional must be true or false, got {raw_txn!r}")
@@ -408,11 +439,14 @@ def record_error(topic: str, partitions: int, max_message_bytes: int,
 
 
 async def produce(request: Request, topic: str, records: Records | pa.RecordBatch | pa.Table,
-                  acks: Acks, producer: ProducerBatch | None = None) -> "ProduceResult | None":
+                  acks: Acks, producer: ProducerBatch | None = None, *,
+                  per_record_errors: bool = False) -> "ProduceResult | None":
     """Append ``records`` to ``topic``; ``None`` for acks=0 (the append continues alone).
 
     With ``producer`` the batch is idempotent (or transactional): a retry gets its
-    original offsets back, which acks=0 could never tell, so acks=0 is refused."""
+    original offsets back, which acks=0 could never tell, so acks=0 is refused.
+    ``per_record_errors``: for an answer that says per record what was written (see
+    :meth:`laketail.produce_path.ProducePath.produce`)."""
     broker = broker_of(request)
     if not len(records):
         raise InvalidRequest("a produce request needs at least one record")
@@ -425,7 +459,7 @@ async def produce(request: Request, topic: str, records: Records | pa.RecordBatc
         # Validation happens now (a bad request still gets its 4xx); the append goes on alone.
         spawn(request.app, broker.produce_nowait(topic, batch), f"acks=0 produce to {topic}")
         return None
-    return await broker.produce(topic, batch, acks=acks)
+    return await broker.produce(topic, batch, acks=acks, per_record_errors=per_record_errors)
 
 
 def spawn(app: Any, work: Any, what: str) -> asyncio.Task:

@@ -9,11 +9,14 @@ response its *embedded format*. laketail speaks:
 * v3 ``{"type": "BINARY" | "JSON" | "STRING", "data": ...}``: base64, JSON, UTF-8 text.
   No ``type`` means ``BINARY``, as in Confluent's v3 produce.
 
-v2 content types follow Confluent's negotiation rule: the recommended type names the
-embedded format; the less specific ``application/vnd.kafka.v2+json``,
+v2 content types follow Confluent's grammar and negotiation rule:
+``application/vnd.kafka[.embedded_format][.api_version]+json`` (api_version v1 or v2,
+or none); the less specific ``application/vnd.kafka.v2+json``,
 ``application/vnd.kafka+json``, ``application/json`` and ``application/octet-stream``
 are accepted, and whenever the embedded format is omitted it is ``binary``. Avro,
-Protobuf and JSON Schema need a schema registry and are refused with 415.
+Protobuf and JSON Schema need a schema registry and are refused with 415, as is any
+other ``application/vnd.kafka`` type. The v2 GET routes answer an Accept that allows
+no JSON answer with 406 (:func:`check_accept`).
 
 Header values are always base64 (v3's rule, and laketail's for fetch responses).
 
@@ -32,6 +35,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pybase64
+from starlette.requests import Request
 
 from laketail.bounds import timestamp_ms
 from laketail.errors import InvalidRecord, NotAcceptable, UnsupportedMediaType
@@ -56,37 +60,79 @@ def _media_type(header: str | None) -> str:
     return (header or "").split(";", 1)[0].strip().lower()
 
 
-def format_of(media_type: str) -> EmbeddedFormat | None:
-    """The embedded format a v2 media type names, ``None`` if it names none.
+#: Confluent's content type grammar, ``application/vnd.kafka[.embedded_format]
+#: [.api_version]+json`` (its API reference, "Content Types"): the serialization format
+#: is json; the API versions Confluent's proxy has served are v1 and v2; omitting the
+#: version means the latest. Anything else under ``application/vnd.kafka`` is no v2
+#: type (``application/vnd.kafka.binary.v1+foo``, ``...avro.v0+json``, ``...json+avro``).
+_KAFKA_TYPE = re.compile(
+    r"application/vnd\.kafka(?:\.(binary|json|avro|protobuf|jsonschema))?(?:\.(v1|v2))?\+json"
+)
+_GENERIC_REQUEST = ("", V2_JSON, "application/vnd.kafka+json", "application/json", "application/octet-stream")
+_GENERIC_ACCEPT = ("*/*", "application/*", "*/json", "application/json")
 
-    ``application/vnd.kafka.<fmt>.v2+json`` -> ``fmt``. Raises UnsupportedMediaType
-    for schema-registry formats.
+
+def format_of(media_type: str) -> EmbeddedFormat | None:
+    """The embedded format a Kafka media type names, ``None`` if it names none.
+
+    ``application/vnd.kafka.<fmt>[.v1|.v2]+json`` -> ``fmt``. Raises UnsupportedMediaType
+    for schema-registry formats and for a ``application/vnd.kafka...`` type outside the
+    grammar (:data:`_KAFKA_TYPE`).
     """
-    if not media_type.startswith("application/vnd.kafka."):
+    if not media_type.startswith("application/vnd.kafka"):
         return None
-    middle = media_type[len("application/vnd.kafka.") :]
-    fmt = middle.split(".", 1)[0] if "." in middle else None
-    if fmt in ("binary", "json"):
-        return fmt  # type: ignore[return-value]
+    match = _KAFKA_TYPE.fullmatch(media_type)
+    if match is None:
+        raise UnsupportedMediaType(
+            f"'{media_type}' is not a Kafka REST content type: application/vnd.kafka"
+            "[.binary|.json][.v2]+json"
+        )
+    fmt = match.group(1)
     if fmt in _SCHEMA_FORMATS:
         raise UnsupportedMediaType(
             f"embedded format '{fmt}' needs a schema registry; laketail takes binary or json"
         )
-    return None
+    return fmt  # type: ignore[return-value]
 
 
 def request_format(content_type: str | None) -> EmbeddedFormat:
-    """The embedded format of a v2 produce body from its Content-Type (binary if omitted)."""
+    """The embedded format of a v2 produce body from its Content-Type. Whenever the type
+    names no embedded format (``application/json``, ``application/vnd.kafka.v2+json``,
+    ``application/octet-stream``, none) it is ``binary``, as Confluent's API reference
+    says ("if the embedded format is omitted, binary is assumed")."""
     media = _media_type(content_type)
     fmt = format_of(media)
     if fmt is not None:
         return fmt
-    if media in ("", V2_JSON, "application/vnd.kafka+json", "application/json",
-                 "application/octet-stream"):
+    if media in _GENERIC_REQUEST or _KAFKA_TYPE.fullmatch(media):
         return "binary"
     raise UnsupportedMediaType(
         f"content type '{media}' is not a v2 produce type; use {V2_BINARY} or {V2_EMBEDDED_JSON}"
     )
+
+
+def acceptable(media: str) -> bool:
+    """Whether one Accept entry allows a v2 JSON answer: ``*/*``, ``application/*``,
+    ``*/json``, ``application/json`` or a Kafka type of the grammar (the peer suite's
+    valid and invalid Accept values: ``application/octet-stream``, ``foo/*``,
+    ``bar/json``, ``*/baz``, ``application/vnd.kafka+foo`` are refused)."""
+    return media in _GENERIC_ACCEPT or _KAFKA_TYPE.fullmatch(media) is not None
+
+
+def check_accept(accept: str | None) -> None:
+    """NOT_ACCEPTABLE (406) unless some Accept entry allows a v2 JSON answer, as Confluent's
+    proxy (Jersey) refuses an Accept none of a resource's ``@Produces`` types match."""
+    if not accept or not accept.strip():
+        return
+    if any(acceptable(_media_type(part)) for part in accept.split(",")):
+        return
+    raise NotAcceptable(f"cannot answer in '{accept}'; accept {V2_JSON} or application/json")
+
+
+def v2_accept(request: Request) -> None:
+    """Router dependency of the v2 routes: :func:`check_accept` on every GET."""
+    if request.method == "GET":
+        check_accept(request.headers.get("accept"))
 
 
 def response_format(accept: str | None) -> EmbeddedFormat:
@@ -106,8 +152,7 @@ def response_format(accept: str | None) -> EmbeddedFormat:
             continue
         if fmt is not None:
             return fmt
-        if media in ("*/*", "application/*", V2_JSON, "application/vnd.kafka+json",
-                     "application/json"):
+        if acceptable(media):
             generic = True
     if generic:
         return "binary"
@@ -301,16 +346,18 @@ def b64encode(data: bytes | None) -> str | None:
     return _b2a(data, newline=False).decode("ascii")
 
 
+class NotJson(ValueError):
+    """Stored bytes that are not JSON (the caller names the record)."""
+
+
 def encode_json(data: bytes | None, offset: int) -> Any:
-    """Bytes stored from JSON back to a JSON value (NOT_ACCEPTABLE when they are not JSON)."""
+    """Bytes stored from JSON back to a JSON value (:class:`NotJson` when they are not)."""
     if data is None:
         return None
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise NotAcceptable(
-            f"record at offset {offset} is not JSON; fetch it with {V2_BINARY}"
-        ) from exc
+        raise NotJson(f"record at offset {offset} is not JSON") from exc
 
 
 def iso_ms(timestamp_ms: int) -> str:

@@ -7,7 +7,8 @@ What is not a laketail error yet is translated here, once:
 
 * FastAPI request validation (bad query parameter, broken or incomplete admin body)
   -> INVALID_REQUEST 400/40002;
-* Starlette's own HTTP errors (no such route 404, wrong method 405) -> Jersey's answer
+* Starlette's own HTTP errors (no such route 404, wrong method 405), and a path
+  parameter the route cannot take (``/partitions/foo``: 404) -> Jersey's answer
   in Confluent's REST Proxy: ``{"error_code": 404, "message": "HTTP 404 Not Found"}``;
   but the 400 FastAPI raises when it cannot read a model's body is answered by what
   caused it: a laketail error as itself, a ``RecursionError`` (JSON nested deeper than
@@ -73,6 +74,14 @@ async def _on_laketail_error(request: Request, exc: Exception) -> Response:
 
 async def _on_validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    if errors and all(e.get("loc", ("",))[0] == "path" for e in errors):
+        # a path segment that is not what the route takes (``/partitions/foo``): the route
+        # does not match, as in Confluent's proxy (Jersey answers an unconvertible
+        # @PathParam with 404)
+        err = _HttpError(404, "Not Found")
+        _count(request, err)
+        return error_response(err)
     return await _on_laketail_error(request, InvalidRequest(describe_validation(exc)))
 
 

@@ -41,8 +41,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from laketail.api.encoding import V2_BINARY, EmbeddedFormat, b64encode, encode_json
-from laketail.errors import NotAcceptable
+from laketail.api.encoding import V2_BINARY, EmbeddedFormat, NotJson, b64encode, encode_json
+from laketail.errors import RecordDeserializationError
 from laketail.storage.block_cache import BLOCKS
 
 _BODY_CACHE = "v2 binary rows"  # first item of this module's keys in BLOCKS
@@ -113,8 +113,8 @@ def _cached_rows(topic_json: bytes, batch: pa.RecordBatch) -> list:
 
 def json_rows(topic: str, table: pa.Table) -> list | None:
     """The rows in the json embedded format (each stored key and value parsed and
-    written back by orjson: NOT_ACCEPTABLE when one is not JSON), a row at a time;
-    ``None`` when a record has headers."""
+    written back by orjson: RECORD_DESERIALIZATION_ERROR naming the first record whose
+    key or value is not JSON), a row at a time; ``None`` when a record has headers."""
     if table.num_rows == 0:
         return []
     if _has_headers(table):
@@ -123,13 +123,14 @@ def json_rows(topic: str, table: pa.Table) -> list | None:
     partition = table.column("partition")[0].as_py()
     offsets = table.column("offset").to_pylist()
     stamps = _millis(table.column("timestamp").to_numpy()).tolist()
-    keys = _json_texts(table.column("key"), offsets)
-    values = _json_texts(table.column("value"), offsets)
+    keys = _json_texts(table.column("key"), offsets, topic, partition, "key")
+    values = _json_texts(table.column("value"), offsets, topic, partition, "value")
     return [b"".join([_TEMPLATE % (topic_json, k, v, partition, o, ts)
                       for k, v, o, ts in zip(keys, values, offsets, stamps)])]
 
 
-def _json_texts(column: pa.ChunkedArray, offsets: list[int]) -> list[bytes]:
+def _json_texts(column: pa.ChunkedArray, offsets: list[int], topic: str, partition: int,
+                field: str) -> list[bytes]:
     if column.null_count == len(column):
         return [b"null"] * len(column)
     out = []
@@ -140,8 +141,17 @@ def _json_texts(column: pa.ChunkedArray, offsets: list[int]) -> list[bytes]:
         try:
             out.append(orjson.dumps(orjson.loads(data)))
         except orjson.JSONDecodeError as exc:
-            raise NotAcceptable(f"record at offset {offset} is not JSON; fetch it with {V2_BINARY}") from exc
+            raise not_json(topic, partition, offset, field) from exc
     return out
+
+
+def not_json(topic: str, partition: int, offset: int, field: str) -> RecordDeserializationError:
+    """The error for a stored key or value a json consumer cannot return."""
+    return RecordDeserializationError(
+        f"the {field} of the record at offset {offset} of {topic}-{partition} is not JSON; a json "
+        f"consumer stays on it: seek past it (positions), or read it with {V2_BINARY}",
+        topic=topic, partition=partition, offset=offset, field=field,
+    )
 
 
 def _has_headers(table: pa.Table) -> bool:
@@ -189,10 +199,17 @@ def _b64_column(values: list | None, n: int) -> list:
     return [None if v is None else _b2a(v, newline=False).decode("ascii") for v in values]
 
 
-def _json_column(values: list | None, n: int, offsets: list[int]) -> list:
+def _json_column(values: list | None, n: int, offsets: list[int], topic: str, partition: int,
+                 field: str) -> list:
     if values is None:
         return [None] * n
-    return [encode_json(v, o) for v, o in zip(values, offsets)]
+    out = []
+    for v, o in zip(values, offsets):
+        try:
+            out.append(encode_json(v, o))
+        except NotJson as exc:
+            raise not_json(topic, partition, o, field) from exc
+    return out
 
 
 def encode_records(topic: str, table: pa.Table, embedded: EmbeddedFormat) -> tuple[list[dict], int]:
@@ -213,7 +230,8 @@ def encode_records(topic: str, table: pa.Table, embedded: EmbeddedFormat) -> tup
     if embedded == "binary":
         key_out, value_out = _b64_column(keys, n), _b64_column(values, n)
     else:
-        key_out, value_out = _json_column(keys, n, offsets), _json_column(values, n, offsets)
+        key_out = _json_column(keys, n, offsets, topic, partition, "key")
+        value_out = _json_column(values, n, offsets, topic, partition, "value")
     headers = _column(table, "headers")
     header_out = [[]] * n if headers is None else [
         [{"key": h["key"], "value": b64encode(h["value"])} for h in hs] if hs else [] for hs in headers

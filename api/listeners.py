@@ -25,7 +25,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from laketail.api.authentication import Authenticate
-from laketail.api.connections import guarded_protocol
+from laketail.api.connections import ConnectionQuota, guarded_protocol
 from laketail.config import BrokerSettings
 from laketail.errors import InvalidConfig
 from laketail.request_processes import ConnectionBoard, shared_socket
@@ -83,12 +83,15 @@ def wrap(app: ASGIApp, settings: BrokerSettings, plan: ListenerPlan) -> list[tup
     if settings.ssl_client_auth not in CLIENT_AUTH:
         raise InvalidConfig(f"ssl.client.auth={settings.ssl_client_auth!r}: none, requested or required")
     authenticator = Authenticator(settings)
-    return [(lst, Authenticate(app, lst, authenticator, settings.inter_broker_secret)) for lst in plan.listeners]
+    delay_s = settings.connection_failed_authentication_delay_ms / 1000.0
+    return [(lst, Authenticate(app, lst, authenticator, settings.inter_broker_secret, failed_delay_s=delay_s))
+            for lst in plan.listeners]
 
 
 def listener_servers(app: ASGIApp, settings: BrokerSettings, *, log_level: str = "info") -> list[ListenerServer]:
     plan = listener_plan(settings)
     board = ConnectionBoard.of(settings)  # request processes: one per process, for its client listeners
+    quota = ConnectionQuota.from_settings(settings)  # max.connections.per.ip over all the listeners
     servers = []
     for i, (lst, served) in enumerate(wrap(app, settings, plan)):
         tls: dict[str, Any] = {}
@@ -108,7 +111,7 @@ def listener_servers(app: ASGIApp, settings: BrokerSettings, *, log_level: str =
             proxy_headers=False,  # uvicorn would take X-Forwarded-For/-Proto from 127.0.0.1: a local
             # process could name another host and escape a host ACL (peers speak for clients with the secret)
             lifespan="on" if i == 0 else "off",
-            http=guarded_protocol(settings, None if lst.inter_broker else board),  # read deadlines,
+            http=guarded_protocol(settings, None if lst.inter_broker else board, quota),  # read deadlines,
             # max.connections, client certificates, connections spread evenly over request processes
             timeout_keep_alive=settings.connections_max_idle_ms / 1000,
             **tls,

@@ -16,15 +16,22 @@ the query's progress events):
 * state: the latest committed offset per group, topic and partition, a streaming
   aggregation (``max_by`` over the offsets topic's positions) kept in the checkpoint's
   state store, emitted whole (``complete``) to every micro-batch;
-* each micro-batch (``foreachBatch``) adds the partitions' log end offsets (the
-  gateway's ``/v1/topics/{t}/table``) and the first unconsumed record's timestamp, and
+* each micro-batch (``foreachBatch``) adds the partitions the groups' members hold
+  without having committed there (``/v1/groups/{g}``), the partitions' log end offsets
+  (the gateway's ``/v1/topics/{t}/table``) and the first unconsumed record's timestamp, and
   appends one row per group, topic and partition to ``<ROOT>/_system/consumer_lag`` --
   exactly once: the commit carries the Delta transaction ``laketail.lag.<query>`` at
   version ``batch_id``, and a batch Spark runs again after a crash finds it there and
   writes nothing.
 
 Without ``--streaming`` one measurement is taken through the gateway's v3 lag endpoint
-(no SparkSession) and appended, for cron and Airflow. Rows follow
+(no SparkSession) and appended, for cron and Airflow.
+
+Both modes have one set of rows, ``kafka-consumer-groups --describe``'s: a row per
+partition the group has committed or one of its members is assigned. A partition
+assigned but never committed has ``current_offset`` -1 (describe's ``-``) and its lag
+counted from the log start offset (what the member reads first with
+``auto.offset.reset=earliest``), as :func:`laketail.coordinator.lag.group_lags` counts it. Rows follow
 :data:`laketail.maintenance.lag.LAG_SCHEMA`; ``SELECT`` over the table charts any
 group's lag over time.
 """
@@ -37,6 +44,7 @@ import os
 import sys
 import time
 from typing import Any, Sequence
+from urllib.parse import quote
 
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
@@ -94,15 +102,46 @@ def written_batch(table_uri: str, app_id: str) -> int:
     return -1 if version is None else int(version)
 
 
-def lag_of(committed: dict[tuple[str, str, int], int], gateway: Any, now_ms: int, batch_id: int) -> list[dict]:
-    """Lag rows for committed offsets: log end offsets and the first unconsumed
-    record's timestamp from the gateway (as :mod:`laketail.coordinator.lag` computes
-    them). Partitions of topics that are gone are left out."""
+Owners = dict[tuple[str, str, int], tuple[str, str | None]]  # (group, topic, partition) -> (member, client)
+
+
+def assigned_partitions(gateway: Any, groups: set[str]) -> Owners:
+    """The partitions the members of ``groups`` (empty: every group) hold now, with the
+    member and client holding each (``GET /v1/groups/{g}``). A group gone since it was
+    listed holds nothing."""
     from laketail.errors import LaketailError
 
+    if not groups:
+        groups = {g["group_id"] for g in gateway.get_json("/v1/groups").get("groups", []) if g.get("members")}
+    owners: Owners = {}
+    for group in sorted(groups):
+        try:
+            doc = gateway.get_json(f"/v1/groups/{quote(group, safe='')}")
+        except LaketailError:
+            continue
+        for member in doc.get("members", []):
+            holder = (member["member_id"], member.get("client_id") or None)
+            for tp in member.get("assignment", []):
+                owners[(group, tp["topic"], int(tp["partition"]))] = holder
+    return owners
+
+
+def lag_of(committed: dict[tuple[str, str, int], int], gateway: Any, now_ms: int, batch_id: int,
+           owners: Owners | None = None) -> list[dict]:
+    """Lag rows for committed offsets and for the partitions in ``owners`` (assigned:
+    -1 where nothing is committed, lag counted from the log start): log end offsets and
+    the first unconsumed record's timestamp from the gateway (as
+    :mod:`laketail.coordinator.lag` computes them). Partitions of topics that are gone
+    are left out."""
+    from laketail.errors import LaketailError
+
+    owners = owners or {}
+    wanted = dict(committed)
+    for key in owners:
+        wanted.setdefault(key, -1)
     tables: dict[str, Any] = {}
     rows = []
-    for (group, topic, partition), offset in sorted(committed.items()):
+    for (group, topic, partition), offset in sorted(wanted.items()):
         if topic not in tables:
             try:
                 tables[topic] = gateway.table(topic)
@@ -124,10 +163,11 @@ def lag_of(committed: dict[tuple[str, str, int], int], gateway: Any, now_ms: int
                     time_lag = max(now_ms - ts_ms, 0)
             except LaketailError:
                 pass  # deleted by retention just now: no time lag this round
+        consumer_id, client_id = owners.get((group, topic, partition), (None, None))
         rows.append({
             "time": now_ms * 1000, "group_id": group, "topic": topic, "partition": partition,
             "current_offset": offset, "log_end_offset": offsets.high_watermark, "lag": lag,
-            "time_lag_ms": time_lag, "consumer_id": None, "client_id": None,
+            "time_lag_ms": time_lag, "consumer_id": consumer_id or None, "client_id": client_id,
             "status": lag_status(lag), "batch_id": batch_id,
         })
     return rows
@@ -191,7 +231,7 @@ def run_streaming(args: Any, table_uri: str) -> int:
             for r in latest
             if r.group_id is not None and r.committed is not None and (not groups or r.group_id in groups)
         }
-        rows = lag_of(committed, gateway, plan_time_ms(args), batch_id)
+        rows = lag_of(committed, gateway, plan_time_ms(args), batch_id, assigned_partitions(gateway, groups))
         data = lag_table(rows)
         write_deltalake(
             table_uri, data, mode="append", schema_mode="merge",

@@ -147,11 +147,14 @@ def test_fetch_accept_negotiation(client, topic):
     assert_error(resp, 406, 40601, "INVALID_REQUEST")
 
 
-def test_json_fetch_of_non_json_bytes_is_406(client, topic):
+def test_json_fetch_of_non_json_bytes_is_422_naming_the_record(client, topic):
+    # 422 as the peer proxy's suite expects for a deserialization failure (Karapace
+    # consumer_manager.fetch: unprocessable_entity "value deserialization error")
     produce(client, topic, [b"\xff not json"], partition=1)
     resp = client.get(f"/topics/{topic}/partitions/1/records", params={"offset": 0},
                       headers={"Accept": JSON_V2})
-    assert_error(resp, 406, 40601, "INVALID_REQUEST")
+    assert_error(resp, 422, 42203, "RECORD_DESERIALIZATION_ERROR")
+    assert f"the value of the record at offset 0 of {topic}-1 is not JSON" in resp.json()["message"]
 
 
 def test_fetch_needs_an_offset(client, topic):

@@ -20,9 +20,11 @@ PORT_USERS = ("coordinator", "storage", "cluster")
 FORBIDDEN = "laketail.broker"
 #: Underscored names that are other projects' public spelling: PySpark's handles on its JVM
 #: (the JavaSparkContext, the py4j gateway view and the Java SparkSession, which PySpark's
-#: own docs and every JVM-side extension use). (Upper-case ones, librdkafka's ``KafkaError._TIMED_OUT`` family that the
-#: client mirrors, are constants, not private members: allowed too.)
-PUBLIC_UNDERSCORED = {"_jsc", "_jvm", "_jsparkSession"}
+#: own docs and every JVM-side extension use), and ``os._exit``, the standard library's public
+#: way to end a process without interpreter shutdown (laketail.cli ends commands with it).
+#: (Upper-case ones, librdkafka's ``KafkaError._TIMED_OUT`` family that the client
+#: mirrors, are constants, not private members: allowed too.)
+PUBLIC_UNDERSCORED = {"_jsc", "_jvm", "_jsparkSession", "_exit"}
 
 
 def _modules(*dirs: Path) -> list[Path]:

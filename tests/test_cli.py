@@ -234,11 +234,14 @@ def test_produce_and_consume_errors(broker: Any, make_topic: Any, tmp_path: Path
     assert "line 2 has no key separator" in err, err
     assert broker.rest.end_offsets(topic) == {0: 0}
 
-    # A record over max.message.bytes: a readable error, nothing written.
+    # A record over max.message.bytes: a readable error; the broker answers it per record
+    # (issue 37: as Confluent's proxy, the other records of the request are written) and
+    # the command says what was produced before it.
     small = make_topic(configs={"max.message.bytes": "100"})
     err = failed(laketail("produce", small, "--server", broker.url, stdin=b"ok\n" + b"x" * 500 + b"\n"))
     assert err.startswith("error: MESSAGE_TOO_LARGE"), err
-    assert broker.rest.end_offsets(small) == {0: 0}
+    assert "before that, produced 1 record(s)" in err, err
+    assert broker.rest.end_offsets(small) == {0: 1}
 
 
 def test_no_broker_at_url() -> None:
@@ -339,3 +342,112 @@ def test_repository_config_file_loads() -> None:
     assert settings.topic_defaults == {}
     assert settings.num_partitions == defaults.num_partitions
     assert settings.message_max_bytes == defaults.message_max_bytes
+
+
+# -- consume --group, reset-offsets, delete-offsets -----------------------------------------
+
+
+def _committed(broker: Any, group: str, topic: str, partitions: int) -> list[int]:
+    body = {"partitions": [{"topic": topic, "partition": p} for p in range(partitions)]}
+    resp = broker.rest.http.post(f"/v1/groups/{group}/committed", json=body)
+    assert resp.status_code == 200, resp.text
+    return [o["offset"] for o in sorted(resp.json()["offsets"], key=lambda o: o["partition"])]
+
+
+def test_consume_in_a_group_commits_what_it_printed(broker: Any, make_topic: Any) -> None:
+    topic = make_topic(partitions=2)
+    rest = broker.rest
+    for p in (0, 1):
+        assert rest.produce_binary(topic, [{"value": f"p{p}-{i}".encode()} for i in range(3)],
+                                   partition=p).status_code == 200
+    group = f"{topic}-console"
+    first = ok(laketail("consume", topic, "--group", group, "--from-beginning", "--timeout-ms", "3000",
+                        "--server", broker.url))
+    assert sorted(lines(first)) == sorted(f"p{p}-{i}" for p in (0, 1) for i in range(3))
+    assert _committed(broker, group, topic, 2) == [3, 3]
+
+    # The group starts where it committed: only the new record.
+    assert rest.produce_binary(topic, [{"value": b"later"}], partition=1).status_code == 200
+    again = ok(laketail("consume", topic, "-g", group, "--from-beginning", "--timeout-ms", "3000",
+                        "--server", broker.url))
+    assert lines(again) == ["later"]
+    assert _committed(broker, group, topic, 2) == [3, 4]
+    # --max-records: what was printed is committed, nothing beyond.
+    assert rest.produce_binary(topic, [{"value": f"m{i}".encode()} for i in range(4)],
+                               partition=0).status_code == 200
+    one = ok(laketail("consume", topic, "-g", group, "-n", "1", "--server", broker.url))
+    assert lines(one) == ["m0"]
+    assert _committed(broker, group, topic, 2) == [4, 4]
+    failed(laketail("consume", topic, "--group", group, "--partition", "0", "--server", broker.url), code=2)
+
+
+def test_reset_offsets_is_a_dry_run_unless_executed(broker: Any, make_topic: Any) -> None:
+    topic = make_topic(partitions=2)
+    rest = broker.rest
+    for p, n in ((0, 6), (1, 4)):
+        assert rest.produce_binary(topic, [{"value": b"x"}] * n, partition=p).status_code == 200
+    group = f"{topic}-reset"
+    commit = {"generation_id": -1, "member_id": "",
+              "offsets": [{"topic": topic, "partition": 0, "offset": 5}, {"topic": topic, "partition": 1, "offset": 2}]}
+    assert rest.http.post(f"/v1/groups/{group}/commit", json=commit).status_code == 200
+
+    dry = ok(laketail("groups", "reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
+                      "--server", broker.url))
+    assert "dry run" in dry.stderr.decode()
+    assert [line.split()[1:] for line in lines(dry) if line.startswith(group)] == [
+        [topic, "0", "5", "0"], [topic, "1", "2", "0"]]
+    assert _committed(broker, group, topic, 2) == [5, 2]  # nothing changed
+
+    ok(laketail("groups", "reset-offsets", "-g", group, "--topic", f"{topic}:1", "--shift-by", "-1",
+                "--execute", "--server", broker.url))
+    assert _committed(broker, group, topic, 2) == [5, 1]
+    ok(laketail("groups", "reset-offsets", "-g", group, "--all-topics", "--to-latest", "--execute",
+                "--server", broker.url))
+    assert _committed(broker, group, topic, 2) == [6, 4]
+    ok(laketail("groups", "reset-offsets", "-g", group, "--topic", topic, "--to-offset", "99", "--execute",
+                "--server", broker.url))
+    assert _committed(broker, group, topic, 2) == [6, 4]  # clamped to the end
+    ok(laketail("groups", "reset-offsets", "-g", group, "--topic", topic, "--to-datetime", "2000-01-01T00:00:00Z",
+                "--execute", "--server", broker.url))
+    assert _committed(broker, group, topic, 2) == [0, 0]  # every record is newer
+    ok(laketail("groups", "reset-offsets", "-g", group, "--topic", topic, "--to-datetime", "2999-01-01T00:00:00.000",
+                "--execute", "--server", broker.url))
+    assert _committed(broker, group, topic, 2) == [6, 4]  # none is that recent: the end
+
+    failed(laketail("groups", "reset-offsets", "-g", group, "--topic", topic, "--server", broker.url), code=2)
+    failed(laketail("groups", "reset-offsets", "-g", group, "--topic", topic, "--to-latest", "--dry-run",
+                    "--execute", "--server", broker.url), code=2)
+    no_commit = failed(laketail("groups", "reset-offsets", "-g", f"{group}-new", "--topic", topic, "--shift-by", "1",
+                                "--server", broker.url))
+    assert "no committed offset" in no_commit
+
+
+def test_reset_and_delete_refused_while_the_group_is_active(broker: Any, make_topic: Any) -> None:
+    from laketail.client import Consumer, TopicPartition
+
+    topic = make_topic(partitions=1)
+    assert broker.rest.produce_binary(topic, [{"value": b"x"}] * 3, partition=0).status_code == 200
+    group = f"{topic}-active"
+    consumer = Consumer({"bootstrap.servers": broker.url, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while not consumer.assignment():
+            assert time.monotonic() < deadline, "no assignment"
+            consumer.poll(0.2)
+        consumer.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)
+        err = failed(laketail("groups", "reset-offsets", "-g", group, "--topic", topic, "--to-earliest",
+                              "--execute", "--server", broker.url))
+        assert f"group '{group}' is inactive, but the current state is Stable" in err, err
+        err = failed(laketail("groups", "delete-offsets", "-g", group, "--topic", topic, "--execute",
+                              "--server", broker.url))
+        assert "GROUP_SUBSCRIBED_TO_TOPIC" in err, err
+        assert _committed(broker, group, topic, 1) == [2]
+    finally:
+        consumer.close()
+
+    dry = ok(laketail("groups", "delete-offsets", "-g", group, "--topic", topic, "--server", broker.url))
+    assert "would be deleted" in dry.stdout.decode() and _committed(broker, group, topic, 1) == [2]
+    done = ok(laketail("groups", "delete-offsets", "-g", group, "--topic", topic, "--execute", "--server", broker.url))
+    assert "deleted" in done.stdout.decode()
+    assert _committed(broker, group, topic, 1) == [-1]

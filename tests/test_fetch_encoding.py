@@ -12,7 +12,7 @@ from laketail.api import fetch_body
 from laketail.api.deps import query_of
 from laketail.api.fetch_body import MIN_RUN, binary_rows, encode_records, json_rows
 from laketail.api.routes.arrow import write_ipc
-from laketail.errors import NotAcceptable
+from laketail.errors import RecordDeserializationError
 from laketail.records import build_frame_batch, to_record_batch
 
 maybe_bytes = st.one_of(st.none(), st.binary(max_size=40))
@@ -100,7 +100,7 @@ def test_json_format_is_the_general_encoding(docs):
 
 def test_json_format_refuses_what_is_not_json():
     table = _table([(None, b"{not json", 0, [])], 41)
-    with pytest.raises(NotAcceptable, match="offset 41"):
+    with pytest.raises(RecordDeserializationError, match="value of the record at offset 41 of j-"):
         json_rows("j", table)
 
 

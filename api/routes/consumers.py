@@ -16,7 +16,9 @@ only parse v2's bodies and answer in v2's shapes:
   ``.../positions/beginning`` and ``.../positions/end`` ``{partitions}`` (204);
 * ``GET .../records?timeout=&max_bytes=`` -> ``[{topic, key, value, partition, offset,
   timestamp, headers}]`` (v2's fields plus laketail's timestamp and headers) in the
-  instance's embedded format; an Accept naming another format is 406/40601;
+  instance's embedded format; an Accept naming another format is 406/40601; a record
+  the format cannot decode is 422/42203 once nothing before it is left to return, and
+  the instance stays on it;
 * ``POST .../offsets`` ``{offsets: [{topic, partition, offset, metadata?}]}`` commits
   ``offset + 1`` for each (v2's convention); no body (or no offsets) commits every
   position. The answer is 200 with an empty list, as Confluent's;
@@ -26,6 +28,14 @@ only parse v2's bodies and answer in v2's shapes:
 
 Every answer but records is ``application/vnd.kafka.v2+json``; an unknown instance is
 404/40403.
+
+An instance belongs to the principal that created it: any other principal, even one with
+Read on the group, is answered 404/40403 as if it did not exist (not 403, which would
+confirm that an instance of that name exists in the group; an instance's name is a
+capability of its creator, as a member id is of a Kafka consumer). Its commits need Read
+on every topic committed, those of a commit without offsets too (the topics of its
+positions and assignment); a pattern subscription matches only topics its creator may
+Describe, as Kafka's metadata answer lists only those.
 """
 
 from __future__ import annotations
@@ -34,26 +44,30 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from laketail.api import authz, fetch_body
 from laketail.api import consumer_schemas as bodies
 from laketail.api.consumer_instances import ConsumerInstance, ConsumerInstances
 from laketail.api.deps import broker_of, json_response, parse_json, query_int, read_body
-from laketail.api.encoding import MEDIA_TYPES, V2_JSON, EmbeddedFormat, format_of
+from laketail.api.encoding import MEDIA_TYPES, V2_JSON, EmbeddedFormat, acceptable, format_of, v2_accept
 from laketail.api.routes.clusters import base_url
 from laketail.bounds import int32, int64
-from laketail.coordinator.instance_config import InstanceConfig
-from laketail.errors import InvalidRequest, NotAcceptable, UnknownTopicOrPartition, UnsupportedMediaType
+from laketail.coordinator.instance_config import ConsumerInstanceNotFound, InstanceConfig
+from laketail.errors import (
+    InvalidRequest,
+    InvalidRequestBody,
+    NotAcceptable,
+    UnknownTopicOrPartition,
+    UnsupportedMediaType,
+)
 from laketail.security.acl import AclOperation as Op
 from laketail.security.acl import ResourceType as R
 
-router = APIRouter(tags=["v2 consumers"])
+router = APIRouter(tags=["v2 consumers"], dependencies=[Depends(v2_accept)])  # GET: 406 as Confluent
 
 INSTANCE = "/consumers/{group}/instances/{instance}"
-
-_GENERIC_ACCEPT = ("", "*/*", "application/*", "application/json", V2_JSON, "application/vnd.kafka+json")
 
 
 def instances_of(request: Request) -> ConsumerInstances:
@@ -61,8 +75,14 @@ def instances_of(request: Request) -> ConsumerInstances:
 
 
 def instance_of(request: Request) -> ConsumerInstance:
+    """The instance the path names, if the acting principal created it (else 404: see the
+    module docstring)."""
     params = request.path_params
-    return instances_of(request).get(params["group"], params["instance"])
+    instance = instances_of(request).get(params["group"], params["instance"])
+    if instance.owner is not None and instance.owner != authz.acting(request)[0]:
+        raise ConsumerInstanceNotFound(
+            f"Consumer instance '{params['instance']}' not found in group '{params['group']}'.")
+    return instance
 
 
 def _v2(doc: Any, status: int = 200) -> Response:
@@ -123,12 +143,19 @@ async def create_instance(request: Request, group: str) -> Response:
     config = InstanceConfig.from_request(doc)
     client = request.client
     instance = instances_of(request).create(group, config, name, client.host if client else "")
+    principal, host = authz.acting(request)
+    instance.owner = principal
+    authorizer = authz.authorizer_of(request)
+    if authorizer.enabled:
+        instance.may_describe = lambda topic: authorizer.authorize(
+            principal, host, Op.DESCRIBE, R.TOPIC, topic, audit_denied=False)
     uri = f"{base_url(request)}/consumers/{quote(group, safe='')}/instances/{quote(instance.instance_id, safe='')}"
     return _v2({"instance_id": instance.instance_id, "base_uri": uri})
 
 
 @router.delete(INSTANCE, status_code=204, summary="Destroy the consumer instance (it leaves its group)")
 async def delete_instance(request: Request, group: str, instance: str) -> Response:
+    instance_of(request)  # its owner's only
     await instances_of(request).delete(group, instance)
     return _no_content()
 
@@ -143,10 +170,12 @@ async def subscribe(request: Request, group: str, instance: str) -> Response:
     consumer = instance_of(request)
     doc = await _body(request)
     topics, pattern = doc.get("topics"), doc.get("topic_pattern")
+    # a field of the wrong type is 422, as Confluent's proxy answers a body Jackson cannot map
+    # (and the peer suite asserts for topics given as a string, topic_pattern as a list)
     if topics is not None and (type(topics) is not list or not all(type(t) is str for t in topics)):
-        raise InvalidRequest("'topics' must be a list of topic names")
+        raise InvalidRequestBody("'topics' must be a list of topic names")
     if pattern is not None and type(pattern) is not str:
-        raise InvalidRequest("'topic_pattern' must be a string")
+        raise InvalidRequestBody("'topic_pattern' must be a string")
     consumer.check_subscription(topics, pattern)
     broker = broker_of(request)
     # Confluent's instances are Java consumers, whose metadata requests allow
@@ -278,13 +307,12 @@ def accepted_format(accept: str | None, instance_format: EmbeddedFormat) -> Embe
         return instance_format
     for part in accept.split(","):
         media = part.split(";", 1)[0].strip().lower()
-        if media in _GENERIC_ACCEPT:
-            return instance_format
         try:
-            if format_of(media) == instance_format:
-                return instance_format
+            fmt = format_of(media)
         except UnsupportedMediaType:
             continue
+        if fmt == instance_format or (fmt is None and (not media or acceptable(media))):
+            return instance_format
     raise NotAcceptable(
         "Consumer format does not match the embedded format requested by the Accept header: "
         f"this instance answers {MEDIA_TYPES[instance_format]}"
@@ -300,11 +328,12 @@ async def read_records(request: Request, group: str, instance: str) -> Response:
     fmt = accepted_format(request.headers.get("accept"), consumer.config.format)
     batches = await consumer.records(
         query_int(request, "timeout", None), query_int(request, "max_bytes", None),
+        encode=lambda topic, table: fetch_body.rows(topic, table, fmt),
     )
     parts: list = []
-    for topic, table in batches:
+    for topic, pieces in batches:
         authz.check(request, Op.READ, R.TOPIC, topic)  # a pattern may have added a topic meanwhile
-        parts.extend(fetch_body.rows(topic, table, fmt))
+        parts.extend(pieces)
     return Response(fetch_body.body(parts), media_type=MEDIA_TYPES[fmt])
 
 
@@ -317,6 +346,9 @@ async def commit_offsets(request: Request, group: str, instance: str) -> Respons
     consumer = instance_of(request)
     doc = await _body(request, required=False)
     if doc.get("offsets") is None:
+        # every position: Read on each topic it may hold one of (positions are of assigned partitions)
+        for topic in sorted({t for t, _ in consumer.assignment} | {t for t, _ in consumer.positions()}):
+            authz.check(request, Op.READ, R.TOPIC, topic)
         await consumer.commit(None)
     else:
         entries = []

@@ -18,6 +18,9 @@ assignment itself, so a member needs no assignor of its own:
   committed offset, the next offset to read (no +1: that is only v2's convention).
 * ``POST /v1/groups/{g}/committed`` ``{partitions}`` -> ``{offsets: [{topic, partition,
   offset (-1 when none), metadata}]}``.
+* ``POST /v1/groups/{g}/offsets/delete`` ``{partitions}`` -> ``{deleted: [{topic,
+  partition}]}`` (Kafka's OffsetDelete: those that had an offset; 409
+  GROUP_SUBSCRIBED_TO_TOPIC, nothing deleted, while a member is subscribed to one).
 * ``GET /v1/groups`` -> ``{groups: [{group_id, state, protocol, members (a count)}]}``;
   ``GET /v1/groups/{g}`` -> ``{group_id, state, generation_id, protocol, leader_id,
   members: [{member_id, client_id, client_host, assignment}]}`` (state ``Dead`` for a
@@ -145,6 +148,14 @@ async def committed(request: Request, group: str, body: CommittedRequest) -> Res
         {"topic": t, "partition": p, "offset": c.offset if c else -1, "metadata": c.metadata if c else ""}
         for (t, p), c in found.items()
     ]})
+
+
+@router.post("/v1/groups/{group}/offsets/delete", summary="Delete a group's committed offsets (OffsetDelete)")
+async def delete_offsets(request: Request, group: str, body: CommittedRequest) -> Response:
+    for t in {p.topic for p in body.partitions}:
+        authz.check(request, Op.READ, R.TOPIC, t)  # OffsetDelete: Read on each topic
+    deleted = await broker_of(request).groups.delete_offsets(group, [(p.topic, p.partition) for p in body.partitions])
+    return json_response({"deleted": _tps(deleted)})
 
 
 @router.get("/v1/groups", summary="List consumer groups")

@@ -159,6 +159,18 @@ async def delete_topic(request: Request, topic: str) -> Response:
     return _image(request)
 
 
+class _CreatePartitions(BaseModel):
+    partitions: Int32
+
+
+@router.post("/topics/{topic}/partitions")
+async def create_partitions(request: Request, topic: str) -> Response:
+    body = await _body(request, _CreatePartitions)
+    _controller(request)
+    await broker_of(request).create_partitions(topic, body.partitions, internal_topics_allowed=True)  # forwarded
+    return _image(request)
+
+
 @router.put("/topics/{topic}/configs")
 async def alter_topic(request: Request, topic: str) -> Response:
     configs = await _json_body(request, "topic configs")

@@ -6,7 +6,12 @@ optional laketail (and Strimzi bridge) extension: ``[{"key": str, "value": base6
 The answer is ``{"key_schema_id": null, "value_schema_id": null, "offsets": [...]}``
 with one ``{partition, offset, error_code: null, error: null}`` per record in request
 order; with ``acks=0`` offsets are null (unknown when the answer leaves). A request
-with any bad record is refused whole (4xx) and writes nothing.
+with any record that does not decode is refused whole (4xx) and writes nothing. A record
+that decodes but is not written -- over ``max.message.bytes`` (its batch overhead
+counted, as Kafka's producer does), or in a partition whose append failed while others
+succeeded -- gets ``{partition, offset: null, error_code, error}`` (kafka-rest's codes:
+50002, 50003 retriable, 40301) and the other records are written; a client retries only
+those. A request of which nothing was written is answered with the error (4xx/5xx).
 
 ``POST /topics/{t}/partitions/{p}`` also takes laketail's producer parameters
 (``producer_id``, ``producer_epoch``, ``sequence``, ``transactional``; see
@@ -50,10 +55,11 @@ from laketail.api.encoding import (
     b64_column,
     b64decode,
     decode_headers,
+    format_of,
     request_format,
 )
 from laketail.bounds import INT32_MAX, INT32_MIN, int32
-from laketail.errors import InvalidRecord, InvalidRequest
+from laketail.errors import InvalidRecord, InvalidRequest, InvalidRequestBody, LaketailError
 
 router = APIRouter(tags=["v2 produce"])
 
@@ -185,12 +191,20 @@ def values_only_records(body: bytes, fixed_partition: int | None) -> Records | N
     return None
 
 
+#: The fields of a v2 produce body (the schema fields Confluent's takes beside
+#: ``records`` are accepted and ignored: there is no schema registry) and of a record
+#: (``headers``: laketail's and Strimzi's extension).
+_BODY_FIELDS = frozenset({"records", "key_schema", "key_schema_id", "value_schema", "value_schema_id"})
+_RECORD_FIELDS = frozenset({"key", "value", "partition", "headers"})
+
+
 def decode_records(doc: Any, embedded: str, fixed_partition: int | None) -> Records:
     """The v2 body as columns.
 
-    A body of the wrong shape (not an object, no non-empty ``records`` list, a record
-    that is not an object) is INVALID_REQUEST (400); a record whose content does not
-    decode is INVALID_RECORD (422).
+    A body that is not an object, ``records`` that is not a list, a record that is not
+    an object are INVALID_REQUEST (400); an unknown field in the body or a record, or no
+    records, are INVALID_REQUEST 422/42200 (as Confluent's proxy and the peer suite
+    answer them); a record whose content does not decode is INVALID_RECORD (422).
 
     The common case runs as a few list comprehensions over the records (which fields
     occur at all is known from one set union); anything unusual -- a record that is
@@ -200,11 +214,18 @@ def decode_records(doc: Any, embedded: str, fixed_partition: int | None) -> Reco
     """
     if type(doc) is not dict:
         raise InvalidRequest("the body must be an object with a 'records' list")
+    unknown = set(doc) - _BODY_FIELDS
+    if unknown:
+        raise InvalidRequestBody(f"unknown field {sorted(unknown)[0]!r}; a v2 produce body is {{\"records\": [...]}}")
     items = doc.get("records")
-    if type(items) is not list or not items:
+    if items is None or items == []:
+        raise InvalidRequestBody("'records' must be a non-empty list")
+    if type(items) is not list:
         raise InvalidRequest("'records' must be a non-empty list")
     try:
         fields = set().union(*items)
+        if not fields <= _RECORD_FIELDS:
+            raise TypeError("fields")  # decoded carefully, which names the unknown one
         decode = _b64_values if embedded == "binary" else _json_values
         values = decode(items, "value")
         keys = decode(items, "key") if "key" in fields else None
@@ -234,6 +255,10 @@ def decode_records_carefully(items: list[Any], embedded: str, fixed_partition: i
     for i, item in enumerate(items):
         if type(item) is not dict:
             raise InvalidRequest(f"records[{i}] must be an object")
+        unknown = set(item) - _RECORD_FIELDS
+        if unknown:  # Jackson's default in Confluent's proxy: an unknown property is refused
+            raise InvalidRequestBody(f"records[{i}] has unknown field {sorted(unknown)[0]!r}; "
+                                     "a record takes key, value, partition and headers")
         value = item.get("value")
         if value is not None:
             values[i] = b64decode(value, f"records[{i}].value") if binary else _dumps(value)
@@ -270,7 +295,8 @@ async def _produce_v2(request: Request, topic: str, partition: int | None) -> Re
         producer = None
     else:
         producer = producer_of(request)
-    embedded = request_format(request.headers.get("content-type"))
+    content_type = request.headers.get("content-type")
+    embedded = request_format(content_type)
     state = request.app.state
     body = await read_body(request)
     records = values_only_records(body, partition) if embedded == "binary" else None
@@ -278,25 +304,58 @@ async def _produce_v2(request: Request, topic: str, partition: int | None) -> Re
         doc = parse_json(body, nested_values=embedded == "json")
         if embedded == "json":
             check_exact_integers(body)
-        records = decode_records(doc, embedded, partition)
+        try:
+            records = decode_records(doc, embedded, partition)
+        except InvalidRecord as exc:
+            raise _with_format_hint(exc, content_type) from exc
     await state.broker.topic_for_produce(topic)  # auto.create.topics.enable, once the body is good
-    result = await produce(request, topic, records, acks, producer)
+    result = await produce(request, topic, records, acks, producer, per_record_errors=True)
     if result is not None and result.dense is not None:
         body = _dense_v2_answer(*result.dense, len(records))
     else:
         if result is None:
             parts = records.partitions or [None] * len(records)
             offsets = [{"partition": p, "offset": None, "error_code": None, "error": None} for p in parts]
-        else:
+        elif result.errors is None:
             offsets = [
                 {"partition": p, "offset": o, "error_code": None, "error": None}
                 for p, o in zip(result.partitions, result.offsets)
+            ]
+        else:
+            offsets = [
+                {"partition": p, "offset": o, "error_code": None, "error": None} if e is None
+                else {"partition": None if p < 0 else p, "offset": None,
+                      "error_code": v2_record_error_code(e), "error": e.message}
+                for p, o, e in zip(result.partitions, result.offsets, result.errors)
             ]
         body = _dumps({"key_schema_id": None, "value_schema_id": None, "offsets": offsets})
     state.metrics.observe_produce(
         "v2", topic, len(records), records.payload_bytes(), perf_counter() - started
     )
     return Response(body, media_type=V2_JSON)
+
+
+def _with_format_hint(error: InvalidRecord, content_type: str | None) -> InvalidRecord:
+    """A binary decoding error of a body whose Content-Type names no embedded format
+    (``application/json``, ...): Confluent's rule makes it binary, so say which type
+    takes JSON values."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if type(error) is not InvalidRecord or format_of(media) is not None:
+        return error
+    return InvalidRecord(
+        f"{error.detail} (Content-Type '{media or 'none'}' names no embedded format, so values are binary: "
+        f"base64 strings, as in Confluent's proxy; send JSON values with {V2_EMBEDDED_JSON})"
+    )
+
+
+def v2_record_error_code(error: LaketailError) -> int:
+    """``offsets[i].error_code`` of a record that was not written, as kafka-rest's
+    ``AbstractProduceAction.errorCodeFromProducerException`` picks it: 40301 for an
+    authorization error, 50003 for a retriable one, else 50002 (the Kafka error name
+    starts ``error``)."""
+    if error.http_status == 403:
+        return 40301
+    return 50003 if error.retriable else 50002
 
 
 def _dense_v2_answer(partition: int, base: int, count: int) -> bytes:

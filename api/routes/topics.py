@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
 from laketail.api import authz
 from laketail.api.deps import PartitionParam, broker_of, json_response
-from laketail.api.encoding import V2_JSON
+from laketail.api.encoding import V2_JSON, v2_accept
 from laketail.broker import PartitionState
 from laketail.security.acl import ResourceType as R
 
-router = APIRouter(tags=["v2 topics"])
+router = APIRouter(tags=["v2 topics"], dependencies=[Depends(v2_accept)])  # GET: 406 as Confluent
 
 
 def _partition(state: PartitionState) -> dict:

@@ -53,6 +53,7 @@ from laketail.api.encoding import WIDE_INTEGER_DIGITS, decode_headers, decode_ty
 from laketail.api.errors import STREAMED_BODY
 from laketail.bounds import int32
 from laketail.errors import InvalidRecord, InvalidRequest, LaketailError, RecordTooLarge
+from laketail.produce_path import RECORD_SIZE_OVERHEAD
 from laketail.records import Acks
 
 router = APIRouter(tags=["v3 produce"])
@@ -136,7 +137,7 @@ async def produce_many(
         return [error_report(err) for _ in slots]
     for i, slot in enumerate(slots):
         if isinstance(slot, V3Record):
-            err = record_error(topic, info.partitions, limit, slot.size(), slot.partition, i)
+            err = record_error(topic, info.partitions, limit, slot.size() + RECORD_SIZE_OVERHEAD, slot.partition, i)
             if err is not None:
                 if raise_single:
                     raise err
@@ -152,7 +153,7 @@ async def produce_many(
         timestamps=[r.timestamp for r in valid] if any(r.timestamp is not None for r in valid) else None,
     )
     try:
-        result = await produce(request, topic, records, acks)
+        result = await produce(request, topic, records, acks, per_record_errors=True)
     except LaketailError as err:
         if raise_single:
             raise
@@ -165,6 +166,13 @@ async def produce_many(
     for slot in slots:
         if isinstance(slot, LaketailError):
             reports.append(error_report(slot))
+            continue
+        failed = result.errors[j] if result is not None and result.errors else None
+        if failed is not None:  # its partition's append failed, others' succeeded
+            if raise_single:
+                raise failed
+            reports.append(error_report(failed))
+            j += 1
             continue
         reports.append({
             "error_code": 200,

@@ -3,7 +3,10 @@
 ``/v3/clusters/{cluster_id}/topics``: list (``KafkaTopicList``), create (201, body
 ``{topic_name, partitions_count?, replication_factor?, configs?: [{name, value}],
 validate_only?}``; an existing name is 409 TOPIC_ALREADY_EXISTS); ``/topics/{t}``:
-describe, delete (204). ``/topics/{t}/partitions[/{p}]``: ``KafkaPartition``.
+describe, delete (204), PATCH ``{partitions_count}``: more partitions (Confluent Cloud's
+"Update Partition Count", ``PATCH /kafka/v3/clusters/{cluster_id}/topics/{topic_name}``,
+200 with the ``KafkaTopic``; Kafka's CreatePartitions, so a count that is not larger is
+400 INVALID_PARTITIONS). ``/topics/{t}/partitions[/{p}]``: ``KafkaPartition``.
 ``/topics/{t}/configs``: list (``KafkaTopicConfigList``); ``/configs/{name}``: get,
 set (PUT ``{"value"}``, 204), reset to default (DELETE, 204); ``/configs:alter``:
 several SET / DELETE operations at once (204). Every path checks the cluster id.
@@ -44,6 +47,11 @@ class CreateTopicRequest(BaseModel):
     )
     configs: list[ConfigData] = Field(default_factory=list)
     validate_only: bool = False
+
+
+class UpdatePartitionCountRequest(BaseModel):
+    partitions_count: int = Field(description="the new number of partitions: only ever more")
+    validate_only: bool = Field(False, description="laketail's: check, change nothing (CreatePartitions' flag)")
 
 
 class UpdateConfigRequest(BaseModel):
@@ -181,6 +189,16 @@ async def delete_topic(request: Request, cluster_id: str, topic: str) -> Respons
     check_cluster(broker, cluster_id)
     await broker.delete_topic(topic)
     return Response(status_code=204)
+
+
+@router.patch("/v3/clusters/{cluster_id}/topics/{topic}", summary="Increase a topic's partition count")
+async def update_partition_count(
+    request: Request, cluster_id: str, topic: str, body: UpdatePartitionCountRequest
+) -> Response:
+    broker = broker_of(request)
+    check_cluster(broker, cluster_id)
+    info = await broker.create_partitions(topic, body.partitions_count, validate_only=body.validate_only)
+    return json_response(topic_doc(request, cluster_id, info))
 
 
 # -- partitions ---------------------------------------------------------------------------

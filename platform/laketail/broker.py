@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Coroutine
 
@@ -37,7 +37,7 @@ import httpx
 import pyarrow as pa
 
 from laketail.bounds import INT16_MAX, INT32_MAX
-from laketail.catalog import Catalog, TopicInfo, check_not_internal, validate_topic_name
+from laketail.catalog import Catalog, TopicInfo, check_not_internal, check_partition_increase, validate_topic_name
 from laketail.clock import Clock, SystemClock
 from laketail.cluster.metadata import NO_LEADER, ClusterImage
 from laketail.cluster.node import INTERNAL, ClusterNode
@@ -46,20 +46,29 @@ from laketail.coordinator.groups import GroupCoordinator
 from laketail.coordinator.offsets import OFFSETS_TOPIC, OffsetStore
 from laketail.coordinator.transactions import TXN_TOPIC, TransactionCoordinator
 from laketail.errors import (
+    CoordinatorLoadInProgress,
+    CorruptMessage,
     InvalidPartitions,
     InvalidReplicationFactor,
     LeaderNotAvailable,
+    NotCoordinator,
     RequestTimedOut,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
 from laketail.fetch_path import FetchPath, FetchResult
-from laketail.maintenance.compaction import execute_key_compaction, plan_key_compaction
+from laketail.maintenance.compaction import (
+    CompactionAbandoned,
+    commit_internal,
+    plan_key_compaction,
+    plan_overlap_repair,
+    removal_actions,
+    rewrite_actions,
+)
 from laketail.maintenance.scheduler import MaintenanceScheduler
 from laketail.produce_path import PRODUCE_SCHEMA as PRODUCE_SCHEMA  # re-exported: routes build requests with it
 from laketail.produce_path import ProducePath, ProduceResult, TopicRuntime
 from laketail.records import (
-    RECORD_SCHEMA,
     Acks,
     IsolationLevel,
 )
@@ -151,9 +160,15 @@ class Broker:
         self.cluster_id = ""
         self.cluster = ClusterNode(self)
         self._remote_states: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
+        #: whether the coordinators here hold state loaded to their partitions' high
+        #: watermark and may answer (on the controller only; see take_over_coordinators)
         self.coordinators_loaded = False
+        self._coordinator_generation = 0
+        self._coordinator_load: asyncio.Task | None = None
+        self._first_load_attempt = asyncio.Event()
         self.offsets = OffsetStore(
-            self, self.clock, settings.offsets_topic_num_partitions, settings.offsets_topic_replication_factor
+            self, self.clock, settings.offsets_topic_num_partitions, settings.offsets_topic_replication_factor,
+            fence=self,
         )
         self.groups = GroupCoordinator(
             self,
@@ -169,6 +184,8 @@ class Broker:
             self.groups,
             self.offsets,
             self.clock,
+            producer_ids=self,
+            fence=self,
             num_partitions=settings.transaction_state_log_num_partitions,
             replication_factor=settings.transaction_state_log_replication_factor,
             max_timeout_ms=settings.transaction_max_timeout_ms,
@@ -181,6 +198,7 @@ class Broker:
         self._background: list[asyncio.Task] = []
         self.maintenance: MaintenanceScheduler | None = None  # set by start() when maintenance is enabled
         self._admin_lock = asyncio.Lock()
+        self._isolated_reported: set[tuple[str, int]] = set()  # internal partitions whose damage was reported
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -191,7 +209,11 @@ class Broker:
         known = {info.name for info in self.catalog.topics()}
         await asyncio.to_thread(self.logs.remove_orphans, None, known)
         await self.cluster.start()  # the cluster image opens this broker's replicas
-        await self.load_coordinators()
+        if self._coordinator_load is not None:  # the controller: give its first load a chance before serving
+            try:
+                await asyncio.wait_for(self._first_load_attempt.wait(), self.settings.broker_session_timeout_ms / 1000)
+            except TimeoutError:
+                log.warning("the coordinators are still loading; they answer COORDINATOR_LOAD_IN_PROGRESS until done")
         if self.settings.tier_enabled:
             self.tierer.start()
         self._background.append(asyncio.create_task(self._group_housekeeping(), name="laketail-groups"))
@@ -201,13 +223,106 @@ class Broker:
             self.maintenance = MaintenanceScheduler(self.settings, is_due=lambda: self.cluster.is_controller)
             self._background.append(asyncio.create_task(self.maintenance.run(), name="laketail-maintenance"))
 
+    # -- the coordinators: they run on the controller (docs/architecture.md §9.1) ------------------
+
+    def take_over_coordinators(self) -> None:
+        """This broker became the controller: its coordinators answer
+        COORDINATOR_LOAD_IN_PROGRESS until they have loaded their internal partitions to
+        the high watermark, which is tried until it succeeds or the broker is deposed.
+        They never serve what they had before."""
+        self._coordinator_generation += 1
+        self.coordinators_loaded = False
+        if self._coordinator_load is not None:
+            self._coordinator_load.cancel()
+        self._first_load_attempt.clear()
+        self._coordinator_load = asyncio.create_task(
+            self._load_until_loaded(self._coordinator_generation), name="laketail-coordinators"
+        )
+
+    def give_up_coordinators(self) -> None:
+        """This broker is no longer the controller: its coordinators stop answering
+        (NOT_COORDINATOR) and pending joins are told so; the next controller loads."""
+        self._coordinator_generation += 1
+        self.coordinators_loaded = False
+        if self._coordinator_load is not None:
+            self._coordinator_load.cancel()
+            self._coordinator_load = None
+        self._first_load_attempt.set()
+        self.groups.resign()
+
+    def check_coordinating(self) -> None:
+        """Raise unless the coordinators here may answer: COORDINATOR_LOAD_IN_PROGRESS
+        while they load, NOT_COORDINATOR when this broker does not run them."""
+        if self.coordinators_loaded:
+            return
+        if self._coordinator_load is not None:
+            raise CoordinatorLoadInProgress(
+                "the coordinators are loading __consumer_offsets and __transaction_state; retry"
+            )
+        raise NotCoordinator(f"broker {self.broker_id} does not run the coordinators now")
+
+    async def check_coordinator_epoch(self) -> None:
+        """NOT_COORDINATOR unless this broker still runs the coordinators: loaded here and,
+        in a cluster, still the controller ``_system/controller`` names (a paused
+        controller that woke up learns of its successor only from its next write there).
+        A lone broker has no successor and reads nothing. (Loading counts: a load
+        finishes prepared transactions, whose offsets it commits.)"""
+        if not self.coordinators_loaded and self._coordinator_load is None:
+            raise NotCoordinator(f"broker {self.broker_id} does not run the coordinators now")
+        if len(self.cluster.image.brokers) <= 1:
+            return
+        controller = self.cluster.active_controller
+        current = await asyncio.to_thread(self.cluster.store.controller)
+        if controller is None or current != (self.broker_id, controller.epoch):
+            raise NotCoordinator(
+                f"broker {current[0]} (controller epoch {current[1]}) runs the coordinators now, not broker "
+                f"{self.broker_id}: retry there"
+            )
+
+    async def _load_until_loaded(self, generation: int) -> None:
+        backoff = min(1.0, self.settings.broker_session_timeout_ms / 3000)
+        failures = 0
+        while generation == self._coordinator_generation:
+            try:
+                await self.load_coordinators()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                # Loud at first and then now and then; the coordinators keep refusing meanwhile.
+                level = logging.WARNING if failures <= 3 or failures % 30 == 0 else logging.INFO
+                log.log(level, "loading the coordinators' state failed (attempt %d): %s; they answer "
+                        "COORDINATOR_LOAD_IN_PROGRESS until it succeeds", failures, exc)
+                self._first_load_attempt.set()
+                await asyncio.sleep(backoff)
+                continue
+            if generation == self._coordinator_generation:
+                self.coordinators_loaded = True
+                log.info("the coordinators loaded their state (attempt %d)", failures + 1)
+            self._first_load_attempt.set()
+            break
+        # Damaged __consumer_offsets partitions were isolated (their groups refused):
+        # load each once its leader has repaired it.
+        while generation == self._coordinator_generation and self.offsets.unavailable:
+            await asyncio.sleep(max(backoff, self.settings.log_cleaner_backoff_ms / 1000 / 3))
+            try:
+                await self.offsets.load_unavailable()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.info("isolated partitions of %s still unreadable: %s", OFFSETS_TOPIC, exc)
+
     async def load_coordinators(self) -> None:
-        """Rebuild the group and transaction coordinators from their internal topics (at
-        start, and on becoming the controller, where a cluster's coordinators run)."""
+        """Rebuild the group and transaction coordinators from their internal topics, each
+        partition to the high watermark its leader reached (``read_to_log_end``). Raises
+        what a read raises; the caller (:meth:`take_over_coordinators`) retries."""
         await self.offsets.load()
         await self.transactions.load()
         await self.transactions.recover()
-        self.coordinators_loaded = True
+
+    async def allocate_producer_ids(self, size: int, at_least: int = 0) -> tuple[int, int]:
+        """A durable block of producer ids for this broker (``_system/producer_ids``)."""
+        return await asyncio.to_thread(self.cluster.store.allocate_producer_ids, self.broker_id, size, at_least)
 
     def internal_records_skipped(self) -> dict[str, int]:
         """Per internal topic, the records its coordinator's last load could not decode."""
@@ -217,6 +332,9 @@ class Broker:
         }
 
     async def close(self) -> None:
+        if self._coordinator_load is not None:
+            self._coordinator_load.cancel()
+            await asyncio.gather(self._coordinator_load, return_exceptions=True)
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -232,7 +350,8 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             try:
-                await self.transactions.expire()
+                if self.coordinators_loaded:  # another broker's coordinator owns the transactions
+                    await self.transactions.expire()
                 now = self.clock.now_ms()
                 for plog in self.logs.all():
                     plog.producer_state.expire(now, self.settings.producer_id_expiration_ms)
@@ -241,7 +360,8 @@ class Broker:
 
     async def _internal_cleaner(self) -> None:
         """Key-compact the internal topics every ``log.cleaner.backoff.ms`` (the broker
-        keeps ``__consumer_offsets`` small itself; user topics are Spark's job)."""
+        keeps ``__consumer_offsets`` small itself; user topics are Spark's job): each
+        partition by its leader only (see :meth:`compact_topic`)."""
         while True:
             await asyncio.sleep(self.settings.log_cleaner_backoff_ms / 1000)
             for topic in self.list_topics():
@@ -282,31 +402,66 @@ class Broker:
         return {"topic": topic, "ok": not any(r["problems"] for r in partitions), "partitions": partitions}
 
     async def compact_topic(self, topic: str, min_files: int = 2) -> int:
-        """Key-compact the topic's table now; returns how many partitions were rewritten."""
+        """Key-compact the partitions of the topic's table this broker leads, and repair
+        the ones a stale compaction left overlapping (``maintenance/compaction.py``);
+        returns how many partitions were changed. One commit against the snapshot the
+        plans were made from, fenced by the leader epochs: when the table moved meanwhile
+        nothing is committed and 0 is returned (the next pass plans again)."""
         config = self.topic_config(topic)
-        return await asyncio.to_thread(self._compact_topic, topic, config, min_files)
-
-    def _compact_topic(self, topic: str, config: TopicConfig, min_files: int) -> int:
-        plans = plan_key_compaction(
-            self.tables.files_by_partition(topic),
-            now_ms=self.clock.now_ms(),
-            min_compaction_lag_ms=config.min_compaction_lag_ms,
-            delete_retention_ms=config.delete_retention_ms,
-            min_files=min_files,
-        )
-        damaged = self.tables.damage(topic)
-        plans = [plan for plan in plans if plan.partition not in damaged]  # would fold duplicates together
-        if not plans:
+        epochs = {}
+        for p in range(self.topic(topic).partitions):
+            state = self.cluster.replicas.leading.get((topic, p))
+            if state is not None and self.leads(topic, p):
+                epochs[p] = state.reg.leader_epoch
+        if not epochs:
             return 0
-        dt, lock = self.tables.delta_table(topic)
-        with lock:
-            dt.update_incremental()  # the tier child commits through its own handle: start from the latest
-            for plan in plans:
-                execute_key_compaction(dt, self.tables.table_uri(topic), plan, RECORD_SCHEMA)
+        return await asyncio.to_thread(self._compact_topic, topic, config, min_files, epochs)
+
+    def _compact_topic(self, topic: str, config: TopicConfig, min_files: int, epochs: dict[int, int]) -> int:
+        now_ms = self.clock.now_ms()
+        uri = self.tables.table_uri(topic)
+
+        def compact(dt, version: int, files: dict, damage: dict) -> int:
+            actions: list = []
+            written: list[str] = []
+            changed: set[int] = set()
+            for p in sorted(set(damage) & set(epochs)):  # repair what a stale compaction overlapped
+                removed = plan_overlap_repair(files.get(p, []))
+                if removed:
+                    log.warning("%s-%d: removing %d file(s) a stale compaction left overlapping newer ones: %s",
+                                topic, p, len(removed), [f.path for f in removed])
+                    actions += removal_actions(p, removed, now_ms)
+                    changed.add(p)
+                elif removed is None and (topic, p) not in self._isolated_reported:
+                    self._isolated_reported.add((topic, p))
+                    log.error("%s-%d: damaged (%s); left as it is and reported: reads of the range fail",
+                              topic, p, "; ".join(d.reason for d in damage[p])[:500])
+            plans = plan_key_compaction(
+                {p: f for p, f in files.items() if p in epochs and p not in damage},  # damage: never fold it
+                now_ms=now_ms, min_compaction_lag_ms=config.min_compaction_lag_ms,
+                delete_retention_ms=config.delete_retention_ms, min_files=min_files,
+            )
+            try:
+                for plan in plans:
+                    plan_actions, path = rewrite_actions(uri, plan, now_ms)
+                    actions += plan_actions
+                    written += [path] if path else []
+                    changed.add(plan.partition)
+                if not actions:
+                    return 0
+                commit_internal(dt, version, actions, {p: epochs[p] for p in changed}, now_ms)
+            except BaseException as exc:
+                for path in written:
+                    Path(path).unlink(missing_ok=True)
+                if isinstance(exc, CompactionAbandoned):
+                    log.info("compacting %s: %s; planning again next pass", topic, exc)
+                    return 0
+                raise
             # Files compacted away more than an hour ago are no longer read by anyone.
             dt.vacuum(retention_hours=1, enforce_retention_duration=False, dry_run=False)
-        self.tables.reload(topic)
-        return len(plans)
+            return len(changed)
+
+        return self.tables.under_snapshot(topic, compact)
 
     async def _group_housekeeping(self) -> None:
         """Session timeouts and rebalance deadlines (often), offset expiry (rarely)."""
@@ -316,7 +471,8 @@ class Broker:
             try:
                 self.groups.tick()
                 now = self.clock.monotonic()
-                if (now - last_expiry) * 1000 >= self.settings.offsets_retention_check_interval_ms:
+                if (self.coordinators_loaded
+                        and (now - last_expiry) * 1000 >= self.settings.offsets_retention_check_interval_ms):
                     last_expiry = now
                     await self.offsets.expire(
                         self.clock.now_ms(),
@@ -590,10 +746,23 @@ class Broker:
             result = await self.fetch(topic, partition, offset, max_records=100_000, max_bytes=64 << 20,
                                       isolation="read_uncommitted")
             if result.next_offset <= offset:
+                await self._check_readable(topic, partition, offset, target)
                 break  # nothing readable there (a gap at the end): done
             if result.records.num_rows:
                 yield result.records
             offset = result.next_offset
+
+    async def _check_readable(self, topic: str, partition: int, offset: int, end: int) -> None:
+        """Raise CORRUPT_MESSAGE when a read stopped at ``offset`` below ``end`` because
+        the table is damaged there (a read ends where damage begins): a coordinator must
+        not take the records before it for the whole partition."""
+        damage = await asyncio.to_thread(self.tables.damage, topic)
+        for d in damage.get(partition, []):
+            if d.refuses_reads and d.last_offset >= offset and d.first_offset < end:
+                raise CorruptMessage(
+                    f"{topic}-{partition}: offsets {d.first_offset}-{d.last_offset} of the table are damaged "
+                    f"({d.reason}); the partition's leader repairs what it can"
+                )
 
     async def partition_state_async(self, topic: str, partition: int) -> PartitionState:
         """The partition's offsets as its leader knows them (asked over HTTP when the
@@ -666,6 +835,27 @@ class Broker:
                 info = self.topic(name)
         return info
 
+    async def create_partitions(
+        self, name: str, partitions: int, *, validate_only: bool = False, internal_topics_allowed: bool = False
+    ) -> TopicInfo:
+        """Kafka's CreatePartitions: topic ``name`` grows to ``partitions`` (on the
+        controller). INVALID_PARTITIONS when that is not more than it has or passes the
+        partition limits; the internal topics are refused (INVALID_TOPIC_EXCEPTION)."""
+        if not internal_topics_allowed:
+            check_not_internal(name, "add partitions to")
+        info = self.topic(name)
+        check_partition_increase(name, info.partitions, partitions)
+        if not name.startswith("__"):
+            check_partition_limits(name, partitions, self._client_partitions() - info.partitions, self.settings)
+        if validate_only:
+            return replace(info, partitions=partitions)
+        async with self._admin_lock:
+            controller = self.cluster.active_controller
+            if controller is not None:
+                return await controller.create_partitions(name, partitions)
+            await self._ask_controller("POST", f"{INTERNAL}/topics/{name}/partitions", json={"partitions": partitions})
+            return self.topic(name)
+
     def _client_partitions(self) -> int:
         """Partitions of every topic clients created (what ``laketail.max.partitions`` bounds)."""
         return sum(self.topic(t).partitions for t in self.list_topics(include_internal=False))
@@ -729,9 +919,11 @@ class Broker:
         producer: ProducerBatch | None = None,
         *,
         internal_topics_allowed: bool = False,
+        per_record_errors: bool = False,
     ) -> Coroutine[Any, Any, ProduceResult]:
         """See :meth:`laketail.produce_path.ProducePath.produce`."""
-        return self.produce_path.produce(topic, batch, acks, producer, internal_topics_allowed=internal_topics_allowed)
+        return self.produce_path.produce(topic, batch, acks, producer, internal_topics_allowed=internal_topics_allowed,
+                                         per_record_errors=per_record_errors)
 
     def produce_nowait(self, topic: str, batch: pa.RecordBatch | pa.Table) -> "asyncio.Task[ProduceResult]":
         """See :meth:`laketail.produce_path.ProducePath.produce_nowait`."""

@@ -29,7 +29,7 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from laketail.config import validate_topic_overrides
-from laketail.errors import InvalidTopic, TopicAlreadyExists, UnknownTopicOrPartition
+from laketail.errors import InvalidPartitions, InvalidTopic, TopicAlreadyExists, UnknownTopicOrPartition
 
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")  # used with fullmatch: "$" would let "name\n" through
 MAX_NAME_LENGTH = 249
@@ -78,6 +78,19 @@ def check_not_internal(name: str, action: str) -> None:
     ``delete``, ...) one of :data:`INTERNAL_TOPICS`, as Kafka answers an append."""
     if name in INTERNAL_TOPICS:
         raise InvalidTopic(f"Cannot {action} internal topic {name}")
+
+
+def check_partition_increase(name: str, current: int, wanted: object) -> None:
+    """INVALID_PARTITIONS unless ``wanted`` is an int32 above the topic's ``current``
+    count: Kafka adds partitions and never removes any (its messages)."""
+    if type(wanted) is not int or not 1 <= wanted <= 2**31 - 1:
+        raise InvalidPartitions(f"partitions must be an int32 of at least 1, got {wanted!r}")
+    if wanted == current:
+        raise InvalidPartitions(f"Topic already has {current} partitions.")
+    if wanted < current:
+        raise InvalidPartitions(
+            f"Topic currently has {current} partitions, which is higher than the requested {wanted}."
+        )
 
 
 def _collision_key(name: str) -> str:
@@ -251,6 +264,17 @@ class Catalog:
 
         def change(rows: list[dict]) -> list[dict]:
             return [self._row(updated) if r["name"] == name else r for r in rows]
+
+        self._mutate(change)
+        return self.get(name)
+
+    def set_partitions(self, name: str, partitions: int) -> TopicInfo:
+        """The topic's partition count, now ``partitions`` (the controller checked that
+        it grows: Kafka never takes partitions away)."""
+        self.get(name)
+
+        def change(rows: list[dict]) -> list[dict]:
+            return [{**r, "partitions": partitions} if r["name"] == name else r for r in rows]
 
         self._mutate(change)
         return self.get(name)

@@ -237,6 +237,14 @@ class BrokerSettings:
     connections_max_idle_ms: int = 30_000
     request_header_timeout_ms: int = 10_000
     request_body_timeout_ms: int = 30_000
+    # Before authentication (laketail.api.connections, laketail.api.authentication):
+    # Kafka's per-address quota and failed-login delay (their keys and defaults), and the
+    # size of a request's head (Jetty's and Confluent's REST Proxy's 8 KiB).
+    max_connections_per_ip: int = 2_147_483_647
+    max_connections_per_ip_overrides: str = ""  # "10.0.0.7:500,[::1]:50"
+    connection_failed_authentication_delay_ms: int = 100
+    request_line_max_bytes: int = 8192
+    request_header_max_bytes: int = 8192
     max_partitions_per_topic: int = 1000
     max_partitions: int = 10_000
     # Authorization (Kafka's keys; laketail.security.authorizer). Off while
@@ -347,6 +355,12 @@ _BROKER_KEYS = {
     "connections.max.idle.ms": "connections_max_idle_ms",
     "laketail.request.header.timeout.ms": "request_header_timeout_ms",
     "laketail.request.body.timeout.ms": "request_body_timeout_ms",
+    "max.connections.per.ip": "max_connections_per_ip",
+    "max.connections.per.ip.overrides": "max_connections_per_ip_overrides",
+    "connection.failed.authentication.delay.ms": "connection_failed_authentication_delay_ms",
+    # laketail: a request line longer than this is 414, a head (line and header fields) longer is 431
+    "laketail.request.line.max.bytes": "request_line_max_bytes",
+    "laketail.request.header.max.bytes": "request_header_max_bytes",
     "laketail.topic.max.partitions": "max_partitions_per_topic",
     "laketail.max.partitions": "max_partitions",
     "authorizer.class.name": "authorizer_class_name",

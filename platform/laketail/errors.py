@@ -20,16 +20,19 @@ classes by :func:`code_table` and kept equal to it by ``tests/test_conformance.p
     ├── UnknownTopicOrPartition      404 40401 / 40402 (v3: 404)
     ├── TopicAlreadyExists, InvalidTopic, InvalidPartitions, InvalidReplicationFactor,
     │   InvalidConfig, InvalidRequest      400 40002 (Confluent's Kafka bad request)
+    │   └── InvalidRequestBody       422 42200  (JSON that does not map onto the request)
     ├── InvalidRecord                422 42206  (Confluent's payload error: bad base64, ...)
     ├── InvalidTimestamp             422 42214  (outside [0, 9999-12-31], see bounds.py)
     ├── RecordTooLarge               413 41301
     ├── OffsetOutOfRange             416 41601
     ├── NotAcceptable                406 40601
+    ├── RecordDeserializationError   422 42203 (a record the consumer's format cannot decode)
     ├── SaslAuthenticationFailed     401 40101 (missing or wrong credentials)
     ├── NotLeaderOrFollower          421 42101
     ├── NotEnoughReplicas            503 50301, NotEnoughReplicasAfterAppend 50302
     ├── replication: LeaderNotAvailable 503 50303, NotController 503 50304,
-    │   NotCoordinator 503 50305 (a stopping broker's pending group joins),
+    │   NotCoordinator 503 50305 (a stopping broker's pending group joins, a
+    │   deposed controller's coordinators), CoordinatorLoadInProgress 503 50306,
     │   FencedLeaderEpoch 409 40920, BrokerNotAvailable 404 40408
     ├── RequestTimedOut              504 50401
     ├── CorruptMessage               500 50002
@@ -41,7 +44,7 @@ classes by :func:`code_table` and kept equal to it by ``tests/test_conformance.p
     ├── UnsupportedMediaType         415 41501
     ├── consumer groups: IllegalGeneration 409 40904, RebalanceInProgress 409 40905,
         UnknownMemberId 404 40405, GroupIdNotFound 404 40406 (v3: 404), NonEmptyGroup
-        409 40906, NoOffsetForPartition 409 40907, InvalidGroupId 422 42210,
+        409 40906, GroupSubscribedToTopic 409 40921, NoOffsetForPartition 409 40907, InvalidGroupId 422 42210,
         InvalidSessionTimeout 422 42211, InconsistentGroupProtocol 422 42212,
         OffsetMetadataTooLarge 422 42213
     └── authorization, 403 40301: TopicAuthorizationFailed, GroupAuthorizationFailed,
@@ -139,6 +142,17 @@ class InvalidRequest(LaketailError):
     rest_code = 40002
 
 
+class InvalidRequestBody(InvalidRequest):
+    """A JSON body that parses but does not map onto the request: an unknown field, a
+    field of the wrong type, an empty or missing list. Confluent's proxy answers these
+    422 (Jackson's mapping errors and bean validation in rest-utils), and so do the
+    peer suite's assertions (``{"records": []}``, ``{"foo": "bar"}``, ``topics`` as a
+    string)."""
+
+    http_status = 422
+    rest_code = 42200
+
+
 class InvalidRecord(LaketailError):
     kafka_code = 87
     kafka_name = "INVALID_RECORD"
@@ -172,6 +186,23 @@ class NotAcceptable(LaketailError):
     kafka_name = "INVALID_REQUEST"
     http_status = 406
     rest_code = 40601
+
+
+class RecordDeserializationError(LaketailError):
+    """A fetched record the consumer's embedded format cannot decode (Kafka's client
+    ``RecordDeserializationException``, which carries topic, partition and offset; no
+    protocol code). 422 as Karapace answers it; Confluent's proxy maps Kafka's
+    SerializationException to 408/40801, a retry code a client would loop on. The
+    consumer stays on the record until it is sought past."""
+
+    kafka_name = "RECORD_DESERIALIZATION_ERROR"
+    http_status = 422
+    rest_code = 42203  # Confluent's JSON_CONVERSION_ERROR_CODE
+
+    def __init__(self, detail: str = "", *, rest_code: int | None = None, topic: str = "",
+                 partition: int = -1, offset: int = -1, field: str = "") -> None:
+        self.topic, self.partition, self.offset, self.field = topic, partition, offset, field
+        super().__init__(detail, rest_code=rest_code)
 
 
 class SaslAuthenticationFailed(LaketailError):
@@ -237,6 +268,18 @@ class NotCoordinator(LaketailError):
     kafka_name = "NOT_COORDINATOR"
     http_status = 503
     rest_code = 50305
+    retriable = True
+
+
+class CoordinatorLoadInProgress(LaketailError):
+    """The coordinators here are still loading their internal partitions to the high
+    watermark (a broker that just became the controller): retry shortly, as Kafka's
+    clients do."""
+
+    kafka_code = 14
+    kafka_name = "COORDINATOR_LOAD_IN_PROGRESS"
+    http_status = 503
+    rest_code = 50306
     retriable = True
 
 
@@ -462,6 +505,15 @@ class NonEmptyGroup(LaketailError):
     kafka_name = "NON_EMPTY_GROUP"
     http_status = 409
     rest_code = 40906
+
+
+class GroupSubscribedToTopic(LaketailError):
+    """OffsetDelete on a topic a member of the group is subscribed to."""
+
+    kafka_code = 86
+    kafka_name = "GROUP_SUBSCRIBED_TO_TOPIC"
+    http_status = 409
+    rest_code = 40921
 
 
 class InconsistentGroupProtocol(LaketailError):

@@ -29,7 +29,7 @@ from laketail.bounds import check_timestamp_column
 from laketail.catalog import TopicInfo, check_not_internal
 from laketail.cluster.node import INTERNAL
 from laketail.config import BrokerSettings, TopicConfig
-from laketail.errors import InvalidRequest, RecordTooLarge, UnknownTopicOrPartition
+from laketail.errors import InvalidRequest, LaketailError, RecordTooLarge, UnknownTopicOrPartition
 from laketail.partitioner import StickyPartitioner, partition_for_key
 from laketail.records import (
     CREATE_TIME,
@@ -47,6 +47,12 @@ if TYPE_CHECKING:
     from laketail.cluster.node import ClusterNode
     from laketail.coordinator.transactions import TransactionCoordinator
     from laketail.storage.tierer import Tierer
+
+#: What one record costs against ``max.message.bytes`` besides its key, value and
+#: headers: Kafka's producer sizes a record as the batch it would travel in alone
+#: (``AbstractRecords.estimateSizeInBytesUpperBound``: ``RECORD_BATCH_OVERHEAD`` 61 +
+#: ``DefaultRecord.MAX_RECORD_OVERHEAD`` 21).
+RECORD_SIZE_OVERHEAD = 61 + 21
 
 #: Columns a produce request may carry, all optional but ``value``. ``timestamp`` is
 #: Kafka's milliseconds (null: now); ``partition`` null means "let the partitioner pick".
@@ -70,7 +76,7 @@ class ProduceResult:
     ``dense`` without a Python object per record.
     """
 
-    __slots__ = ("count", "dense", "_partitions", "_offsets", "_timestamps_ms")
+    __slots__ = ("count", "dense", "errors", "_partitions", "_offsets", "_timestamps_ms")
 
     def __init__(
         self,
@@ -78,6 +84,7 @@ class ProduceResult:
         offsets: list[int] | int,
         timestamps_ms: list[int] | int,
         count: int,
+        errors: "list[LaketailError | None] | None" = None,
     ) -> None:
         #: records in the request
         self.count = count
@@ -85,6 +92,9 @@ class ProduceResult:
         self.dense: tuple[int, int] | None = (
             (partitions, offsets) if isinstance(partitions, int) and isinstance(offsets, int) else None
         )
+        #: per record, why it was not written (``None``: written); ``None`` when all were.
+        #: A record with an error has offset -1 and, if it was never placed, partition -1.
+        self.errors = errors
         self._partitions = partitions
         self._offsets = offsets
         self._timestamps_ms = timestamps_ms
@@ -100,6 +110,22 @@ class ProduceResult:
         if isinstance(self._offsets, int):
             self._offsets = list(range(self._offsets, self._offsets + self.count))
         return self._offsets
+
+    def first_error(self) -> "LaketailError | None":
+        return next((e for e in self.errors if e is not None), None) if self.errors else None
+
+    def merged(self, kept: list[int], refused: "dict[int, LaketailError]", count: int,
+               now_ms: int) -> "ProduceResult":
+        """This result (of the records at request indices ``kept``) with the ``refused``
+        records put back in request order, for a request of ``count`` records."""
+        partitions, offsets, stamps = [-1] * count, [-1] * count, [now_ms] * count
+        errors: list[LaketailError | None] = [None] * count
+        for j, i in enumerate(kept):
+            partitions[i], offsets[i], stamps[i] = self.partitions[j], self.offsets[j], self.timestamps_ms[j]
+            errors[i] = self.errors[j] if self.errors else None
+        for i, error in refused.items():
+            errors[i] = error
+        return ProduceResult(partitions, offsets, stamps, count, errors)
 
     @property
     def timestamps_ms(self) -> list[int]:
@@ -161,6 +187,7 @@ class ProducePath:
         producer: ProducerBatch | None = None,
         *,
         internal_topics_allowed: bool = False,
+        per_record_errors: bool = False,
     ) -> ProduceResult:
         """Validate, partition, append; return each record's partition and offset.
 
@@ -170,6 +197,13 @@ class ProducePath:
         retried batch gets its original offsets back. Only the coordinators append to
         the internal topics (``internal_topics_allowed``, Kafka's flag of the same name);
         a client gets INVALID_TOPIC_EXCEPTION.
+
+        ``per_record_errors`` (the REST answers, which say per record what was written,
+        as Confluent's v2 ``offsets[i]`` and v3 reports do): a record over
+        ``max.message.bytes`` is refused alone and the others are written, and when the
+        appends to some partitions fail and others succeed the result says which records
+        failed (``errors``) instead of raising. A request of which nothing was written
+        still raises, as does any failure without the flag.
         """
         if not internal_topics_allowed:
             check_not_internal(topic, "append to")
@@ -181,8 +215,42 @@ class ProducePath:
                 )
             else:
                 self.transactions.check_idempotent_produce(producer.producer_id, producer.producer_epoch)
-        plan = self._plan_produce(topic, batch, producer)
-        return await self._execute(plan, acks)
+        if not per_record_errors or producer is not None:
+            return await self._execute(self._plan_produce(topic, batch, producer), acks)
+        count = batch.num_rows
+        batch, refused = self._refuse_oversized(topic, batch)
+        if not refused:
+            return await self._execute(self._plan_produce(topic, batch), acks, per_record_errors=True)
+        if len(refused) == count:
+            raise next(iter(refused.values()))
+        result = await self._execute(self._plan_produce(topic, batch), acks, per_record_errors=True)
+        kept = [i for i in range(count) if i not in refused]
+        return result.merged(kept, refused, count, self.clock.now_ms())
+
+    def _refuse_oversized(self, topic: str, batch: pa.RecordBatch | pa.Table
+                          ) -> tuple[pa.RecordBatch | pa.Table, dict[int, LaketailError]]:
+        """The records that fit ``max.message.bytes``, and a MESSAGE_TOO_LARGE for each
+        of the others by request index."""
+        limit = self._runtime(topic).config.max_message_bytes
+        if batch.get_total_buffer_size() + RECORD_SIZE_OVERHEAD <= limit:
+            return batch, {}  # the whole request fits: no record can be too large
+        names = batch.schema.names
+        n = batch.num_rows
+        keys = batch.column("key") if "key" in names else pa.nulls(n, pa.binary())
+        headers = batch.column("headers") if "headers" in names else null_headers(n)
+        values = batch.column("value") if "value" in names else pa.nulls(n, pa.binary())
+        keys, values, headers = (c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+                                 for c in (keys, values, headers))
+        sizes = self._record_sizes(keys, values, headers, limit)
+        if sizes is None:
+            return batch, {}
+        too_large = pc.greater(sizes, limit)
+        refused: dict[int, LaketailError] = {
+            i: RecordTooLarge(f"record {i} is {size} bytes with its batch overhead, above "
+                              f"max.message.bytes={limit}")
+            for i, size in enumerate(sizes.to_pylist()) if size > limit
+        }
+        return batch.filter(pc.invert(too_large)), refused
 
     def _single_partition(self, topic: str, batch: pa.RecordBatch | pa.Table) -> int:
         """The one partition a producer batch goes to (it must name it)."""
@@ -274,21 +342,30 @@ class ProducePath:
             appends.append((p, frame, rows, None))
         return _ProducePlan(topic, n, part_list, timestamps_ms, appends, None)
 
-    async def _execute(self, plan: _ProducePlan, acks: Acks = "all") -> ProduceResult:
+    async def _execute(self, plan: _ProducePlan, acks: Acks = "all", per_record_errors: bool = False) -> ProduceResult:
         if len(plan.appends) == 1:
             partition, frame, _, max_ts = plan.appends[0]
             base = await self.append(plan.topic, partition, frame, acks, max_ts, plan.producer)
             return ProduceResult(partition, base, plan.timestamps_ms, plan.count)
-        else:
-            bases = await asyncio.gather(*(
-                self.append(plan.topic, partition, frame, acks, max_ts)
-                for partition, frame, _, max_ts in plan.appends
-            ))
-            offsets = [0] * plan.count
-            for (_, _, rows, _), base in zip(plan.appends, bases):
-                for j, row in enumerate(rows):
-                    offsets[row] = base + j
-        return ProduceResult(plan.partitions, offsets, plan.timestamps_ms, plan.count)
+        outcomes = await asyncio.gather(*(
+            self.append(plan.topic, partition, frame, acks, max_ts)
+            for partition, frame, _, max_ts in plan.appends
+        ), return_exceptions=True)
+        failures = [o for o in outcomes if isinstance(o, BaseException)]
+        unexpected = [f for f in failures if not isinstance(f, LaketailError)]
+        if unexpected:
+            raise unexpected[0]
+        if failures and (not per_record_errors or len(failures) == len(outcomes)):
+            raise failures[0]  # nothing written, or a caller that cannot say what was
+        offsets = [-1] * plan.count
+        errors: list[LaketailError | None] | None = [None] * plan.count if failures else None
+        for (_, _, rows, _), outcome in zip(plan.appends, outcomes):
+            for j, row in enumerate(rows):
+                if isinstance(outcome, LaketailError):
+                    errors[row] = outcome  # type: ignore[index]
+                else:
+                    offsets[row] = outcome + j  # type: ignore[operator]
+        return ProduceResult(plan.partitions, offsets, plan.timestamps_ms, plan.count, errors)
 
     async def append(
         self,
@@ -319,6 +396,15 @@ class ProducePath:
         return base
 
     async def _forward_append(self, topic, partition, frame, acks, max_timestamp_us, producer) -> int:
+        if producer is None:  # under an internal idempotent identity, so a retry is never written twice
+            return await self.cluster.forwarded.send(
+                topic, partition, frame,
+                lambda stamped, internal: self._forward_once(topic, partition, stamped, acks, max_timestamp_us,
+                                                             internal),
+            )
+        return await self._forward_once(topic, partition, frame, acks, max_timestamp_us, producer)
+
+    async def _forward_once(self, topic, partition, frame, acks, max_timestamp_us, producer) -> int:
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, frame.schema) as writer:
             writer.write_batch(frame)
@@ -341,8 +427,24 @@ class ProducePath:
         return resp.json()["base_offset"]
 
     def _check_sizes(self, keys: pa.Array, values: pa.Array, headers: pa.Array, limit: int) -> None:
-        if keys.get_total_buffer_size() + values.get_total_buffer_size() + headers.get_total_buffer_size() <= limit:
-            return  # even all the buffers together fit: no single record can be too large
+        sizes = self._record_sizes(keys, values, headers, limit)
+        if sizes is None:
+            return
+        biggest = pc.max(sizes).as_py() or 0
+        if biggest > limit:
+            index = pc.index(sizes, biggest).as_py()
+            raise RecordTooLarge(
+                f"record {index} is {biggest} bytes with its batch overhead, above max.message.bytes={limit}"
+            )
+
+    @staticmethod
+    def _record_sizes(keys: pa.Array, values: pa.Array, headers: pa.Array, limit: int) -> pa.Array | None:
+        """Each record's size as Kafka counts it against ``max.message.bytes`` (key,
+        value, header keys and values, :data:`RECORD_SIZE_OVERHEAD`); ``None`` when
+        every record fits for sure."""
+        buffers = keys.get_total_buffer_size() + values.get_total_buffer_size() + headers.get_total_buffer_size()
+        if buffers + RECORD_SIZE_OVERHEAD <= limit:
+            return None  # even all the buffers together fit: no single record can be too large
         sizes = pc.add(
             pc.fill_null(pc.binary_length(values), 0), pc.fill_null(pc.binary_length(keys), 0)
         )
@@ -358,12 +460,7 @@ class ProducePath:
                 for parent, size in zip(parents.to_pylist(), per_header.to_pylist()):
                     totals[parent] += size
                 sizes = pc.add(sizes, pa.array(totals, pa.int64()))
-        biggest = pc.max(sizes).as_py() or 0
-        if biggest > limit:
-            index = pc.index(sizes, biggest).as_py()
-            raise RecordTooLarge(
-                f"record {index} is {biggest} bytes, above max.message.bytes={limit}"
-            )
+        return pc.add(sizes.cast(pa.int64()), RECORD_SIZE_OVERHEAD)
 
     def _sticky(self, runtime: TopicRuntime) -> int:
         """The partition of a request's keyless records. One of several request

@@ -126,7 +126,12 @@ def _names(secured: Secured, i: int, assign: bool, member: bool) -> dict[str, st
     secured.create_topic(names["T"])
     secured.produce(names["T"], 0, 2)
     secured.commit(names["G"], names["T"], 0, 1)
-    made = secured.as_("admin", "POST", f"/consumers/{names['CG']}",
+    # the instance is bob's (an instance answers only its creator, issue 36): bob makes it
+    # (and assigns it) under ACLs taken back before the case grants its own
+    temporary = [("READ", "GROUP", names["CG"]), ("DESCRIBE", "TOPIC", names["T"])]
+    for operation, resource_type, name in temporary:
+        secured.grant("bob", operation, resource_type, name)
+    made = secured.as_("bob", "POST", f"/consumers/{names['CG']}",
                        json={"name": "c", "format": "binary", "auto.offset.reset": "earliest"}, headers=V2)
     assert made.status_code == 200, made.text
     if member:
@@ -137,9 +142,14 @@ def _names(secured: Secured, i: int, assign: bool, member: bool) -> dict[str, st
             "generation_id": joined.json()["generation_id"], "member_id": names["M"]})
         assert synced.status_code == 200, synced.text
     if assign:
-        resp = secured.as_("admin", "POST", names["I"] + "/assignments",
+        resp = secured.as_("bob", "POST", names["I"] + "/assignments",
                            json={"partitions": [{"topic": names["T"], "partition": 0}]}, headers=V2)
         assert resp.status_code == 204, resp.text
+    for operation, resource_type, name in temporary:
+        gone = secured.as_("admin", "DELETE", f"/v3/clusters/{secured.cluster_id}/acls", params={
+            "resource_type": resource_type, "resource_name": name, "pattern_type": "LITERAL",
+            "principal": "User:bob", "host": "*", "operation": operation, "permission": "ALLOW"})
+        assert gone.status_code == 200 and len(gone.json()["data"]) == 1, gone.text
     return names
 
 
@@ -212,7 +222,7 @@ def test_an_assignment_does_not_tell_whether_a_hidden_topic_exists(secured):
     404 for one that does not."""
     secured.create_topic("acl-hidden")
     secured.grant("bob", "READ", "GROUP", "acl-hidden-cg")
-    made = secured.as_("admin", "POST", "/consumers/acl-hidden-cg", json={"name": "c"}, headers=V2)
+    made = secured.as_("bob", "POST", "/consumers/acl-hidden-cg", json={"name": "c"}, headers=V2)  # bob's own
     assert made.status_code == 200, made.text
     path = "/consumers/acl-hidden-cg/instances/c/assignments"
     answers = [secured.as_("bob", "POST", path, json={"partitions": [{"topic": topic, "partition": 0}]}, headers=V2)

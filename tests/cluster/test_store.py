@@ -197,3 +197,30 @@ def test_a_write_that_checked_the_epoch_just_before_a_new_controller_took_over_d
         deposed.write_partitions(changed, {}, old)
     monkeypatch.undo()
     assert store.partitions() == seen_by_successor == regs
+
+
+def test_producer_id_blocks_are_disjoint_even_when_taken_at_once(store):
+    """Issue 35 finding 3: producer ids come from durable blocks. Brokers taking blocks
+    concurrently each get their own, and a later block never reaches back below one
+    already taken, nor below the floor the caller asks for."""
+    blocks: list[tuple[int, int]] = []
+    errors: list[BaseException] = []
+
+    def take(broker: int) -> None:
+        try:
+            for _ in range(3):
+                blocks.append(store.allocate_producer_ids(broker, 10))
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=take, args=(b,)) for b in (1, 2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    ids = [pid for first, end in blocks for pid in range(first, end)]
+    assert len(ids) == 90 and len(set(ids)) == 90
+    assert store.allocate_producer_ids(1, 10, at_least=5) == (90, 100)  # the floor never goes back
+    assert store.allocate_producer_ids(1, 10, at_least=500) == (500, 510)
+    assert ClusterStore(store.root).allocate_producer_ids(2, 1) == (510, 511)  # read back from the table

@@ -11,7 +11,7 @@ import pytest
 from laketail.broker import Broker
 from laketail.clock import ManualClock
 from laketail.config import load_settings
-from laketail.coordinator.fakes import InMemoryLog
+from laketail.coordinator.fakes import InMemoryLog, InMemoryProducerIdBlocks
 from laketail.coordinator.groups import GroupCoordinator
 from laketail.coordinator.offsets import CommittedOffset, OffsetStore
 from laketail.coordinator.transactions import TXN_TOPIC, TransactionCoordinator
@@ -22,12 +22,13 @@ from laketail.storage.partition_log import ProducerBatch
 class _Coordinators:
     """Offsets, groups and transactions wired as the broker wires them, on ``log``."""
 
-    def __init__(self, log, clock):
+    def __init__(self, log, clock, producer_ids=None):
         self.log = log
         self.offsets = OffsetStore(log, clock, num_partitions=2, replication_factor=1)
         self.groups = GroupCoordinator(log, self.offsets, clock, initial_rebalance_delay_ms=0)
         self.transactions = TransactionCoordinator(
-            log, log, self.groups, self.offsets, clock, num_partitions=2, replication_factor=1
+            log, log, self.groups, self.offsets, clock, num_partitions=2, replication_factor=1,
+            producer_ids=producer_ids if producer_ids is not None else InMemoryProducerIdBlocks(),
         )
 
     async def load(self):
@@ -246,3 +247,40 @@ def test_a_bump_after_abort_never_fences_the_session_that_took_over():
         assert TXN_TOPIC in parts.log.topics  # created on first use, as the broker does
 
     asyncio.run(scenario())
+
+
+def test_producer_ids_are_never_reused_by_a_coordinator_that_lost_its_state():
+    """Issue 35 finding 3: ``POST /v1/producers`` handed out 0, 2, 1 and, after a failover
+    whose load of ``__transaction_state`` failed, 0, 1, 2 again. Ids come from durable
+    blocks shared by the cluster, so a coordinator that starts from an empty (or
+    unreadable) log still hands out new ones."""
+    asyncio.run(_no_reuse_after_a_lost_state())
+
+
+async def _no_reuse_after_a_lost_state():
+    clock = ManualClock()
+    blocks = InMemoryProducerIdBlocks()
+    first = await _Coordinators(InMemoryLog(), clock, blocks).load()
+    before = {(await first.transactions.init_producer_id())[0] for _ in range(3)}
+    # The next controller: its log read nothing of the first one's block records.
+    second = await _Coordinators(InMemoryLog(), clock, blocks).load()
+    after = {(await second.transactions.init_producer_id())[0] for _ in range(3)}
+    assert len(before) == 3 and len(after) == 3
+    assert not before & after
+
+
+def test_the_first_block_starts_above_the_ids_the_loaded_state_names():
+    """Ids handed out before blocks lived in ``_system/producer_ids`` (the legacy block
+    record, transactional ids' producer ids) are the floor of the first block."""
+    asyncio.run(_floor_from_the_loaded_state())
+
+
+async def _floor_from_the_loaded_state():
+    clock = ManualClock()
+    log = InMemoryLog()
+    old = await _Coordinators(log, clock, InMemoryProducerIdBlocks()).load()
+    await old.transactions.init_producer_id()
+    pid, _ = await old.transactions.init_producer_id("t1")
+    fresh = InMemoryProducerIdBlocks()  # a cluster whose _system/producer_ids is new
+    new = await _Coordinators(log, clock, fresh).load()
+    assert (await new.transactions.init_producer_id())[0] > pid

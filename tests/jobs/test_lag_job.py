@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from deltalake import DeltaTable
 
@@ -47,3 +49,42 @@ def test_lag_rows_agree_with_the_lag_api(broker, make_topic, tmp_path):
     everything = DeltaTable(lag_table_uri(str(broker.data_dir))).to_pyarrow_table().to_pylist()
     measured = [r for r in everything if r["group_id"] == group]
     assert len(measured) == 4 and len({r["time"] for r in measured}) == 2
+
+
+def test_batch_and_streaming_agree_on_assigned_partitions_without_commits(broker, make_topic, tmp_path):
+    """One definition of the rows, kafka-consumer-groups --describe's: a partition a member
+    holds without having committed there is a row (current offset -1, describe's ``-``, lag
+    from the log start) in both modes. The streaming query left it out (rows=7 against
+    the batch's 11 on the issue's data)."""
+    topic = make_topic(2)
+    rest = broker.rest
+    for p, n in ((0, 7), (1, 4)):
+        assert rest.produce_binary(topic, [{"value": b"x"}] * n, partition=p).status_code == 200
+    group = f"{topic}-assigned"
+    consumer = Consumer({"bootstrap.servers": broker.url, "group.id": group, "enable.auto.commit": False,
+                         "client.id": "lag-member"})
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 120
+        while len(consumer.assignment()) < 2:
+            assert time.monotonic() < deadline, "the member never got both partitions"
+            consumer.poll(0.2)
+        consumer.commit(offsets=[TopicPartition(topic, 0, 5)], asynchronous=False)
+
+        batch_table, stream_table = str(tmp_path / "batch_lag"), str(tmp_path / "stream_lag")
+        (report,) = run_job(lag.main, "--servers", broker.url, "--table", batch_table, "--group", group)
+        assert report["rows"] == 2, report
+        run_job(lag.main, "--servers", broker.url, "--table", stream_table, "--group", group,
+                "--streaming", "--interval-s", "0.1", "--max-rounds", "1",
+                "--checkpoint", str(tmp_path / "stream_checkpoint"))
+    finally:
+        consumer.close()
+
+    def rows(table: str) -> list[tuple]:
+        return sorted((r["topic"], r["partition"], r["current_offset"], r["log_end_offset"], r["lag"],
+                       r["client_id"], bool(r["consumer_id"]))
+                      for r in DeltaTable(table).to_pyarrow_table().to_pylist())
+
+    expected = [(topic, 0, 5, 7, 2, "lag-member", True), (topic, 1, -1, 4, 4, "lag-member", True)]
+    assert rows(batch_table) == expected
+    assert rows(stream_table) == expected

@@ -4,7 +4,8 @@ Two members of one group join through two different brokers; they must land in t
 generation with disjoint assignments that cover the topic (each broker running its own
 coordinator would give each member every partition). An offset committed through one
 broker is read back through another, and, after the controller (where the coordinators
-run) is killed -9, through the new one, rebuilt from ``__consumer_offsets``.
+run) is killed -9, through the new one, rebuilt from ``__consumer_offsets``; the new
+coordinator never hands out a producer id the old one did (issue 35, finding 3).
 """
 
 from __future__ import annotations
@@ -55,6 +56,13 @@ def committed(url: str, group: str, topic: str) -> int:
     return resp.json()["offsets"][0]["offset"]
 
 
+def producer_id(url: str) -> int:
+    """A new idempotent producer's id (``POST /v1/producers``)."""
+    resp = httpx.post(f"{url}/v1/producers", json={}, timeout=60.0)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["producer_id"]
+
+
 def controller_of(cluster: Cluster) -> int:
     broker = cluster.live()[0]
     cid = cluster.get(broker, "/v3/clusters").json()["data"][0]
@@ -97,11 +105,16 @@ def test_members_joining_through_different_brokers_share_one_coordinator(tmp_pat
         assert resp.status_code == 200, resp.text
         assert committed(b.url, group, topic) == 7  # through another broker
 
+        before = {producer_id(a.url) for _ in range(3)}
+
         cluster[controller].kill9()
         assert wait_until(lambda: controller_of(cluster) != controller, "a new controller")
         # The new controller rebuilt the group's offsets from __consumer_offsets.
         assert wait_until(lambda: committed(a.url, group, topic) == 7 or None,
                           "the committed offset through the new coordinator")
         assert committed(b.url, group, topic) == 7
+        # Producer ids come from durable blocks: none handed out before is handed out again.
+        after = {wait_until(lambda: producer_id(b.url), "a producer id from the new coordinator") for _ in range(3)}
+        assert len(before) == 3 and len(after) == 3 and not before & after, (before, after)
     finally:
         cluster.close()

@@ -87,3 +87,23 @@ def test_sink_ids_come_from_the_option_or_the_checkpoint() -> None:
     plain = SinkOptions.parse({**SERVERS, "topic": "t", "batchId": "7"})
     assert plain.sink_id is None and plain.batch_id == 7 and plain.topic == "t"
     assert plain.transaction_timeout_ms == 900_000
+
+
+@pytest.mark.parametrize("spelling", [
+    "/ck/q1", "/ck/q1/", "file:/ck/q1", "file:///ck/q1", "file:///ck/q1/", "file://localhost/ck/q1", "/ck/./q1",
+])
+def test_every_spelling_of_a_checkpoint_names_one_sink(spelling: str) -> None:
+    """Issue 35: the sink id was a hash of the location's spelling, so a query restarted
+    with ``file:/x`` instead of ``/x`` got a new sink id and could write a batch twice.
+    A plain path keeps the id it always had."""
+    assert checkpoint_sink_id(spelling) == checkpoint_sink_id("/ck/q1") == "spark-checkpoint-81f331b1c62c5dc8"
+    assert checkpoint_sink_id("s3a://bucket/ck/q1/") == checkpoint_sink_id("s3a://bucket/ck/q1")
+    assert checkpoint_sink_id("s3a://bucket/ck/q1") != checkpoint_sink_id("/ck/q1")
+
+
+def test_the_retry_budget_is_default_api_timeout_ms() -> None:
+    assert parse(subscribe="t").api_timeout_ms == 60_000
+    assert parse(subscribe="t", **{"default.api.timeout.ms": "5000"}).api_timeout_ms == 5000
+    assert SinkOptions.parse({**SERVERS, "default.api.timeout.ms": "7000"}).api_timeout_ms == 7000
+    with pytest.raises(InvalidConfig, match="default.api.timeout.ms"):
+        parse(subscribe="t", **{"default.api.timeout.ms": "-1"})

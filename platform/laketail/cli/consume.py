@@ -9,6 +9,14 @@ binary embedded format), until ``--max-records`` records were printed, no record
 came for ``--timeout-ms``, or Ctrl-C. Records from different partitions interleave
 in arrival order; within a partition they are in offset order.
 
+With ``--group G`` it is a member of consumer group G instead (``laketail.client.Consumer``,
+like kafka-console-consumer's ``--group``): the group's coordinator assigns the
+partitions, each starts at the group's committed offset (or, where G has none, at the
+log start with ``--from-beginning``, else at the end: ``auto.offset.reset``), and the
+positions of the records printed are committed every ``auto.commit.interval.ms`` and
+once more on the way out; never a record that was not printed. ``--partition`` and
+``--offset`` do not go with a group (Kafka refuses them together too).
+
 Bytes print as UTF-8 with invalid sequences replaced; a null key or value prints as
 ``null`` (Kafka's formatter does the same).
 """
@@ -26,7 +34,7 @@ from typing import IO, Any
 import click
 
 from laketail.cli.gateway import BINARY_V2, AsyncGateway, segment
-from laketail.cli.options import server_option
+from laketail.cli.options import CommandError, client_properties, server_option
 
 #: How long one fetch waits on the broker for new records (a long poll).
 POLL_MS = 1000
@@ -172,6 +180,68 @@ async def _idle(printer: RecordPrinter, timeout_s: float) -> None:
         await asyncio.sleep(left)
 
 
+#: How long one poll of the group consumer waits before checking the idle timeout.
+GROUP_POLL_S = 0.5
+#: With ``--timeout-ms``, how long the group consumer may wait for its first assignment
+#: (the join: the group's initial rebalance delay, other members' rejoins) before the
+#: idle timeout starts counting.
+JOIN_WAIT_S = 60.0
+
+
+def consume_in_group(server: str, req: ConsumeRequest, group: str, printer: RecordPrinter) -> None:
+    """Print the records group ``group`` is assigned until ``printer`` is done or
+    nothing came for ``req.timeout_ms``; commit the printed records' positions on the
+    way out (besides the auto-commits)."""
+    from laketail.client import Consumer, KafkaException
+
+    conf = {
+        **client_properties(),
+        "bootstrap.servers": server,
+        "group.id": group,
+        "client.id": "laketail-console-consumer",
+        "auto.offset.reset": "earliest" if req.start == "earliest" else "latest",
+        "enable.auto.commit": True,
+    }
+    try:
+        consumer = Consumer(conf)
+    except (KafkaException, ValueError) as exc:
+        raise CommandError(f"group consumer: {exc}") from exc
+    try:
+        consumer.subscribe([req.topic])
+        started = printer.last_record_at = time.monotonic()
+        assigned = False
+        while not printer.done.is_set():
+            msg = consumer.poll(GROUP_POLL_S)
+            if not assigned and consumer.assignment():
+                assigned = True  # the idle timeout counts from here: joining is not idling
+                printer.last_record_at = time.monotonic()
+            if msg is None or msg.error() is not None:
+                if msg is not None and msg.error().fatal():
+                    raise CommandError(str(msg.error()))
+                if req.timeout_ms is not None:
+                    now = time.monotonic()
+                    if assigned and now - printer.last_record_at >= req.timeout_ms / 1000:
+                        break
+                    if not assigned and now - started >= max(JOIN_WAIT_S, req.timeout_ms / 1000):
+                        raise CommandError(f"group '{group}' assigned this consumer no partition of "
+                                           f"'{req.topic}' within {JOIN_WAIT_S:.0f} s")
+                continue
+            key, value = msg.key(), msg.value()
+            printer.emit([{
+                "key": None if key is None else base64.b64encode(key).decode(),
+                "value": None if value is None else base64.b64encode(value).decode(),
+            }])
+    except KafkaException as exc:
+        raise CommandError(str(exc.args[0] if exc.args else exc)) from exc
+    finally:
+        try:
+            if printer.count:
+                consumer.commit(asynchronous=False)
+        except KafkaException:
+            pass  # nothing to commit (no partition assigned yet)
+        consumer.close()
+
+
 @click.command()
 @click.argument("topic")
 @click.option("--partition", "-p", type=click.IntRange(min=0), help="Read only this partition [default: all].")
@@ -183,6 +253,8 @@ async def _idle(printer: RecordPrinter, timeout_s: float) -> None:
 @click.option("--max-records", "-n", type=click.IntRange(min=1), help="Exit after this many records.")
 @click.option("--print-key", is_flag=True, help="Print KEY<TAB>VALUE.")
 @click.option("--timeout-ms", type=click.IntRange(min=0), help="Exit when no record arrived for this long.")
+@click.option("--group", "-g", metavar="GROUP",
+              help="Consume as a member of this consumer group, committing what was printed.")
 @server_option
 def consume(
     topic: str,
@@ -192,18 +264,24 @@ def consume(
     max_records: int | None,
     print_key: bool,
     timeout_ms: int | None,
+    group: str | None,
     server: str,
 ) -> None:
     """Print TOPIC's records, one value per line (new ones only, unless told where to start)."""
     if from_beginning and start is not None:
         raise click.UsageError("--offset and --from-beginning exclude each other")
+    if group is not None and (partition is not None or start is not None):
+        raise click.UsageError("--group does not go with --partition or --offset: the group assigns partitions")
     req = ConsumeRequest(
         topic, partition, "earliest" if from_beginning else (start if start is not None else "latest"),
         max_records, print_key, timeout_ms,
     )
     printer = RecordPrinter(sys.stdout.buffer, print_key, max_records)
     try:
-        asyncio.run(consume_records(server, req, printer))
+        if group is not None:
+            consume_in_group(server, req, group, printer)
+        else:
+            asyncio.run(consume_records(server, req, printer))
     except KeyboardInterrupt:
         pass
     click.echo(f"consumed {printer.count} record(s)", err=True)

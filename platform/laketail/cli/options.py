@@ -21,6 +21,16 @@ SERVER_ENV = "LAKETAIL_SERVER"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+class ExitPolicy:
+    """How the process ends after the command (``laketail.cli.main``): ``os._exit`` once
+    output is flushed, unless a command asked for the interpreter's ordinary finalization."""
+
+    finalize = False
+
+
+exit_policy = ExitPolicy()
+
+
 class CommandError(click.ClickException):
     """A command failed (the broker said no, or nothing answered): exit 1."""
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from laketail.cli.options import CommandError
+from laketail.cli.options import CommandError, exit_policy
 
 if TYPE_CHECKING:
     from laketail.config import BrokerSettings
@@ -77,6 +77,7 @@ def serve(
     no_maintenance: bool,
 ) -> None:
     """Run a laketail broker until Ctrl-C."""
+    exit_policy.finalize = True  # multiprocessing's atexit handler stops request processes
     from laketail.config import load_settings
     from laketail.errors import LaketailError
 

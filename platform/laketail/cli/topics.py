@@ -1,6 +1,7 @@
 """``laketail topics``: topic admin through the gateway's Confluent v3 endpoints.
 
 ``create``, ``list``, ``alter`` and ``delete`` use ``/v3/clusters/{id}/topics...``
+(``alter --partitions N``: Confluent's ``PATCH /topics/{t}`` with ``partitions_count``)
 (the cluster id comes from ``GET /v3/clusters``). ``describe`` adds what v3 does not
 say per partition: leader, replicas and ISR from v2 ``GET /topics/{t}``, and the
 offsets from ``GET /topics/{t}/partitions/{p}/offsets``.
@@ -141,17 +142,28 @@ def _partition_table(partitions: list[dict], offsets: dict[int, dict]) -> Table:
 @click.argument("name")
 @click.option("--config", "-c", "configs", multiple=True, metavar="KEY=VALUE", help="Set a config (repeatable).")
 @click.option("--delete-config", "deletes", multiple=True, metavar="KEY", help="Back to the default (repeatable).")
+@click.option("--partitions", "-p", type=int,
+              help="Grow the topic to this many partitions (only ever more, as kafka-topics --alter).")
 @server_option
-def alter(name: str, configs: tuple[str, ...], deletes: tuple[str, ...], server: str) -> None:
-    """Set or delete configs of topic NAME."""
+def alter(name: str, configs: tuple[str, ...], deletes: tuple[str, ...], partitions: int | None, server: str) -> None:
+    """Set or delete configs of topic NAME, or add partitions to it.
+
+    Keyed records produced without a partition go to murmur2(key) modulo the new count
+    from then on, so a key's later records may land in another partition than its
+    earlier ones (Kafka's rule too)."""
     sets = parse_pairs(configs)
-    if not sets and not deletes:
-        raise click.UsageError("nothing to alter: give --config KEY=VALUE or --delete-config KEY")
-    data = [{"name": k, "value": v} for k, v in sets.items()]
-    data += [{"name": k, "operation": "DELETE"} for k in deletes]
+    if not sets and not deletes and partitions is None:
+        raise click.UsageError("nothing to alter: give --partitions N, --config KEY=VALUE or --delete-config KEY")
+    changes = []
     with Gateway(server) as gw:
-        gw.request("POST", gw.v3(f"/topics/{segment(name)}/configs:alter"), json={"data": data})
-    changes = [f"{k}={v}" for k, v in sets.items()] + [f"-{k}" for k in deletes]
+        if partitions is not None:  # Confluent's PATCH; the broker answers INVALID_PARTITIONS unless it grows
+            grown = gw.request("PATCH", gw.v3(f"/topics/{segment(name)}"), json={"partitions_count": partitions})
+            changes.append(f"partitions={(grown or {}).get('partitions_count', partitions)}")
+        if sets or deletes:
+            data = [{"name": k, "value": v} for k, v in sets.items()]
+            data += [{"name": k, "operation": "DELETE"} for k in deletes]
+            gw.request("POST", gw.v3(f"/topics/{segment(name)}/configs:alter"), json={"data": data})
+    changes += [f"{k}={v}" for k, v in sets.items()] + [f"-{k}" for k in deletes]
     click.echo(f"altered topic {name}: {' '.join(changes)}")
 
 

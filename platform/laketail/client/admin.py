@@ -38,6 +38,7 @@ from laketail.client.admin_types import (
     ListConsumerGroupsResult,
     MemberAssignment,
     MemberDescription,
+    NewPartitions,
     NewTopic,
     PartitionMetadata,
     ResourceType,
@@ -53,7 +54,7 @@ __all__ = [
     "AdminClient", "AlterConfigOpType", "BrokerMetadata", "ClusterMetadata", "ConfigEntry",
     "ConfigResource", "ConfigSource", "ConsumerGroupDescription", "ConsumerGroupListing",
     "ConsumerGroupState", "ConsumerGroupTopicPartitions", "ListConsumerGroupsResult",
-    "MemberAssignment", "MemberDescription", "NewTopic", "PartitionMetadata", "ResourceType",
+    "MemberAssignment", "MemberDescription", "NewPartitions", "NewTopic", "PartitionMetadata", "ResourceType",
     "TopicMetadata", "KafkaError", "KafkaException", "TopicPartition",
 ]
 
@@ -95,6 +96,20 @@ class AdminClient:
             body["replication_factor"] = topic.replication_factor
         body["configs"] = [{"name": k, "value": str(v)} for k, v in topic.config.items()]
         self._gateway.post_json(self._gateway.v3("/topics"), body, timeout_s=timeout)
+
+    def create_partitions(self, new_partitions: list[NewPartitions], operation_timeout: float = 0,
+                          request_timeout: float = -1, validate_only: bool = False) -> dict[str, Future]:
+        """``{topic: Future}``; each result is None once the topic has its new count
+        (``PATCH .../topics/{t}`` with ``partitions_count``; INVALID_PARTITIONS unless it grows)."""
+        timeout = _timeout_s(operation_timeout, request_timeout)
+        return {p.topic: self._submit(self._create_partitions, p, validate_only, timeout) for p in new_partitions}
+
+    def _create_partitions(self, request: NewPartitions, validate_only: bool, timeout: float | None) -> None:
+        if request.replica_assignment is not None:
+            raise KafkaException(local_error(
+                "_INVALID_ARG", "laketail assigns the replicas of new partitions: give no replica_assignment"))
+        body = {"partitions_count": request.new_total_count, "validate_only": validate_only}
+        self._gateway.request("PATCH", self._gateway.v3(f"/topics/{request.topic}"), json=body, timeout_s=timeout)
 
     def delete_topics(self, topics: list[str], operation_timeout: float = 0,
                       request_timeout: float = -1) -> dict[str, Future]:

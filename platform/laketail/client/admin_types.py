@@ -71,6 +71,19 @@ class ConsumerGroupState(Enum):
 # -- topics ---------------------------------------------------------------------------------------
 
 
+class NewPartitions:
+    """A topic to grow to ``new_total_count`` partitions (``create_partitions``); laketail
+    assigns the new replicas itself, so ``replica_assignment`` must be None."""
+
+    def __init__(self, topic: str, new_total_count: int, replica_assignment: list[list[int]] | None = None) -> None:
+        self.topic = topic
+        self.new_total_count = new_total_count
+        self.replica_assignment = replica_assignment
+
+    def __repr__(self) -> str:
+        return f"NewPartitions(topic={self.topic!r}, new_total_count={self.new_total_count})"
+
+
 @total_ordering
 class NewTopic:
     """A topic to create; -1 leaves partitions / replication factor to the broker."""

@@ -29,7 +29,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from laketail.catalog import TopicInfo
+from laketail.catalog import TopicInfo, check_partition_increase
 from laketail.cluster.metadata import (
     NO_LEADER,
     BrokerRegistration,
@@ -318,6 +318,27 @@ class Controller:
                 self.partitions[(name, p)] = PartitionRegistration(name, p, replicas, replicas[0], 0, list(replicas))
             await self._persist()
             return info
+
+    async def create_partitions(self, name: str, partitions: int) -> TopicInfo:
+        """Kafka's CreatePartitions: the topic grows to ``partitions``; the new ones get
+        replicas as a new topic's would (leaders continuing the round-robin) and join
+        the image every broker applies. INVALID_PARTITIONS unless it grows."""
+        async with self._lock:
+            info = self.host.catalog.get(name)
+            check_partition_increase(name, info.partitions, partitions)
+            live = [b.broker_id for b in self.brokers.values() if b.alive]
+            rf = info.replication_factor
+            if rf > len(live):
+                raise InvalidReplicationFactor(
+                    f"the new partitions of '{name}' need {rf} replicas; {len(live)} broker(s) are available"
+                )
+            updated = await asyncio.to_thread(self.host.catalog.set_partitions, name, partitions)
+            start = sum(1 for k in self.partitions if k[1] == 0) + info.partitions
+            for i, replicas in enumerate(assign_replicas(partitions - info.partitions, rf, live, start)):
+                p = info.partitions + i
+                self.partitions[(name, p)] = PartitionRegistration(name, p, replicas, replicas[0], 0, list(replicas))
+            await self._persist()
+            return updated
 
     async def delete_topic(self, name: str) -> TopicInfo:
         async with self._lock:

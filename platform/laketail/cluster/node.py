@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from laketail.cluster.controller import Controller
+from laketail.cluster.forwarding import ForwardedAppends
 from laketail.cluster.metadata import NO_LEADER, BrokerRegistration, ClusterImage, PartitionRegistration
 from laketail.cluster.replicas import ReplicaManager
 from laketail.cluster.store import ClusterStore, Conflict
@@ -84,6 +85,8 @@ class ClusterNode:
         self._http: httpx.AsyncClient | None = None
         self._links: dict[int, PeerLink] = {}  # replica fetches, per leader broker
         self._pools: dict[int, PeerPool] = {}  # forwarded produce and fetch, per leader broker
+        #: internal idempotent identities of forwarded appends (a retry is a duplicate the leader drops)
+        self.forwarded = ForwardedAppends(host.allocate_producer_ids)
         self._last_contact = time.monotonic()
         self._tasks: list[asyncio.Task] = []
         self._apply_lock = asyncio.Lock()
@@ -169,31 +172,15 @@ class ClusterNode:
             except Conflict:
                 return False
             self._last_contact = time.monotonic()
-            if self.host.coordinators_loaded:  # taking over from a controller that died
-                self._tasks.append(asyncio.create_task(self._load_coordinators(), name="laketail-coordinators"))
+            self.host.take_over_coordinators()  # they run on the controller; refuse until loaded
             return True
         finally:
             self._claiming = False
 
-    async def _load_coordinators(self) -> None:
-        """Rebuild the coordinators here; internal partitions led by the dead controller
-        answer only once they have new leaders, so try until they do."""
-        session = self.settings.broker_session_timeout_ms / 1000
-        deadline = time.monotonic() + 10 * session
-        while True:
-            try:
-                await self.host.load_coordinators()
-                return
-            except Exception as exc:
-                if time.monotonic() > deadline:
-                    log.exception("loading the coordinators' state failed; they serve what they had")
-                    return
-                log.info("loading the coordinators' state: %s; retrying", exc)
-                await asyncio.sleep(min(1.0, session / 3))
-
     def controller_deposed(self, controller: Controller) -> None:
         if self.controller is controller:
             self.controller = None
+            self.host.give_up_coordinators()
 
     # -- heartbeats ------------------------------------------------------------------------------------
 

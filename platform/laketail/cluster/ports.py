@@ -4,7 +4,7 @@ Role: the :class:`~laketail.cluster.node.ClusterNode` (membership), its
 :class:`~laketail.cluster.replicas.ReplicaManager` (leading and following) and the
 :class:`~laketail.cluster.controller.Controller` act on this broker's storage through
 one port, :class:`ClusterHost`: hooks to apply a metadata image, open a partition's
-replica, reload the catalog, clear a topic's leftovers, reload the coordinators and
+replica, reload the catalog, clear a topic's leftovers, take over or give up the coordinators and
 schedule tiering. The storage parts themselves (hot logs, tables, catalog) are handed
 over as they are. The :class:`~laketail.broker.Broker` (the composition root)
 implements the port and is passed for it.
@@ -47,16 +47,21 @@ class ClusterHost(Protocol):
         """The topics' Delta tables (tiered offsets; the controller creates them)."""
         ...
 
-    @property
-    def coordinators_loaded(self) -> bool:
-        """Whether the coordinators have loaded their state once (at start)."""
+    async def allocate_producer_ids(self, size: int, at_least: int = 0) -> tuple[int, int]:
+        """A durable block ``(first, end)`` of producer ids (``_system/producer_ids``) for
+        the internal identities of forwarded appends (``cluster/forwarding.py``)."""
         ...
 
-    async def load_coordinators(self) -> None:
-        """Rebuild the group and transaction coordinators from their internal topics (a
-        broker that becomes the controller runs them). Raises REQUEST_TIMED_OUT,
-        LEADER_NOT_AVAILABLE, ... while the internal partitions have no leader yet:
-        the caller retries."""
+    def take_over_coordinators(self) -> None:
+        """This broker became the controller: its group and transaction coordinators
+        refuse requests (COORDINATOR_LOAD_IN_PROGRESS) until they have loaded their
+        internal partitions to the high watermark, retried in the background until that
+        succeeds. Returns at once."""
+        ...
+
+    def give_up_coordinators(self) -> None:
+        """This broker was deposed as controller: its coordinators stop answering
+        (NOT_COORDINATOR). Returns at once."""
         ...
 
     async def apply_topics(self, image: ClusterImage) -> None:

@@ -7,7 +7,11 @@
   E + 1 collide in delta-rs's conflict check, and only one wins;
 * ``replicas``   -- one row per replica: topic, partition, broker, role, leader epoch,
   ISR membership, last known log end offset (plus the replica's place in the
-  assignment and the partition epoch, so the registrations can be rebuilt from it).
+  assignment and the partition epoch, so the registrations can be rebuilt from it);
+* ``producer_ids`` -- one row: the first producer id no block has been given yet
+  (Kafka's controller-allocated producer id blocks, KIP-730). A block is taken with a
+  conflict-checked read-modify-write, so no id is ever handed out twice, whatever
+  coordinator loses its state or whichever broker restarts.
 
 Every change replaces the table's file (the tables are tiny) in a commit that fails on
 a concurrent change; :func:`mutate` retries with fresh rows. Thread-safe: each call
@@ -55,6 +59,12 @@ REPLICAS_SCHEMA = pa.schema([
     ("updated_ms", pa.int64()),
 ])
 
+PRODUCER_IDS_SCHEMA = pa.schema([
+    ("next_producer_id", pa.int64()),
+    ("broker_id", pa.int32()),  # who took the last block (for whoever reads the table)
+    ("updated_ms", pa.int64()),
+])
+
 #: Checkpoint a system table every this many versions, so reading it stays cheap.
 CHECKPOINT_EVERY = 50
 
@@ -73,6 +83,7 @@ class ClusterStore:
         self.brokers_uri = f"{self.root}/_system/brokers"
         self.controller_uri = f"{self.root}/_system/controller"
         self.replicas_uri = f"{self.root}/_system/replicas"
+        self.producer_ids_uri = f"{self.root}/_system/producer_ids"
 
     # -- generic ----------------------------------------------------------------------------
 
@@ -241,3 +252,24 @@ class ClusterStore:
             return rows
 
         self.mutate(self.replicas_uri, REPLICAS_SCHEMA, change)
+
+
+    # -- producer id blocks ---------------------------------------------------------------------
+
+    def allocate_producer_ids(self, broker_id: int, size: int, at_least: int = 0) -> tuple[int, int]:
+        """Take the next block of ``size`` producer ids for ``broker_id``: ``(first, end)``,
+        ``end`` excluded. The block starts at ``at_least`` or later (ids handed out before
+        blocks lived here, which the caller read from ``__transaction_state``). Two
+        brokers taking a block at once collide in the commit and the loser retries on
+        the winner's row: every block is disjoint from every other ever taken."""
+        if size <= 0:
+            raise ValueError(f"a producer id block needs a positive size, not {size}")
+        taken: list[int] = []
+
+        def change(rows: list[dict]) -> list[dict]:
+            first = max(rows[0]["next_producer_id"] if rows else 0, at_least)
+            taken.append(first)
+            return [{"next_producer_id": first + size, "broker_id": broker_id, "updated_ms": _now_ms()}]
+
+        self.mutate(self.producer_ids_uri, PRODUCER_IDS_SCHEMA, change)
+        return taken[-1], taken[-1] + size

@@ -28,7 +28,7 @@ from laketail.records import RECORD_SCHEMA, Acks
 from laketail.storage.partition_log import ProducerBatch
 
 if TYPE_CHECKING:
-    from laketail.coordinator.ports import CoordinatorLog, MarkerWriter
+    from laketail.coordinator.ports import CoordinatorLog, MarkerWriter, ProducerIdBlocks
 
 
 class InMemoryLog:
@@ -158,6 +158,23 @@ class InMemoryLog:
         return offset
 
 
+class InMemoryProducerIdBlocks:
+    """A :class:`~laketail.coordinator.ports.ProducerIdBlocks` in memory: share one
+    between coordinators to stand for the cluster's ``_system/producer_ids``."""
+
+    def __init__(self) -> None:
+        self.next_producer_id = 0
+        #: every block handed out, in order
+        self.blocks: list[tuple[int, int]] = []
+
+    async def allocate_producer_ids(self, size: int, at_least: int = 0) -> tuple[int, int]:
+        first = max(self.next_producer_id, at_least)
+        self.next_producer_id = first + size
+        self.blocks.append((first, first + size))
+        return first, first + size
+
+
 if TYPE_CHECKING:  # mypy checks the fake against the ports it stands in for
     _AS_LOG: CoordinatorLog = InMemoryLog()
     _AS_MARKERS: MarkerWriter = InMemoryLog()
+    _AS_BLOCKS: ProducerIdBlocks = InMemoryProducerIdBlocks()

@@ -44,6 +44,7 @@ from laketail.clock import Clock
 from laketail.coordinator.assignors import ASSIGNORS, assign
 from laketail.coordinator.offsets import CommittedOffset, OffsetStore, TopicPartition
 from laketail.errors import (
+    GroupSubscribedToTopic,
     IllegalGeneration,
     InconsistentGroupProtocol,
     InvalidGroupId,
@@ -399,6 +400,23 @@ class GroupCoordinator:
                 f"commit from generation {generation_id}; the group is at {group.generation_id}"
             )
         return group.members[member_id]
+
+    async def delete_offsets(self, group_id: str, tps: list[TopicPartition]) -> list[TopicPartition]:
+        """Kafka's OffsetDelete: the group's committed offsets for ``tps`` are removed
+        (tombstoned); returns those that were there. GROUP_SUBSCRIBED_TO_TOPIC, and
+        nothing removed, when a member of the group is subscribed to one of the topics."""
+        if not group_id:
+            raise InvalidGroupId("group.id must not be empty")
+        group = self._groups.get(group_id)
+        subscribed = {t for m in group.members.values() for t in m.topics} if group is not None else set()
+        busy = sorted({t for t, _ in tps} & subscribed)
+        if busy:
+            raise GroupSubscribedToTopic(
+                f"group '{group_id}' has members subscribed to {', '.join(busy)}: their offsets stay"
+            )
+        present = [tp for tp in dict.fromkeys(tps) if self.offsets.committed(group_id, tp) is not None]
+        await self.offsets.delete(group_id, present)
+        return present
 
     def committed(self, group_id: str, tps: list[TopicPartition]) -> dict[TopicPartition, CommittedOffset | None]:
         return {tp: self.offsets.committed(group_id, tp) for tp in tps}

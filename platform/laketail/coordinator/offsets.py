@@ -3,8 +3,10 @@
 Role: the durable home of every group's committed offsets, and their in-memory cache.
 A commit appends one batch to the ``__consumer_offsets`` partition of its group
 (``abs(java_hash(group)) % offsets.topic.num.partitions``, as Kafka places groups) and
-returns once it is in the log; the cache follows. At start the cache is rebuilt by
-reading every partition of the topic, table tier then hot tier, latest value per key.
+returns once it is on every in-sync replica and the broker has checked it still runs
+the coordinators (``fence``); the cache follows. When the broker takes the coordinators
+over, the cache is rebuilt by reading every partition of the topic to the high
+watermark, table tier then hot tier, latest value per key.
 
 Record format (JSON, so SQL over the topic's Delta table can read it):
 
@@ -14,11 +16,15 @@ Record format (JSON, so SQL over the topic's Delta table can read it):
 
 A committed offset is the next offset the group will read.
 
-The topic is ``cleanup.policy=compact``; the broker compacts it itself
-(:meth:`OffsetStore.compact`), it never needs Spark to stay small.
+The topic is ``cleanup.policy=compact``; the broker compacts it itself (each partition
+on its leader, :meth:`laketail.broker.Broker.compact_topic`), it never needs Spark to
+stay small.
 
 Loading is forgiving: a record whose key or value cannot be decoded is skipped, logged
-and counted (:attr:`OffsetStore.skipped_records`); it never stops a start. Only the
+and counted (:attr:`OffsetStore.skipped_records`); it never stops a start. A partition
+whose table is damaged (CORRUPT_MESSAGE) is isolated (:attr:`OffsetStore.unavailable`):
+its groups are answered COORDINATOR_LOAD_IN_PROGRESS until :meth:`OffsetStore.load_unavailable`
+reads it whole, after its leader repaired it; the other groups are served. Only the
 coordinator writes the topic (clients get INVALID_TOPIC_EXCEPTION).
 
 Thread-safety: used from the event loop thread only.
@@ -35,12 +41,12 @@ import orjson
 import pyarrow as pa
 
 from laketail.bounds import INT64_MAX, bounded_int
-from laketail.errors import OffsetMetadataTooLarge, UnknownTopicOrPartition
+from laketail.errors import CoordinatorLoadInProgress, CorruptMessage, OffsetMetadataTooLarge, UnknownTopicOrPartition
 
 if TYPE_CHECKING:
     from laketail.catalog import TopicInfo
     from laketail.clock import Clock
-    from laketail.coordinator.ports import CoordinatorLog
+    from laketail.coordinator.ports import CoordinatorFence, CoordinatorLog
 
 log = logging.getLogger(__name__)
 
@@ -135,11 +141,15 @@ class OffsetStore:
 
     Parts (passed in by the broker): ``internal_log`` -- the internal topic (create, append,
     load; :class:`~laketail.coordinator.ports.CoordinatorLog`); ``clock`` -- stamps
-    commits that carry no timestamp. Event loop thread only."""
+    commits that carry no timestamp; ``fence`` -- asked after each commit's write, before
+    it is acknowledged, whether this broker still runs the coordinators
+    (:class:`~laketail.coordinator.ports.CoordinatorFence`; none: always). Event loop
+    thread only."""
 
     def __init__(self, internal_log: "CoordinatorLog", clock: "Clock", num_partitions: int = 50,
-                 replication_factor: int = 3) -> None:
+                 replication_factor: int = 3, fence: "CoordinatorFence | None" = None) -> None:
         self.internal_log = internal_log
+        self.fence = fence
         self.clock = clock
         self.num_partitions = num_partitions
         self.replication_factor = replication_factor
@@ -148,6 +158,9 @@ class OffsetStore:
         self._exists = False
         #: Records of ``__consumer_offsets`` the last :meth:`load` could not decode.
         self.skipped_records = 0
+        #: Partitions whose table is damaged (CORRUPT_MESSAGE): isolated, their groups
+        #: refused, reloaded by :meth:`load_unavailable` once repaired. Partition -> why.
+        self.unavailable: dict[int, str] = {}
 
     # -- the topic -----------------------------------------------------------------------------
 
@@ -175,12 +188,45 @@ class OffsetStore:
         self.num_partitions = self.internal_log.topic(OFFSETS_TOPIC).partitions
         self._exists = True
         cache: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        unavailable: dict[int, str] = {}
         skipped = 0
         for partition in range(self.num_partitions):
-            async for records in self.internal_log.read_to_log_end(OFFSETS_TOPIC, partition):
-                skipped += self._apply(cache, records, partition)
+            try:
+                skipped += await self._load_partition(cache, partition)
+            except CorruptMessage as exc:
+                unavailable[partition] = str(exc)
+                log.error("%s-%d is damaged and isolated: its groups are answered COORDINATOR_LOAD_IN_PROGRESS "
+                          "until it is repaired (%s)", OFFSETS_TOPIC, partition, exc)
         self._cache = cache
+        self.unavailable = unavailable
         self.skipped_records = skipped
+
+    async def load_unavailable(self) -> None:
+        """Load the partitions the last :meth:`load` isolated, each once it reads whole
+        (its leader repaired it). Raises what a read raises; the caller retries."""
+        for partition in sorted(self.unavailable):
+            cache: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+            self.skipped_records += await self._load_partition(cache, partition)
+            self._cache.update(cache)  # a group's offsets all live in one partition: no overlap
+            del self.unavailable[partition]
+            log.info("%s-%d loaded after its repair", OFFSETS_TOPIC, partition)
+
+    async def _load_partition(self, cache: dict, partition: int) -> int:
+        skipped = 0
+        async for records in self.internal_log.read_to_log_end(OFFSETS_TOPIC, partition):
+            skipped += self._apply(cache, records, partition)
+        return skipped
+
+    def _check_available(self, group: str) -> None:
+        """COORDINATOR_LOAD_IN_PROGRESS for a group whose partition is isolated."""
+        if not self.unavailable:
+            return
+        partition = partition_for_group(group, self.num_partitions)
+        if partition in self.unavailable:
+            raise CoordinatorLoadInProgress(
+                f"{OFFSETS_TOPIC}-{partition}, where group '{group}' keeps its offsets, is damaged and waits "
+                f"for its repair: {self.unavailable[partition]}"
+            )
 
     @staticmethod
     def _apply(cache: dict, records: pa.Table, partition: int = -1) -> int:
@@ -214,9 +260,11 @@ class OffsetStore:
     # -- reads ----------------------------------------------------------------------------------
 
     def committed(self, group: str, tp: TopicPartition) -> CommittedOffset | None:
+        self._check_available(group)
         return self._cache.get(group, {}).get(tp)
 
     def group_offsets(self, group: str) -> dict[TopicPartition, CommittedOffset]:
+        self._check_available(group)
         return dict(self._cache.get(group, {}))
 
     def groups(self) -> list[str]:
@@ -229,6 +277,7 @@ class OffsetStore:
         commit without a timestamp is stamped with the broker's clock."""
         if not offsets:
             return
+        self._check_available(group)
         check_commit(self.internal_log.topic, offsets)
         now_ms = self.clock.now_ms()
         offsets = {
@@ -237,11 +286,14 @@ class OffsetStore:
         }
         await self.ensure_topic()
         await self._append(group, [(tp, c) for tp, c in offsets.items()])
+        if self.fence is not None:  # a deposed coordinator's commit is not acknowledged
+            await self.fence.check_coordinator_epoch()
         cached = self._cache.setdefault(group, {})
         cached.update(offsets)
 
     async def delete(self, group: str, tps: Iterable[TopicPartition]) -> None:
         """Tombstone the group's offsets for ``tps`` (expiry, group deletion)."""
+        self._check_available(group)
         tps = [tp for tp in tps if tp in self._cache.get(group, {})]
         if not tps:
             return

@@ -101,6 +101,31 @@ class MarkerWriter(TopicDirectory, Protocol):
         ...
 
 
+class CoordinatorFence(Protocol):
+    """Whether this broker still runs the coordinators, asked after a write to an internal
+    topic and before it is acknowledged (Kafka fences a coordinator's writes with its
+    partition's leader epoch; here the coordinators run on the controller, so its epoch
+    in ``_system/controller``)."""
+
+    async def check_coordinator_epoch(self) -> None:
+        """Raise NOT_COORDINATOR when another broker has become the controller since this
+        one took the coordinators over (a paused controller waking up): its write may be
+        missing from the new coordinators' state, so the client must retry there."""
+        ...
+
+
+class ProducerIdBlocks(Protocol):
+    """Where producer ids come from: durable blocks, each handed to one taker only
+    (Kafka's controller-allocated producer id blocks, KIP-730; here a conflict-checked
+    row of ``_system/producer_ids``, :meth:`laketail.cluster.store.ClusterStore.allocate_producer_ids`)."""
+
+    async def allocate_producer_ids(self, size: int, at_least: int = 0) -> tuple[int, int]:
+        """A new block ``(first, end)`` of ``size`` ids, none below ``at_least``, none
+        ever handed out before. Raises when the block cannot be written (the caller's
+        request fails; no id is handed out)."""
+        ...
+
+
 class PartitionOffsets(Protocol):
     """A partition's offsets, as :class:`laketail.log_results.PartitionState` carries them."""
 

@@ -36,7 +36,14 @@ no client-chosen name can ever be read back as another kind of record:
 
 * ``{"txn": "<transactional id>"}`` -- a :class:`TxnMetadata`;
 * ``{"sink": "<sink id>"}`` -- a :class:`SinkState`;
-* ``{"producer_id_block": 1}`` -- ``{"end": n}``, the producer ids handed out so far.
+* ``{"producer_id_block": 1}`` -- ``{"end": n}``, the producer ids handed out so far
+  (written by laketail before producer id blocks lived in ``_system/producer_ids``;
+  still read, as the floor of the first block taken there).
+
+Producer ids come from durable blocks (Kafka's KIP-730): the coordinator takes
+``PID_BLOCK_SIZE`` ids at a time through its ``producer_ids`` port (a conflict-checked
+row of ``_system/producer_ids``), so an id is never handed out twice, even by a
+coordinator whose load of ``__transaction_state`` was incomplete.
 
 A record goes to the partition ``partition_for_group`` gives for its *legacy name* (the
 transactional id, ``__sink:<id>``, ``__producer_id_block``): the bare-string keys written
@@ -90,7 +97,7 @@ if TYPE_CHECKING:
     from laketail.clock import Clock
     from laketail.coordinator.groups import GroupCoordinator
     from laketail.coordinator.offsets import OffsetStore
-    from laketail.coordinator.ports import CoordinatorLog, MarkerWriter
+    from laketail.coordinator.ports import CoordinatorFence, CoordinatorLog, MarkerWriter, ProducerIdBlocks
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +247,9 @@ class TransactionCoordinator:
     (:class:`~laketail.coordinator.ports.CoordinatorLog`); ``markers`` -- where
     COMMIT/ABORT markers are appended (:class:`~laketail.coordinator.ports.MarkerWriter`);
     the sibling ``groups`` (member checks of transactional offset commits) and
-    ``offsets`` (where those offsets go at commit); ``clock``. Event loop thread only;
+    ``offsets`` (where those offsets go at commit); ``clock``; ``producer_ids`` -- durable
+    producer id blocks; ``fence`` -- asked after each write to ``__transaction_state``
+    whether this broker still runs the coordinators. Event loop thread only;
     one asyncio lock orders the state changes."""
 
     def __init__(
@@ -251,6 +260,8 @@ class TransactionCoordinator:
         offsets: "OffsetStore",
         clock: "Clock",
         *,
+        producer_ids: "ProducerIdBlocks",
+        fence: "CoordinatorFence | None" = None,
         num_partitions: int = 50,
         replication_factor: int = 3,
         max_timeout_ms: int = 900_000,
@@ -260,14 +271,17 @@ class TransactionCoordinator:
         self.groups = groups
         self.offsets = offsets
         self.clock = clock
+        self.producer_ids = producer_ids
+        self.fence = fence
         self.replication_factor = replication_factor
         self.num_partitions = num_partitions
         self.max_timeout_ms = max_timeout_ms
         self._txns: dict[str, TxnMetadata] = {}
         self._by_pid: dict[int, str] = {}
         self._sinks: dict[str, SinkState] = {}
-        self._next_pid = 0
-        self._pid_block_end = 0
+        self._next_pid = 0  # the next id of the block this coordinator holds
+        self._pid_block_end = 0  # the end of that block (excluded)
+        self._pid_floor = 0  # ids at or above it may be taken: above what the loaded state names
         self._lock = asyncio.Lock()
         self._topic_ready = False
         #: Records of ``__transaction_state`` the last :meth:`load` could not decode.
@@ -296,6 +310,8 @@ class TransactionCoordinator:
             "partition": pa.array([partition_for_group(legacy_name(key), self.num_partitions)], pa.int32()),
         })
         await self.internal_log.produce(TXN_TOPIC, batch, acks="all", internal_topics_allowed=True)
+        if self.fence is not None:  # a deposed coordinator goes no further (the client retries at the new one)
+            await self.fence.check_coordinator_epoch()
 
     def _skip(self, partition: int, offset: int, why: object) -> None:
         self.skipped_records += 1
@@ -327,27 +343,32 @@ class TransactionCoordinator:
                         self._skip(partition, offset, exc)
                         continue
                     latest[state_key] = (value, partition, offset)
+        txns: dict[str, TxnMetadata] = {}
+        by_pid: dict[int, str] = {}
+        sinks: dict[str, SinkState] = {}
         for (kind, name), (value, partition, offset) in latest.items():
             if value is None:
                 continue
             try:
                 if kind == "producer_id_block":
                     end = _int(orjson.loads(value), "end")
-                    self._next_pid = self._pid_block_end = max(end, 0)
+                    self._pid_floor = max(self._pid_floor, end)
                 elif kind == "sink":
-                    self._sinks[name] = SinkState.from_json(name, value)
+                    sinks[name] = SinkState.from_json(name, value)
                 else:
                     meta = TxnMetadata.from_json(name, value)
-                    self._txns[name] = meta
-                    self._by_pid[meta.producer_id] = name
+                    txns[name] = meta
+                    by_pid[meta.producer_id] = name
             except UNDECODABLE as exc:
                 self._skip(partition, offset, exc)
-        # Never hand out a producer id a loaded transaction holds (its block record may
-        # have been the one skipped).
-        if self._by_pid:
-            top = max(self._by_pid) + 1
-            if top > self._next_pid:
-                self._next_pid = self._pid_block_end = top
+        # What was loaded replaces what this coordinator had (a reload on becoming the
+        # controller again must not keep state another coordinator has since changed).
+        self._txns, self._by_pid, self._sinks = txns, by_pid, sinks
+        # The first block taken is above every id the loaded state names (blocks handed
+        # out before ``_system/producer_ids`` existed, a transaction whose block record
+        # was the one skipped).
+        if by_pid:
+            self._pid_floor = max(self._pid_floor, max(by_pid) + 1)
 
     async def recover(self) -> None:
         """Finish what a crash interrupted: prepared transactions and batch commits.
@@ -374,9 +395,9 @@ class TransactionCoordinator:
 
     async def _new_producer_id(self) -> int:
         if self._next_pid >= self._pid_block_end:
-            end = max(self._pid_block_end, self._next_pid) + PID_BLOCK_SIZE
-            await self._write(("producer_id_block", ""), orjson.dumps({"end": end}))
-            self._pid_block_end = end
+            self._next_pid, self._pid_block_end = await self.producer_ids.allocate_producer_ids(
+                PID_BLOCK_SIZE, at_least=self._pid_floor
+            )
         pid = self._next_pid
         self._next_pid += 1
         return pid

@@ -11,25 +11,42 @@ run of table files from the oldest on whose records are all older than
 * offsets never change (gaps appear where records went), so consumer positions stay
   valid across compaction.
 
-:func:`execute_key_compaction` writes the surviving rows as one file and commits
-``remove`` of the inputs + ``add`` of the output in one Delta commit through delta-rs.
 The broker runs it for its internal topics (``__consumer_offsets`` must never need
 Spark to stay small); the Spark compaction job runs the same plan for user topics.
+
+How the broker commits (docs/architecture.md §7.4): only a partition's leader compacts
+it, fenced by its leader epoch like a tier commit. :func:`rewrite_actions` writes the
+surviving rows as one file and returns ``remove`` of the inputs + ``add`` of the
+output; :func:`commit_internal` commits every partition's actions in one Delta commit
+*against the snapshot version the plan was made from*, with
+``laketail.epoch.<p>`` = the leader epoch and no retry inside delta-rs: an input another
+writer removed meanwhile, a newer epoch in the table, or any commit since the snapshot
+makes it commit nothing (:class:`CompactionAbandoned`); the next pass plans again. So a
+commit never removes a file its snapshot does not hold.
+
+Repair (:func:`plan_overlap_repair`): a partition whose files overlap -- what a stale
+compaction committed over a newer one before this fence existed -- is repaired when
+each group of overlapping files has one file whose offset range holds all the others':
+compaction outputs of nested input sets, where the wider one holds every surviving
+record of the narrower. The narrower files are removed (by the leader, fenced as
+above). Overlaps that do not nest are left alone and reported.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake.transaction import RemoveAction
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.exceptions import CommitFailedError
+from deltalake.transaction import AddAction, RemoveAction
 
+from laketail.records import RECORD_SCHEMA
 from laketail.storage.data_files import write_data_file
-from laketail.storage.table_reader import DataFile
+from laketail.storage.table_reader import EPOCH_APP_PREFIX, DataFile
 
 
 @dataclass(frozen=True)
@@ -86,23 +103,82 @@ def compact_rows(rows: pa.Table, tombstone_cutoff_us: int) -> pa.Table:
     return out.sort_by("offset")
 
 
-def execute_key_compaction(dt, table_uri: str, plan: KeyCompactionPlan, schema: pa.Schema) -> int:
-    """Rewrite ``plan.inputs`` as one file; commit remove + add. Returns rows kept.
+class CompactionAbandoned(Exception):
+    """An internal-topic compaction committed nothing: the table moved since its snapshot
+    (an input removed, any commit), or a newer leader epoch is in it. Plan again."""
 
-    The caller holds the topic's table lock (no concurrent tier commit in-process) and
-    reloads its file index afterwards."""
+
+def rewrite_actions(table_uri: str, plan: KeyCompactionPlan, now_ms: int) -> tuple[list, str | None]:
+    """Write ``plan.inputs`` compacted as one file (none when nothing survives); return
+    ``remove`` of the inputs + ``add`` of the output, and the output's path (to delete
+    if the commit does not happen)."""
     pieces = [pq.read_table(f"{table_uri}/{f.path}") for f in plan.inputs]
     rows = pa.concat_tables(pieces, promote_options="permissive") if len(pieces) > 1 else pieces[0]
     kept = compact_rows(rows, plan.tombstone_cutoff_us)
-    now_ms = int(time.time() * 1000)
-    actions: list = [
+    actions: list[AddAction | RemoveAction] = [
         RemoveAction(f.path, True, now_ms, f.size_bytes or None, {"partition": str(plan.partition)})
         for f in plan.inputs
     ]
-    if kept.num_rows:
-        _, add, _ = write_data_file(table_uri, plan.partition, kept, now_ms, tag="c")
-        actions.append(add)
-    dt.create_write_transaction(actions, mode="append", schema=schema, partition_by=["partition"])
-    dt.update_incremental()
-    return kept.num_rows
+    if not kept.num_rows:
+        return actions, None
+    rel, add, _ = write_data_file(table_uri, plan.partition, kept, now_ms, tag="c")
+    return actions + [add], f"{table_uri}/{rel}"
 
+
+def removal_actions(partition: int, files: Sequence[DataFile], now_ms: int) -> list[RemoveAction]:
+    return [RemoveAction(f.path, True, now_ms, f.size_bytes or None, {"partition": str(partition)}) for f in files]
+
+
+def commit_internal(dt: DeltaTable, snapshot_version: int, actions: Sequence[AddAction | RemoveAction],
+                    epochs: Mapping[int, int], now_ms: int) -> int:
+    """Commit ``actions`` (their partitions' leader epochs in ``epochs``) against
+    ``snapshot_version``; returns the new version or raises :class:`CompactionAbandoned`.
+
+    The caller holds the topic's table lock and planned from ``dt`` at
+    ``snapshot_version``; ``dt`` is not moved first, so delta-rs checks the commit
+    against that version, and with no retries any commit since makes it fail."""
+    if dt.version() != snapshot_version:
+        raise CompactionAbandoned(f"the table is at version {dt.version()}, the plan at {snapshot_version}")
+    present = set(pa.table(dt.get_add_actions(flatten=True)).column("path").to_pylist())
+    gone = [a.path for a in actions if isinstance(a, RemoveAction) and a.path not in present]
+    if gone:
+        raise CompactionAbandoned(f"files the plan removes are not in version {snapshot_version}: {gone[:3]}")
+    for partition, epoch in epochs.items():
+        fenced_by = dt.transaction_version(f"{EPOCH_APP_PREFIX}{partition}") or 0
+        if fenced_by > epoch:
+            raise CompactionAbandoned(f"partition {partition}: the table holds leader epoch {fenced_by}, "
+                                      f"this broker leads at {epoch}")
+    txns = [Transaction(f"{EPOCH_APP_PREFIX}{p}", epoch, last_updated=now_ms) for p, epoch in sorted(epochs.items())]
+    try:
+        dt.create_write_transaction(
+            list(actions), mode="append", schema=RECORD_SCHEMA, partition_by=["partition"],
+            commit_properties=CommitProperties(custom_metadata={"laketail.operation": "internal compaction"},
+                                               max_commit_retries=0, app_transactions=txns),
+        )
+    except CommitFailedError as exc:
+        raise CompactionAbandoned(f"a concurrent commit since version {snapshot_version}: {exc}") from exc
+    dt.update_incremental()
+    return dt.version()
+
+
+def plan_overlap_repair(files: Sequence[DataFile]) -> list[DataFile] | None:
+    """The files to remove so that no two of ``files`` (one partition's) overlap, or
+    None when some overlap does not nest (see the module docstring). Empty: none overlap."""
+    ordered = sorted(files, key=lambda f: (f.first_offset, -f.last_offset))
+    clusters: list[list[DataFile]] = []
+    reach = -1
+    for f in ordered:
+        if clusters and f.first_offset <= reach:
+            clusters[-1].append(f)
+        else:
+            clusters.append([f])
+        reach = max(reach, f.last_offset)
+    removed: list[DataFile] = []
+    for cluster in clusters:
+        if len(cluster) == 1:
+            continue
+        widest = cluster[0]  # the smallest first offset, the largest last offset among those
+        if any(f.last_offset > widest.last_offset for f in cluster[1:]):
+            return None
+        removed.extend(cluster[1:])
+    return removed

@@ -26,6 +26,7 @@ once its last task has read it (partitions with nothing to read at planning).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -43,6 +44,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from laketail.errors import LaketailError
 from laketail.spark.columns import source_ddl
 from laketail.spark.options import SinkOptions, SourceOptions, TopicPartition
 from laketail.spark.planning import (
@@ -60,11 +62,13 @@ from laketail.spark.sink import BatchWriter, StreamWriter
 from laketail.spark.snapshot import shared_snapshots
 from laketail.spark.worker import settle_worker
 
+log = logging.getLogger(__name__)
+
 
 def _settings(options: SourceOptions) -> ScanSettings:
     return ScanSettings(
         options.servers, options.isolation, options.include_headers, options.fail_on_data_loss, options.group_id,
-        options.security,
+        options.security, options.api_timeout_ms,
     )
 
 
@@ -241,9 +245,17 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._commit_group(end)
 
     def _commit_group(self, offsets: dict) -> None:
+        """Commit the group's offsets, which only report lag (the query's progress is in
+        its checkpoint): a commit that fails never fails the query; it is logged, and
+        the next batch commits again."""
         if not self.options.group_id or offsets == self._committed:
             return
-        self.planner.gateway.commit_offsets(self.options.group_id, offsets_of(offsets))
+        try:
+            self.planner.gateway.commit_offsets(self.options.group_id, offsets_of(offsets))
+        except LaketailError as exc:
+            log.warning("committing group %s's offsets failed (%s); the next batch commits again",
+                        self.options.group_id, exc)
+            return
         self._committed = offsets
 
     def stop(self) -> None:

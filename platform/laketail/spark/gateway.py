@@ -7,8 +7,16 @@ It tries ``laketail.servers`` in order and remembers the one that answered.
 Errors are translated here, once: an error body ``{"error_code", "message"}`` becomes
 the broker's own :class:`~laketail.errors.LaketailError` subclass
 (:func:`laketail.errors.from_body`); when no server answers, :class:`GatewayUnavailable`.
-Requests are retried on transport failures only; a produce retried that way is
-deduplicated by the broker (producer id, epoch and sequence).
+
+Retries ride out a broker restart or a leader change, as Kafka's clients do: a request
+that no server answers, or that a broker answers with a retriable error
+(LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, NOT_COORDINATOR, ...), is sent again
+after a back-off (:data:`RETRY_BACKOFF_MS`, doubling up to
+:data:`RETRY_BACKOFF_MAX_MS`) until ``default.api.timeout.ms`` (the Kafka consumer's
+name and default, 60 s; a source and sink option) has passed since the first try.
+Only then does it fail, naming what the last try got. A produce retried that way is
+deduplicated by the broker (producer id, epoch and sequence); a batch commit retried
+after its answer was lost answers ``committed: false`` (committed before).
 
 Clients are shared: every :class:`SparkGateway` of one process with the same timeout and
 security settings sends through one ``httpx.Client`` (:func:`shared_client`). Building a
@@ -23,21 +31,25 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import quote
 
 import httpx
 import orjson
 import pyarrow as pa
 
-from laketail.errors import LaketailError, LeaderNotAvailable, NotLeaderOrFollower, from_body
+from laketail.errors import LaketailError, from_body
 from laketail.records import IsolationLevel
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 #: Bound on one request (a long fetch or an acks=all produce), not a speed claim.
 REQUEST_TIMEOUT_S = 120.0
-#: Passes over every server before a request gives up.
-ATTEMPTS = 3
+#: Kafka's ``default.api.timeout.ms``: how long a request is retried before it fails.
+DEFAULT_API_TIMEOUT_MS = 60_000
+#: Kafka's ``retry.backoff.ms`` and ``retry.backoff.max.ms``: the pause after a pass over
+#: every server, doubling with each further pass.
+RETRY_BACKOFF_MS = 100
+RETRY_BACKOFF_MAX_MS = 1_000
 
 
 class GatewayUnavailable(LaketailError):
@@ -135,12 +147,19 @@ class SparkGateway:
     for its settings (:func:`shared_client`); cheap to make, one per caller."""
 
     def __init__(self, servers: tuple[str, ...], timeout_s: float = REQUEST_TIMEOUT_S,
-                 security: tuple[tuple[str, str], ...] = ()) -> None:
+                 security: tuple[tuple[str, str], ...] = (), *,
+                 api_timeout_ms: int = DEFAULT_API_TIMEOUT_MS,
+                 monotonic: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         """``security``: confluent-kafka's ``security.protocol`` / ``sasl.*`` / ``ssl.*``
-        settings (the ``laketail.``-prefixed options, prefix removed)."""
+        settings (the ``laketail.``-prefixed options, prefix removed); ``api_timeout_ms``:
+        ``default.api.timeout.ms``, how long a request is retried."""
         if not servers:
             raise LaketailError("laketail.servers names no gateway")
         self.servers = servers
+        self.api_timeout_s = api_timeout_ms / 1000.0
+        self._monotonic = monotonic
+        self._sleep = sleep
         self._preferred = 0
         #: requests sent (retries included): what a caller costs the cluster
         self.requests = 0
@@ -159,37 +178,51 @@ class SparkGateway:
     # -- transport -------------------------------------------------------------------------
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """The 2xx response of the first server that answers."""
+        """The 2xx response of the first server that answers, retried (see the module
+        docstring) until ``default.api.timeout.ms`` has passed."""
+        deadline = self._monotonic() + self.api_timeout_s
         last: Exception | None = None
         n = len(self.servers)
-        for attempt in range(ATTEMPTS * n):
+        backoff_s = RETRY_BACKOFF_MS / 1000.0
+        attempt = 0
+        while True:
             index = (self._preferred + attempt) % n
+            attempt += 1
             self.requests += 1
             try:
                 response = self._http.request(method, self.servers[index] + path, **kwargs)
             except httpx.TransportError as exc:
                 last = exc
-                if attempt % n == n - 1:
-                    time.sleep(0.2 * (attempt // n + 1))
-                continue
-            self._preferred = index
-            if response.is_success:
-                return response
-            try:
-                body = response.json()
-            except ValueError:
-                body = {"message": response.text[:300]}
-            error = from_body(response.status_code, body if isinstance(body, dict) else {})
-            # A partition whose leadership is being set up (a topic auto-created by this
-            # very request's metadata call, a leader moving): Kafka's producer retries
-            # these after a backoff, and a produce is safe to repeat (its sequence
-            # number makes a second copy a duplicate the broker drops).
-            if isinstance(error, (NotLeaderOrFollower, LeaderNotAvailable)) and attempt < ATTEMPTS * n - 1:
+            else:
+                self._preferred = index
+                if response.is_success:
+                    return response
+                try:
+                    body = response.json()
+                except ValueError:
+                    body = {"message": response.text[:300]}
+                error = from_body(response.status_code, body if isinstance(body, dict) else {})
+                # A partition whose leadership is being set up or moving, a coordinator
+                # loading, a broker stopping: Kafka's clients retry these after a
+                # back-off. Anything else is the answer.
+                if not error.retriable:
+                    raise error
                 last = error
-                time.sleep(0.2 * (attempt // n + 1))
-                continue
-            raise error
-        raise GatewayUnavailable(f"no gateway of {', '.join(self.servers)} answers {method} {path}: {last!r}")
+            if attempt % n == 0 or isinstance(last, LaketailError):
+                left = deadline - self._monotonic()
+                if left <= 0:
+                    break
+                self._sleep(min(backoff_s, left))
+                backoff_s = min(backoff_s * 2, RETRY_BACKOFF_MAX_MS / 1000.0)
+        if isinstance(last, LaketailError):
+            raise type(last)(
+                f"{last.detail} (still so after retrying {method} {path} for default.api.timeout.ms="
+                f"{self.api_timeout_s * 1000:.0f})", rest_code=last.rest_code,
+            ) from last
+        raise GatewayUnavailable(
+            f"no gateway of {', '.join(self.servers)} answered {method} {path} within "
+            f"default.api.timeout.ms={self.api_timeout_s * 1000:.0f} ({attempt} tries): {last!r}"
+        )
 
     def get_json(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params or None).json()

@@ -24,6 +24,10 @@ Source (as Spark's Kafka source, ``laketail.servers`` playing ``kafka.bootstrap.
 ``isolation.level``                ``read_committed`` (default) or ``read_uncommitted``
                                    (``kafka.isolation.level`` is accepted too)
 ``groupId``                        commit each finished batch's end offsets to this group
+                                   (a failed commit is logged and retried with the next batch)
+``default.api.timeout.ms``         how long a request to the gateways is retried (a broker
+                                   restarting, a leader moving) before the query fails;
+                                   default 60000, as Kafka's clients
 =================================  ===========================================================
 
 A timestamp option wins over ``startingOffsets`` (``startingOffsetsByTimestamp`` over
@@ -34,20 +38,24 @@ discovered later by a stream start at their earliest offset.
 Sink: ``laketail.servers``, ``topic`` (overrides the ``topic`` column), ``sinkId``
 (default: the streaming query's checkpoint, else its id; a fresh id for a batch write),
 ``batchId`` (batch writes: default the current time in microseconds, so a later write
-of the same ``sinkId`` is a later batch), ``transaction.timeout.ms`` (default 900000).
+of the same ``sinkId`` is a later batch), ``transaction.timeout.ms`` (default 900000),
+``default.api.timeout.ms`` (as the source's). The sink id derived from a checkpoint
+location is the same for every spelling of it (``file:/x``, ``file:///x/``, ``/x``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 from laketail.errors import InvalidConfig, InvalidRequest
 from laketail.records import IsolationLevel
-from laketail.spark.gateway import parse_servers
+from laketail.spark.gateway import DEFAULT_API_TIMEOUT_MS, parse_servers
 from laketail.topic_pattern import TopicPattern
 
 EARLIEST = -2
@@ -112,6 +120,7 @@ class SourceOptions:
     group_id: str | None = None
     timestamp_strategy: str = "error"
     security: tuple[tuple[str, str], ...] = ()  # laketail.security.protocol, laketail.sasl.*, laketail.ssl.*
+    api_timeout_ms: int = DEFAULT_API_TIMEOUT_MS  # default.api.timeout.ms
 
     @property
     def whole_partitions(self) -> bool:
@@ -161,6 +170,7 @@ class SourceOptions:
             group_id=opts.get("groupid") or None,
             timestamp_strategy=strategy,
             security=security_options(opts),
+            api_timeout_ms=_api_timeout_ms(opts),
         )
 
 
@@ -172,6 +182,7 @@ class SinkOptions:
     batch_id: int | None
     transaction_timeout_ms: int
     security: tuple[tuple[str, str], ...] = ()
+    api_timeout_ms: int = DEFAULT_API_TIMEOUT_MS  # default.api.timeout.ms
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
@@ -190,13 +201,35 @@ class SinkOptions:
             batch_id=int(batch_id) if batch_id not in (None, "") else None,
             transaction_timeout_ms=_positive_int(opts, "transaction.timeout.ms", "transaction.timeout.ms") or 900_000,
             security=security_options(opts),
+            api_timeout_ms=_api_timeout_ms(opts),
         )
 
 
 def checkpoint_sink_id(location: str) -> str:
-    """A sink id that names a streaming query's checkpoint (stable across restarts)."""
-    digest = hashlib.sha1(location.rstrip("/").encode()).hexdigest()[:16]
+    """A sink id that names a streaming query's checkpoint (stable across restarts and
+    across spellings of the location: see :func:`normalize_location`)."""
+    digest = hashlib.sha1(normalize_location(location).encode()).hexdigest()[:16]
     return f"spark-checkpoint-{digest}"
+
+
+def normalize_location(location: str) -> str:
+    """One spelling of a checkpoint location: a local one (``file:/x``, ``file:///x``,
+    ``file://localhost/x``, ``/x/``, ``/a/../x``) as its absolute path without a trailing
+    slash -- what an unchanged ``/x`` always hashed to, so existing sink ids stay -- and
+    any other URI (``s3a://b/x/``) without its trailing slashes."""
+    if location.startswith("file:"):
+        rest = location[len("file:"):]
+        if rest.startswith("//"):
+            authority, _, path = rest[2:].partition("/")
+            rest = "/" + path if authority in ("", "localhost") else rest
+        location = unquote(rest)
+    if "://" not in location:
+        return posixpath.normpath(posixpath.abspath(location)) if location else location
+    return location.rstrip("/")
+
+
+def _api_timeout_ms(opts: dict[str, str]) -> int:
+    return _positive_int(opts, "default.api.timeout.ms", "default.api.timeout.ms") or DEFAULT_API_TIMEOUT_MS
 
 
 # -- parsing helpers ------------------------------------------------------------------------------

@@ -185,7 +185,7 @@ class Planner:
 
     def __init__(self, options: SourceOptions, snapshots: SnapshotCache | None = None) -> None:
         self.options = options
-        self.gateway = SparkGateway(options.servers, security=options.security)
+        self.gateway = SparkGateway(options.servers, security=options.security, api_timeout_ms=options.api_timeout_ms)
         self.snapshots = snapshots if snapshots is not None else SnapshotCache()
 
     def close(self) -> None:

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from laketail.errors import CorruptMessage, LaketailError, OffsetOutOfRange
 from laketail.records import IsolationLevel
 from laketail.spark.columns import scan_columns, to_source_batches
-from laketail.spark.gateway import SparkGateway
+from laketail.spark.gateway import DEFAULT_API_TIMEOUT_MS, SparkGateway
 from laketail.spark.isolation import TXN_COLUMNS, Markers, committed_rows
 from laketail.spark.planning import OffsetRange, data_loss
 from laketail.spark.snapshot import TableFile, disjoint
@@ -55,6 +55,7 @@ class ScanSettings:
     fail_on_data_loss: bool
     group_id: str | None = None
     security: tuple[tuple[str, str], ...] = ()
+    api_timeout_ms: int = DEFAULT_API_TIMEOUT_MS  # default.api.timeout.ms
 
 
 def open_parquet(path: str) -> pq.ParquetFile:
@@ -136,7 +137,9 @@ class RangeReader:
     @property
     def gateway(self) -> SparkGateway:
         if self._gateway is None:
-            self._gateway = SparkGateway(self.settings.servers, security=self.settings.security)
+            self._gateway = SparkGateway(
+                self.settings.servers, security=self.settings.security, api_timeout_ms=self.settings.api_timeout_ms
+            )
         return self._gateway
 
     def batches(self) -> Iterator[pa.RecordBatch]:

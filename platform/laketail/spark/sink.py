@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from laketail.errors import LaketailError
 from laketail.partitioner import partition_for_key
 from laketail.spark.columns import sink_table
 from laketail.spark.gateway import SparkGateway
@@ -80,7 +81,7 @@ class TaskWrite:
         self.sink_id = sink_id
         self.batch_id = batch_id
         self.task_partition = task_partition
-        self.gateway = SparkGateway(options.servers, security=options.security)
+        self.gateway = SparkGateway(options.servers, security=options.security, api_timeout_ms=options.api_timeout_ms)
         self.session: _Session | None = None
         self.sequences: dict[tuple[str, int], int] = {}
         self.partition_counts: dict[str, int] = {}
@@ -165,15 +166,17 @@ class BatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         ids = [m.transactional_id for m in messages if isinstance(m, SinkCommit) and m.transactional_id]
-        with SparkGateway(self.options.servers, security=self.options.security) as gateway:
+        with self._gateway() as gateway:
             if not ids:  # no task wrote: only sessions of failed attempts may be left to abort
                 gateway.abort_batch(self.sink_id, self.batch_id)
             elif not gateway.commit_batch(self.sink_id, self.batch_id, ids):
                 log.info("batch %s of sink %s was committed before: nothing written twice", self.batch_id, self.sink_id)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        with SparkGateway(self.options.servers, security=self.options.security) as gateway:
-            gateway.abort_batch(self.sink_id, self.batch_id)
+        abort_batch(self.options, self.sink_id, self.batch_id, messages)
+
+    def _gateway(self) -> SparkGateway:
+        return driver_gateway(self.options)
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
@@ -201,7 +204,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         if sink_id is None:
             return  # no task reported: nothing was enlisted under a sink id we know
         ids = [m.transactional_id for m in messages if isinstance(m, SinkCommit) and m.transactional_id]
-        with SparkGateway(self.options.servers, security=self.options.security) as gateway:
+        with self._gateway() as gateway:
             if not ids:  # no task wrote: only sessions of failed attempts may be left to abort
                 gateway.abort_batch(sink_id, batchId)
             elif not gateway.commit_batch(sink_id, batchId, ids):
@@ -210,6 +213,30 @@ class StreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         sink_id = self._sink_id(messages)
         if sink_id is not None:
-            with SparkGateway(self.options.servers, security=self.options.security) as gateway:
-                gateway.abort_batch(sink_id, batchId)
+            abort_batch(self.options, sink_id, batchId, messages)
+
+    def _gateway(self) -> SparkGateway:
+        return driver_gateway(self.options)
+
+
+def driver_gateway(options: SinkOptions) -> SparkGateway:
+    return SparkGateway(options.servers, security=options.security, api_timeout_ms=options.api_timeout_ms)
+
+
+def abort_batch(options: SinkOptions, sink_id: str, batch_id: int, messages: list[WriterCommitMessage | None]) -> None:
+    """Abort a failed batch's sessions. When the cluster cannot be reached (the outage
+    that failed the batch, often), the sessions end anyway: the batch's next attempt
+    aborts every session of the batch it did not enlist, and the broker aborts any
+    other after ``transaction.timeout.ms``. So a failed abort is a warning when a task
+    reported a session (its records stay undecided until then), and only informative
+    when none did (nothing leaked: read_committed readers wait on nothing)."""
+    sessions = [m.transactional_id for m in messages if isinstance(m, SinkCommit) and m.transactional_id]
+    try:
+        with driver_gateway(options) as gateway:
+            gateway.abort_batch(sink_id, batch_id)
+    except LaketailError as exc:
+        level = logging.WARNING if sessions else logging.INFO
+        log.log(level, "abort of batch %s of sink %s did not reach the cluster (%s); %s", batch_id, sink_id, exc,
+                f"sessions {sessions} end with the batch's next attempt or after transaction.timeout.ms="
+                f"{options.transaction_timeout_ms}" if sessions else "no task reported a session: nothing leaked")
 

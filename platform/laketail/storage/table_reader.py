@@ -83,6 +83,7 @@ class _Ranged(Protocol):
 
 
 _File = TypeVar("_File", bound=_Ranged)
+T = TypeVar("T")
 
 
 def disjoint(files: Sequence[_Ranged]) -> bool:
@@ -413,6 +414,22 @@ class TableReader:
         entry = self._get(topic)
         with entry.lock:
             return {p: list(files) for p, files in self._built_locked(entry).files.items()}
+
+    def under_snapshot(self, topic: str, work: Callable[[DeltaTable, int, dict[int, list[DataFile]],
+                                                        dict[int, list[Damage]]], T]) -> T:
+        """Run ``work(table, version, files, damage)`` under the topic's table lock on a
+        fresh index: the table loaded to its latest version, the files and damage of
+        exactly that version (maintenance plans and commits against one snapshot). The
+        index is rebuilt after ``work``, which may have committed."""
+        entry = self._get(topic)
+        with entry.lock:
+            self._reload_locked(entry)
+            assert entry.index is not None  # published by the build
+            files = {p: list(f) for p, f in entry.index.files.items()}
+            try:
+                return work(entry.table, entry.version, files, {p: list(d) for p, d in entry.damage.items() if d})
+            finally:
+                self._reload_locked(entry)
 
     def reload(self, topic: str) -> None:
         entry = self._get(topic)
