@@ -88,10 +88,10 @@ def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SaslBroker
         proc.stop()
 
 
-def _wait_listening(broker: SaslBroker) -> None:
+def _wait_listening(broker: KafkaBroker, ports: list[int] | None = None) -> None:
     """The Kafka listeners bind just after the HTTP one answers."""
     deadline = time.monotonic() + 60
-    for port in broker.ports.values():
+    for port in ports if ports is not None else list(broker.ports.values()):  # type: ignore[attr-defined]
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=2).close()
@@ -283,6 +283,7 @@ def test_metadata_before_authentication_closes_the_connection(sasl_broker):
 
 def test_sasl_handshake_on_a_listener_without_sasl_is_illegal_sasl_state(sasl_broker, kafka_broker):
     mechanism = b"PLAIN"
+    _wait_listening(kafka_broker, [kafka_broker.kafka_port])
     with socket.create_connection(("127.0.0.1", kafka_broker.kafka_port), timeout=30) as sock:
         sock.sendall(_frame(17, 1, struct.pack(">h", len(mechanism)) + mechanism))
         size = struct.unpack(">i", sock.recv(4))[0]

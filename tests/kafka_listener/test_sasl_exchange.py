@@ -201,3 +201,22 @@ def test_every_security_protocol_is_a_kafka_listener_protocol():
     problems = exposure_problems(plan, "none")
     assert [p.split()[1] for p in problems] == ["A", "B"]
     assert [p.split()[1] for p in exposure_problems(plan, "required")] == ["A"]
+
+
+def test_a_failed_answer_waits_connection_failed_authentication_delay_ms(monkeypatch):
+    from laketail.config import BrokerSettings
+    from laketail.kafka import security
+    from laketail.security.listeners import listener_plan
+
+    settings = BrokerSettings(listeners="K://127.0.0.1:9092", listener_security_protocol_map="K:SASL_PLAINTEXT",
+                              kafka_listener_names="K", connection_failed_authentication_delay_ms=250)
+    waited: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waited.append(seconds)
+
+    monkeypatch.setattr(security.asyncio, "sleep", sleep)
+    listener_security = security.ListenerSecurity(listener_plan(settings).kafka[0], settings,
+                                                  FakeAuthenticator())  # type: ignore[arg-type]
+    asyncio.run(listener_security.before_failure_answer())
+    assert waited == [0.25]

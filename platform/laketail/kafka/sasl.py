@@ -25,7 +25,8 @@ any of them:
   ``IllegalSaslStateException``).
 
 A failed exchange is answered SASL_AUTHENTICATION_FAILED (58) with a message that
-never says whether the user exists, logged on ``laketail.audit``, and the connection
+never says whether the user exists, after ``connection.failed.authentication.delay.ms``
+(:mod:`laketail.kafka.security`), logged on ``laketail.audit``, and the connection
 is closed. Re-authentication (KIP-368) is not offered: ``session_lifetime_ms`` is 0.
 After success the connection's :class:`~laketail.kafka.apis.Session` carries
 ``User:<name>``, the principal the HTTP listeners give the same user, so the same

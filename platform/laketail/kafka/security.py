@@ -15,10 +15,9 @@ settings the HTTP listeners read (docs/architecture.md §11.4):
   client certificate on ``SASL_SSL`` does not, as in Kafka).
 * ``PLAINTEXT``: ``User:ANONYMOUS``.
 
-A failed authentication is answered, then the connection is held for
-``connection.failed.authentication.delay.ms`` (when the broker has that setting; 0
-otherwise) before it is closed, so a client guessing passwords gains nothing by
-reconnecting at once.
+A failed authentication is answered after ``connection.failed.authentication.delay.ms``
+(Kafka's key and default, 100 ms; KIP-306), as the HTTP listeners answer theirs, and the
+connection is then closed: a client guessing passwords waits that long per guess.
 """
 
 from __future__ import annotations
@@ -51,8 +50,7 @@ class ListenerSecurity:
         self.listener = listener
         self.settings = settings
         self.authenticator = authenticator
-        # set by the HTTP side's failed-authentication delay when the broker has it
-        self.failure_delay_s = getattr(settings, "connection_failed_authentication_delay_ms", 0) / 1000
+        self.failure_delay_s = settings.connection_failed_authentication_delay_ms / 1000
 
     def ssl_context(self) -> ssl.SSLContext | None:
         if not self.listener.tls:
@@ -89,6 +87,6 @@ class ListenerSecurity:
                     raise CloseConnection(exc.message) from None
         return None
 
-    async def after_failure(self) -> None:
+    async def before_failure_answer(self) -> None:
         if self.failure_delay_s > 0:
             await asyncio.sleep(self.failure_delay_s)

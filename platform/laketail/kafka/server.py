@@ -123,10 +123,11 @@ class KafkaListener:
             if gate is not None and not gate.authenticated:  # SASL: nothing but the exchange until it succeeds
                 answer = await gate.answer(request)
                 if answer.data is not None:
+                    if answer.close:  # a failed exchange: Kafka's delayed answer, then the close
+                        await self.security.before_failure_answer()
                     writer.write(encode_response(request, build(request.response_type, answer.data)))
                     await writer.drain()
                     if answer.close:
-                        await self.security.after_failure()
                         raise CloseConnection("SASL authentication failed")
                     continue
             response = await self.apis.handle(request, session)
