@@ -37,6 +37,7 @@ BENCHMARKS = {
     9: ("replication", "9 replication (issue 7): acks=all on 3 replicas vs acks=1 on 1"),
     10: ("groups_txn", "10 consumer groups and transactions (Python client) vs the same client without them"),
     11: ("secure_produce", "11 REST produce with TLS + SCRAM (+ ACLs) vs the same broker without them"),
+    12: ("kafka_protocol", "12 Kafka protocol (issue 39): confluent-kafka vs a bare Kafka server"),
 }
 
 NOT_YET: list[Skipped] = []

@@ -144,7 +144,7 @@ def test_advertised_listeners_give_the_kafka_address_metadata_answers():
 @pytest.mark.parametrize("settings_kw,match", [
     ({"listeners": "KAFKA://127.0.0.1:9092"}, "no protocol for listener KAFKA"),
     ({"listeners": "KAFKA://127.0.0.1:9092", "listener_security_protocol_map": "KAFKA:SASL_SSL"},
-     "only PLAINTEXT"),
+     "set ssl.keystore.certificate.chain"),
     ({"listeners": "CLIENT://127.0.0.1:8082,KAFKA://127.0.0.1:9092", "listener_security_protocol_map":
       "CLIENT:PLAINTEXT,KAFKA:PLAINTEXT", "inter_broker_listener_name": "KAFKA"}, "brokers talk HTTP"),
 ])

@@ -44,7 +44,7 @@ from kio.static.constants import EntityType
 
 from laketail.coordinator.offsets import CommittedOffset
 from laketail.errors import InconsistentGroupProtocol, LaketailError, ProducerFenced
-from laketail.kafka import records
+from laketail.kafka import records, sasl
 from laketail.kafka.acl_codes import NOT_ASKED, authorized_operations
 from laketail.kafka.protocol import API_VERSIONS, SUPPORTED, Request, build, ms
 from laketail.security.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -121,6 +121,7 @@ class KafkaApis:
 
         for part in (TransactionApis(self), ConfigApis(self), AdminApis(self), AclApis(self)):
             self.handlers.update(part.handlers)
+        self.handlers.update(sasl.AFTER_AUTHENTICATION)  # the SASL exchange itself is sasl.SaslGate's
         assert set(self.handlers) == set(SUPPORTED), "every served API has a handler and only those"
 
     async def handle(self, request: Request, session: Session) -> Any:

@@ -12,7 +12,12 @@ A connection is closed, and only that connection, when:
 * a frame does not decode (:class:`~laketail.kafka.protocol.CloseConnection`: unknown
   API key, unsupported version, malformed header or body, trailing bytes);
 * no request starts within ``connections.max.idle.ms``, or a started frame is not
-  complete within ``laketail.request.body.timeout.ms`` (a slow or half-open client).
+  complete within ``laketail.request.body.timeout.ms`` (a slow or half-open client);
+* on a ``SASL_*`` listener, a request other than ApiVersions, SaslHandshake and
+  SaslAuthenticate arrives before authentication, or authentication fails (answered
+  first); on ``SSL``/``SASL_SSL``, the TLS handshake fails or a client certificate's
+  subject matches no ``ssl.principal.mapping.rules`` rule
+  (:mod:`laketail.kafka.security`, :mod:`laketail.kafka.sasl`).
 
 :func:`serve_with_kafka` is the one hook ``laketail serve`` calls: it runs the HTTP
 servers and, once the primary one has started the broker, the Kafka listeners beside
@@ -27,7 +32,8 @@ import struct
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 
 from laketail.kafka.apis import KafkaApis, Session
-from laketail.kafka.protocol import CloseConnection, decode_request, encode_response
+from laketail.kafka.protocol import CloseConnection, build, decode_request, encode_response
+from laketail.kafka.security import ListenerSecurity
 from laketail.security.principal import ANONYMOUS
 
 if TYPE_CHECKING:
@@ -51,9 +57,11 @@ class PrimaryServer(Protocol):
 class KafkaListener:
     """One Kafka-protocol listener (see the module docstring). Event loop thread only."""
 
-    def __init__(self, listener: "Listener", apis: KafkaApis, settings: "BrokerSettings") -> None:
+    def __init__(self, listener: "Listener", apis: KafkaApis, settings: "BrokerSettings",
+                 security: ListenerSecurity | None = None) -> None:
         self.listener = listener
         self.apis = apis
+        self.security = security or ListenerSecurity(listener, settings, None)
         self.max_request_bytes = settings.socket_request_max_bytes
         self.idle_s = settings.connections_max_idle_ms / 1000
         self.frame_s = settings.request_body_timeout_ms / 1000
@@ -61,8 +69,10 @@ class KafkaListener:
         self.connections: set[asyncio.Task] = set()
 
     async def start(self) -> None:
+        tls = self.security.ssl_context()
         self.server = await asyncio.start_server(self._serve_connection, self.listener.host, self.listener.port,
-                                                 reuse_address=True)
+                                                 reuse_address=True, ssl=tls,
+                                                 ssl_handshake_timeout=self.frame_s if tls else None)
 
     @property
     def port(self) -> int:
@@ -86,7 +96,8 @@ class KafkaListener:
         peer = writer.get_extra_info("peername")
         session = Session(ANONYMOUS, peer[0] if peer else "*")
         try:
-            await self._requests(reader, writer, session)
+            gate = self.security.open(session, writer.get_extra_info("ssl_object"))
+            await self._requests(reader, writer, session, gate)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass  # the client went away or stalled: only its connection ends
         except asyncio.CancelledError:
@@ -99,7 +110,8 @@ class KafkaListener:
             self.connections.discard(task)
             writer.close()
 
-    async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session) -> None:
+    async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session,
+                        gate: Any) -> None:
         while True:
             head = await asyncio.wait_for(reader.readexactly(4), self.idle_s)
             (size,) = _SIZE.unpack(head)
@@ -108,6 +120,16 @@ class KafkaListener:
                                       f"{self.max_request_bytes})")
             frame = await asyncio.wait_for(reader.readexactly(size), self.frame_s)
             request = decode_request(frame)
+            if gate is not None and not gate.authenticated:  # SASL: nothing but the exchange until it succeeds
+                answer = await gate.answer(request)
+                if answer.data is not None:
+                    if answer.close:  # a failed exchange: Kafka's delayed answer, then the close
+                        await self.security.before_failure_answer()
+                    writer.write(encode_response(request, build(request.response_type, answer.data)))
+                    await writer.drain()
+                    if answer.close:
+                        raise CloseConnection("SASL authentication failed")
+                    continue
             response = await self.apis.handle(request, session)
             if response is not None:
                 writer.write(encode_response(request, response))
@@ -117,13 +139,17 @@ class KafkaListener:
 def kafka_listeners(app: Any, settings: "BrokerSettings") -> list[KafkaListener]:
     """The Kafka listeners of ``settings`` over the app's broker and authorizer (built
     once the broker has started: its cluster id and groups are ready)."""
+    from laketail.security.authenticator import Authenticator
     from laketail.security.listeners import listener_plan
 
     out = []
+    authenticator = None
     for lst in listener_plan(settings).kafka:
         host, _, port = lst.advertised_url.removeprefix("kafka://").rpartition(":")
         apis = KafkaApis(app.state.broker, app.state.authorizer, (host.strip("[]"), int(port)))
-        out.append(KafkaListener(lst, apis, settings))
+        if (lst.sasl or lst.tls) and authenticator is None:
+            authenticator = Authenticator(settings)  # one credential snapshot for every Kafka listener
+        out.append(KafkaListener(lst, apis, settings, ListenerSecurity(lst, settings, authenticator)))
     return out
 
 

@@ -126,6 +126,13 @@ class Authenticator:
         raise SaslAuthenticationFailed(f"authentication failed for user {user!r}: "
                                        f"invalid credentials with SASL mechanisms {', '.join(self.mechanisms)}")
 
+    async def scram_credential(self, user: str, mechanism: str) -> scram.ScramCredential | None:
+        """``user``'s stored credential for ``mechanism`` when that mechanism is enabled:
+        what a SCRAM exchange (Kafka's SaslAuthenticate, :mod:`laketail.kafka.sasl`) runs against."""
+        if mechanism not in self.mechanisms:
+            return None
+        return (await self._snapshot()).get(user, {}).get(mechanism)
+
     async def _snapshot(self) -> Credentials:
         """The credentials as of the last load; a stale snapshot starts a reload in the
         background (requests wait for a load only before the first one)."""

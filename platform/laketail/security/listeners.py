@@ -16,7 +16,9 @@ Kafka's settings, parsed once at the edge (pure functions, no IO):
   instead of HTTP (default ``KAFKA``: ``KAFKA://127.0.0.1:9092`` with
   ``KAFKA:PLAINTEXT`` in the protocol map). They are served by :mod:`laketail.kafka`
   beside the HTTP listeners and are left out of everything below (the inter-broker
-  listener, sharing); only ``PLAINTEXT`` is served on them so far.
+  listener, sharing). All four protocols are served on them: TLS from the same
+  ``ssl.*`` settings, SASL as Kafka's SaslHandshake/SaslAuthenticate exchange
+  (:mod:`laketail.kafka.sasl`).
 * ``inter.broker.listener.name`` -- the listener brokers talk to each other on; needed
   when there are several HTTP listeners. ``/internal`` is served there only, and there every request
   must show the cluster secret (``laketail.inter.broker.secret``): a client listener
@@ -145,7 +147,7 @@ def listener_plan(settings: "BrokerSettings") -> ListenerPlan:
     if unknown:
         raise InvalidConfig(f"advertised.listeners: no listener named {', '.join(sorted(unknown))}")
     kafka_names = {n.strip().upper() for n in settings.kafka_listener_names.split(",") if n.strip()}
-    kafka = _kafka_listeners([e for e in entries if e[0] in kafka_names], protocols, advertised)
+    kafka = _kafka_listeners([e for e in entries if e[0] in kafka_names], protocols, advertised, settings)
     entries = [e for e in entries if e[0] not in kafka_names]
     names = [name for name, _, _ in entries]
     if not entries:  # only Kafka listeners given: HTTP stays on host:port
@@ -185,7 +187,7 @@ def listener_plan(settings: "BrokerSettings") -> ListenerPlan:
 
 
 def _kafka_listeners(entries: list[tuple[str, str, int]], protocols: dict[str, str],
-                     advertised: dict[str, tuple[str, int]]) -> tuple[Listener, ...]:
+                     advertised: dict[str, tuple[str, int]], settings: "BrokerSettings") -> tuple[Listener, ...]:
     """The Kafka-protocol listeners; their ``advertised_url`` is ``kafka://host:port``,
     the address Metadata answers."""
     out = []
@@ -193,14 +195,15 @@ def _kafka_listeners(entries: list[tuple[str, str, int]], protocols: dict[str, s
         if name not in protocols:
             raise InvalidConfig(f"listener.security.protocol.map has no protocol for listener {name} "
                                 f"(for example {name}:PLAINTEXT)")
-        if protocols[name] != "PLAINTEXT":
-            raise InvalidConfig(f"listener {name} speaks Kafka's protocol: only PLAINTEXT is served on it so far "
-                                f"(not {protocols[name]})")
+        protocol = protocols[name]
+        if protocol in TLS_PROTOCOLS and not (settings.ssl_keystore_certificate_chain and settings.ssl_keystore_key):
+            raise InvalidConfig(f"listener {name} is {protocol}: set ssl.keystore.certificate.chain and "
+                                "ssl.keystore.key")
         adv_host, adv_port = advertised.get(name, (host, port))
         if adv_host in ("", "0.0.0.0", "::"):
             adv_host = "127.0.0.1" if adv_host != "::" else "::1"
         shown = f"[{adv_host}]" if ":" in adv_host else adv_host
-        out.append(Listener(name, host, port, "PLAINTEXT", False, f"kafka://{shown}:{adv_port}"))
+        out.append(Listener(name, host, port, protocol, False, f"kafka://{shown}:{adv_port}"))
     return tuple(out)
 
 
