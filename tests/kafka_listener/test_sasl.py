@@ -55,6 +55,7 @@ class SaslBroker(KafkaBroker):
             "LAKETAIL_ACL_REFRESH_MS": "200",
             **pki.broker_env(),
         })
+        self.kafka_port = self.ports["SASLPLAIN"]  # the port wait_ready waits for
 
     def bootstrap_of(self, name: str) -> str:
         return f"127.0.0.1:{self.ports[name]}"
