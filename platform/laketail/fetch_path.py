@@ -138,6 +138,8 @@ class FetchPath:
                 table = read
                 break
             position = read.column("offset")[-1].as_py() + 1
+            if isolation == "read_committed" and read.column("offset")[0].as_py() < plog.producer_state.markers_from:
+                await self._learn_markers(topic, plog)
             table = self._visible(plog, read, isolation)
             if table.num_rows or position >= end:
                 break  # else: only markers or aborted records so far; read on
@@ -212,6 +214,16 @@ class FetchPath:
             return self.tables.read(topic, partition, offset, end, limit_records, limit_bytes, cached_only=True)
         except NotCached:
             return await asyncio.to_thread(self.tables.read, topic, partition, offset, end, limit_records, limit_bytes)
+
+    async def _learn_markers(self, topic: str, plog) -> None:
+        """The markers below the hot log, from the table, for a log whose producer state
+        lacks them (it restarted above the table's end): without them a record there
+        would take the outcome of its producer's next marker, another transaction's."""
+        below = plog.producer_state.markers_from
+        markers = await asyncio.to_thread(self.tables.markers, topic, plog.partition, below)
+        plog.learn_markers(markers)
+        log.info("%s-%d: learned %d transaction markers below %d from the table",
+                 topic, plog.partition, len(markers), below)
 
     @staticmethod
     def _visible(plog, table: pa.Table, isolation: IsolationLevel) -> pa.Table:

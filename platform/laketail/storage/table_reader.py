@@ -586,6 +586,20 @@ class TableReader:
         table = pa.concat_tables(pieces)
         return table if in_order else table.sort_by("offset")
 
+    def markers(self, topic: str, partition: int, below: int) -> list[tuple[int, int, str]]:
+        """The partition's transaction markers (control rows) in the table below
+        ``below``, as ``(offset, producer_id, kind)``: only the three columns are read."""
+        uri = self.table_uri(topic)
+        found: list[tuple[int, int, str]] = []
+        for data_file in self._files(topic, partition):
+            if data_file.first_offset >= below:
+                break  # sorted by first offset
+            rows = pq.read_table(f"{uri}/{data_file.path}", columns=["offset", "producer_id", "control"])
+            rows = rows.filter(pc.and_(pc.is_valid(rows.column("control")), pc.less(rows.column("offset"), below)))
+            found.extend(zip(rows.column("offset").to_pylist(), rows.column("producer_id").to_pylist(),
+                             rows.column("control").to_pylist()))
+        return found
+
     def offset_for_timestamp(
         self, topic: str, partition: int, timestamp_ms: int, below: int
     ) -> tuple[int, int] | None:
