@@ -38,8 +38,14 @@ from laketail.cluster.forwarding import ForwardedAppends
 from laketail.cluster.metadata import NO_LEADER, BrokerRegistration, ClusterImage, PartitionRegistration
 from laketail.cluster.replicas import ReplicaManager
 from laketail.cluster.store import ClusterStore, Conflict
-from laketail.cluster.wire import PeerLink, PeerPool, PeerResponse, raise_for_error
-from laketail.errors import LeaderNotAvailable, NotController, NotLeaderOrFollower, UnknownTopicOrPartition
+from laketail.cluster.wire import PeerLink, PeerPool, PeerResponse, PeerUnreached, raise_for_error
+from laketail.errors import (
+    LeaderNotAvailable,
+    NotController,
+    NotLeaderOrFollower,
+    RequestTimedOut,
+    UnknownTopicOrPartition,
+)
 from laketail.security.peers import peer_headers
 
 if TYPE_CHECKING:
@@ -309,10 +315,17 @@ class ClusterNode:
             try:
                 resp = await pool.request(method, path, params=params, content=content, content_type=content_type,
                                           timeout_s=timeout or 30.0)
-            except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            except PeerUnreached as exc:  # nothing was sent
                 raise LeaderNotAvailable(
-                    f"the leader of {topic}-{partition} (broker {reg.leader}) is unreachable: "
-                    f"{type(exc).__name__} {exc}"
+                    f"the leader of {topic}-{partition} (broker {reg.leader}) is unreachable: {exc}"
+                ) from exc
+            except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+                # Sent, and no answer: the leader may have acted on it (an append may be
+                # written). Kafka's word for an outcome nobody knows, never one that
+                # says nothing was done.
+                raise RequestTimedOut(
+                    f"the leader of {topic}-{partition} (broker {reg.leader}) did not answer: "
+                    f"{type(exc).__name__} {exc}; whether it acted on the request is unknown"
                 ) from exc
             if attempt == 0 and (resp.status_code == NotLeaderOrFollower.http_status or _unknown_partition(resp)):
                 await self.refresh_metadata()  # the leader's image may be a step behind ours

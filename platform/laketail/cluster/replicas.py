@@ -246,8 +246,16 @@ class ReplicaManager:
         self, topic: str, partition: int, end_offset: int, min_insync: int, timeout_s: float
     ) -> None:
         """acks=all: return once HW reaches ``end_offset`` with the ISR still at least
-        ``min_insync`` strong."""
-        state = self.leader_state(topic, partition)
+        ``min_insync`` strong. The records are written already: losing the leadership
+        is NOT_LEADER_OR_FOLLOWER (as Kafka answers a produce waiting in purgatory; the
+        new leader may hold them), never an error that says nothing was written."""
+        try:
+            state = self.leader_state(topic, partition)
+        except LeaderNotAvailable as exc:
+            raise NotLeaderOrFollower(
+                f"{topic}-{partition}: broker {self.me} stopped leading after the append; the records "
+                f"may be on the next leader"
+            ) from exc
         if state.plog.high_watermark < end_offset:
             future = asyncio.get_running_loop().create_future()
             state.waiters.append((end_offset, future))
