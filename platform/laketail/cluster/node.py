@@ -40,6 +40,7 @@ from laketail.cluster.replicas import ReplicaManager
 from laketail.cluster.store import ClusterStore, Conflict
 from laketail.cluster.wire import PeerLink, PeerPool, PeerResponse, PeerUnreached, raise_for_error
 from laketail.errors import (
+    LaketailError,
     LeaderNotAvailable,
     NotController,
     NotLeaderOrFollower,
@@ -340,7 +341,7 @@ class ClusterNode:
         try:
             resp = await self.http.request(method, url + path, **kwargs)
         except httpx.TransportError as exc:
-            raise NotController(f"the controller (broker {controller_id}) is unreachable: {exc}") from exc
+            raise _controller_failure(controller_id, exc) from exc
         raise_for_error(resp)
         return resp
 
@@ -353,9 +354,7 @@ class ClusterNode:
             # A join may wait a whole rebalance timeout: no read deadline of ours.
             return await self.http.request(method, url + path, timeout=httpx.Timeout(None, connect=2.0), **kwargs)
         except httpx.TransportError as exc:
-            raise NotController(
-                f"the controller (broker {controller_id}) is unreachable: {type(exc).__name__} {exc}"
-            ) from exc
+            raise _controller_failure(controller_id, exc) from exc
 
     async def alter_partition(self, reg: PartitionRegistration, isr: list[int]) -> PartitionRegistration:
         args: dict[str, Any] = dict(topic=reg.topic, partition=reg.partition, leader=self.broker_id,
@@ -397,6 +396,16 @@ def _peer_ssl_context(settings: Any) -> Any:
     if settings.ssl_keystore_certificate_chain and settings.ssl_keystore_key:
         ctx.load_cert_chain(settings.ssl_keystore_certificate_chain, settings.ssl_keystore_key)
     return ctx
+
+
+def _controller_failure(controller_id: int, exc: httpx.TransportError) -> LaketailError:
+    """A call to the controller that failed in transit: NOT_CONTROLLER when no connection
+    was made (nothing was sent), else REQUEST_TIMED_OUT, since the controller may have
+    acted on it (a proxied transactional produce may be written)."""
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)):
+        return NotController(f"the controller (broker {controller_id}) is unreachable: {type(exc).__name__} {exc}")
+    return RequestTimedOut(f"the controller (broker {controller_id}) did not answer: {type(exc).__name__} {exc}; "
+                           f"whether it acted on the request is unknown")
 
 
 def _peer(peers: dict, broker_id: int, url: str, make):
