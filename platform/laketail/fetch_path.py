@@ -130,6 +130,8 @@ class FetchPath:
         if offset >= plog.high_watermark and timeout_ms > 0:
             await plog.wait_for_data(offset, timeout_ms / 1000.0)
         limit_records, limit_bytes = _limits(max_records, max_bytes)
+        if isolation == "read_committed" and plog.producer_state.markers_from > 0:
+            await self._learn_transactions(topic, plog)
         end = plog.last_stable_offset if isolation == "read_committed" else plog.high_watermark
         position = offset
         while True:
@@ -138,8 +140,6 @@ class FetchPath:
                 table = read
                 break
             position = read.column("offset")[-1].as_py() + 1
-            if isolation == "read_committed" and read.column("offset")[0].as_py() < plog.producer_state.markers_from:
-                await self._learn_markers(topic, plog)
             table = self._visible(plog, read, isolation)
             if table.num_rows or position >= end:
                 break  # else: only markers or aborted records so far; read on
@@ -215,15 +215,16 @@ class FetchPath:
         except NotCached:
             return await asyncio.to_thread(self.tables.read, topic, partition, offset, end, limit_records, limit_bytes)
 
-    async def _learn_markers(self, topic: str, plog) -> None:
-        """The markers below the hot log, from the table, for a log whose producer state
-        lacks them (it restarted above the table's end): without them a record there
-        would take the outcome of its producer's next marker, another transaction's."""
+    async def _learn_transactions(self, topic: str, plog) -> None:
+        """The markers and open transactions below the hot log, from the table, for a log
+        whose producer state lacks them (it restarted above the table's end): without
+        them a record there would take the outcome of its producer's next marker,
+        another transaction's. The leader learns them when it takes over; this is for a
+        log that restarted since."""
         below = plog.producer_state.markers_from
-        markers = await asyncio.to_thread(self.tables.markers, topic, plog.partition, below)
-        plog.learn_markers(markers)
-        log.info("%s-%d: learned %d transaction markers below %d from the table",
-                 topic, plog.partition, len(markers), below)
+        learned = await asyncio.to_thread(self.tables.learn_transactions, topic, plog)
+        log.info("%s-%d: learned %d transaction markers below %d from the table", topic, plog.partition,
+                 learned, below)
 
     @staticmethod
     def _visible(plog, table: pa.Table, isolation: IsolationLevel) -> pa.Table:

@@ -180,6 +180,12 @@ class ReplicaManager:
                         reg.topic, reg.partition, tiered, plog.log_end_offset)
             await asyncio.to_thread(plog.reset_to, tiered)
         plog.mark_tiered(tiered)
+        if plog.producer_state.markers_from > 0:
+            # The hot log restarted above the table's end: its producer state knows no
+            # transaction below it. The table does (read_committed, the LSO need them).
+            learned = await asyncio.to_thread(self.host.tables.learn_transactions, reg.topic, plog)
+            log.info("%s-%d: learned %d transaction markers below the hot log from the table",
+                     reg.topic, reg.partition, learned)
         plog.assign_epoch(reg.leader_epoch)
         followers = {r: FollowerState() for r in reg.replicas if r != self.me}
         old = self.leading.get(key)

@@ -756,11 +756,13 @@ class PartitionLog:
             self.producer_state = ProducerStateManager()
             self.producer_state.markers_from = offset
 
-    def learn_markers(self, markers: list[tuple[int, int, str]]) -> None:
-        """The transaction markers the table holds below the hot log, ``(offset,
-        producer_id, kind)``: see ``ProducerStateManager.markers_from``."""
+    def learn_transactions(self, markers: list[tuple[int, int, str]], records: list[tuple[int, int, int]],
+                           below: int) -> None:
+        """The transactions the table holds below the hot log (``ProducerStateManager.learn``),
+        read for ``below``; a state rebuilt meanwhile (truncation) is left to learn anew."""
         with self._lock:
-            self.producer_state.learn_markers(markers)
+            if self.producer_state.markers_from == below:
+                self.producer_state.learn(markers, records)
 
     # -- reading -----------------------------------------------------------------------------------
 

@@ -20,7 +20,8 @@ the offset it covers) plus :meth:`replay` of the frames above that offset on ope
 Markers below :attr:`ProducerStateManager.markers_from` are not known here: a hot log
 that restarted above the table's end (a replica that came back behind, or reset to the
 leader's hot start) has no frames to replay for them. Their records are in the table, and
-so are their markers: :meth:`ProducerStateManager.learn_markers` adds them from there
+so are their markers: :meth:`ProducerStateManager.learn` adds them from there (and the open
+transactions whose first records are there)
 before anyone asks for the outcome of such a record.
 
 Not thread-safe: the partition log calls it under its lock.
@@ -140,11 +141,14 @@ class ProducerStateManager:
         if transactional and entry.txn_first_offset is None:
             entry.txn_first_offset = base_offset
 
-    def learn_markers(self, markers: list[tuple[int, int, str]]) -> None:
-        """Add ``(offset, producer_id, kind)`` markers read from the table for every
-        offset below :attr:`markers_from` (the table holds them all), which then is 0."""
+    def learn(self, markers: list[tuple[int, int, str]], records: list[tuple[int, int, int]]) -> None:
+        """What the table holds below :attr:`markers_from` (it holds it all), which then
+        is 0: its markers, ``(offset, producer_id, kind)``, and its transactional records,
+        ``(offset, producer_id, producer_epoch)``; one whose producer has no marker after
+        it belongs to an open transaction, which then holds the last stable offset."""
+        below = self.markers_from
         for offset, pid, kind in markers:
-            if offset >= self.markers_from:
+            if offset >= below:
                 continue
             offsets, kinds = self.markers.setdefault(pid, ([], []))
             i = bisect.bisect_left(offsets, offset)
@@ -153,6 +157,14 @@ class ProducerStateManager:
             offsets.insert(i, offset)
             kinds.insert(i, kind)
         self.markers_from = 0
+        for offset, pid, epoch in records:
+            if offset >= below or self.outcome(pid, offset) is not None:
+                continue
+            entry = self.producers.get(pid)
+            if entry is None:
+                entry = self.producers[pid] = ProducerEntry(epoch)
+            if entry.txn_first_offset is None or offset < entry.txn_first_offset:
+                entry.txn_first_offset = offset
 
     def forget_marker(self, pid: int, offset: int) -> None:
         """Undo :meth:`apply` of a marker whose write failed."""
