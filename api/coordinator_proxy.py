@@ -6,7 +6,9 @@ controller broker (they read and write ``__consumer_offsets`` and
 for a coordinator that reaches another broker is proxied to the controller, whole:
 method, path, query, headers and body, and the controller's answer is returned as is
 (so a v2 consumer instance's ``base_uri`` names the controller, where it lives, as a
-Confluent REST Proxy instance's names the proxy that holds it).
+Confluent REST Proxy instance's names the proxy that holds it). A controller that could
+not be reached is NOT_CONTROLLER; one that got the request and never answered is
+REQUEST_TIMED_OUT (it may have acted on it: a transactional produce may be written).
 
 Coordinator requests: the group protocol and commits (``/v1/groups``), transactions,
 producer ids and Spark sink batches (``/v1/transactions``, ``/v1/producers``,
@@ -35,7 +37,7 @@ import logging
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from laketail.errors import LaketailError, NotController
+from laketail.errors import LaketailError
 from laketail.security.peers import peer_headers
 
 log = logging.getLogger(__name__)
@@ -107,7 +109,7 @@ class CoordinatorProxy:
         path = scope["path"] + (("?" + scope["query_string"].decode()) if scope["query_string"] else "")
         try:
             resp = await self.broker.cluster.call_controller_raw(scope["method"], path, headers=headers, content=body)
-        except NotController as exc:
+        except LaketailError as exc:  # NOT_CONTROLLER (not sent) or REQUEST_TIMED_OUT (not answered)
             resp = None
             status, out_headers = exc.http_status, [(b"content-type", b"application/json")]
             content = json.dumps(exc.to_body()).encode()

@@ -10,8 +10,14 @@ from starlette.requests import Request
 
 from laketail.api.deps import acks_of
 from laketail.api.routes.produce import _TEMPLATE_MAX_COUNT, _dense_v2_answer
-from laketail.errors import InvalidRequest
-from laketail.produce_path import ProduceResult
+from laketail.errors import (
+    InvalidRequest,
+    LeaderNotAvailable,
+    NotEnoughReplicas,
+    NotLeaderOrFollower,
+    RequestTimedOut,
+)
+from laketail.produce_path import ProduceResult, whole_request_failure
 
 
 @given(st.integers(0, 10_000), st.integers(0, 2**62), st.integers(1, 300))
@@ -65,3 +71,18 @@ def test_acks_from_the_query_string(query: bytes, acks: str) -> None:
 def test_bad_acks_is_invalid_request(query: bytes) -> None:
     with pytest.raises(InvalidRequest):
         acks_of(Request({"type": "http", "query_string": query, "headers": []}))
+
+
+def test_a_request_is_refused_as_a_whole_only_when_nothing_was_written() -> None:
+    """Issue 35: a 3-record request over partitions whose appends all failed was answered
+    LEADER_NOT_AVAILABLE (nothing written) while the forward to partition 2's leader had
+    no answer and its record was in the log. Per record, then, with each its own error."""
+    gone, unknown, moved = LeaderNotAvailable("no leader"), RequestTimedOut("no answer"), NotLeaderOrFollower("x")
+    assert whole_request_failure([], 3, per_record_errors=True) is None
+    assert whole_request_failure([gone, NotEnoughReplicas("isr")], 2, per_record_errors=True) is gone
+    assert whole_request_failure([gone, unknown], 2, per_record_errors=True) is None
+    assert whole_request_failure([gone, moved], 2, per_record_errors=True) is None
+    assert whole_request_failure([gone], 2, per_record_errors=True) is None  # the other partition's were written
+    # A caller that cannot answer per record: an unknown outcome, never "nothing written".
+    assert whole_request_failure([gone, unknown], 3, per_record_errors=False) is unknown
+    assert whole_request_failure([gone], 3, per_record_errors=False) is gone

@@ -130,6 +130,8 @@ class FetchPath:
         if offset >= plog.high_watermark and timeout_ms > 0:
             await plog.wait_for_data(offset, timeout_ms / 1000.0)
         limit_records, limit_bytes = _limits(max_records, max_bytes)
+        if isolation == "read_committed" and plog.producer_state.markers_from > 0:
+            await self._learn_transactions(topic, plog)
         end = plog.last_stable_offset if isolation == "read_committed" else plog.high_watermark
         position = offset
         while True:
@@ -212,6 +214,17 @@ class FetchPath:
             return self.tables.read(topic, partition, offset, end, limit_records, limit_bytes, cached_only=True)
         except NotCached:
             return await asyncio.to_thread(self.tables.read, topic, partition, offset, end, limit_records, limit_bytes)
+
+    async def _learn_transactions(self, topic: str, plog) -> None:
+        """The markers and open transactions below the hot log, from the table, for a log
+        whose producer state lacks them (it restarted above the table's end): without
+        them a record there would take the outcome of its producer's next marker,
+        another transaction's. The leader learns them when it takes over; this is for a
+        log that restarted since."""
+        below = plog.producer_state.markers_from
+        learned = await asyncio.to_thread(self.tables.learn_transactions, topic, plog)
+        log.info("%s-%d: learned %d transaction markers below %d from the table", topic, plog.partition,
+                 learned, below)
 
     @staticmethod
     def _visible(plog, table: pa.Table, isolation: IsolationLevel) -> pa.Table:

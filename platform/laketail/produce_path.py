@@ -67,6 +67,33 @@ PRODUCE_SCHEMA = pa.schema(
 )
 
 
+#: Kafka errors a leader answers before it appends anything: a produce refused with one
+#: of them wrote nothing. Any other failure (REQUEST_TIMED_OUT from a forward nobody
+#: answered, NOT_LEADER_OR_FOLLOWER after the append, NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+#: leaves it unknown whether the records are in the log.
+NOTHING_WRITTEN = frozenset({
+    "UNKNOWN_TOPIC_OR_PARTITION", "LEADER_NOT_AVAILABLE", "NOT_ENOUGH_REPLICAS", "FENCED_LEADER_EPOCH",
+    "INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED", "OUT_OF_ORDER_SEQUENCE_NUMBER", "INVALID_PRODUCER_ID_MAPPING",
+    "INVALID_TXN_STATE", "INVALID_RECORD", "RECORD_TOO_LARGE", "INVALID_REQUEST", "CONCURRENT_TRANSACTIONS",
+    "INVALID_TOPIC_EXCEPTION", "TOPIC_AUTHORIZATION_FAILED",
+})
+
+
+def whole_request_failure(failures: list[LaketailError], appends: int,
+                          per_record_errors: bool) -> LaketailError | None:
+    """The error that answers a multi-partition produce as a whole, given its failed
+    appends (of ``appends``); None when it is answered per record. As a whole only when
+    nothing was written (every append failed with an error of :data:`NOTHING_WRITTEN`)
+    or the caller cannot say per record what was; an unknown outcome then wins over an
+    error that says nothing was written, which would be a lie for some records."""
+    if not failures:
+        return None
+    unknown = [f for f in failures if f.kafka_name not in NOTHING_WRITTEN]
+    if not per_record_errors or (len(failures) == appends and not unknown):
+        return (unknown or failures)[0]
+    return None
+
+
 class ProduceResult:
     """Where each record of a produce request went, in request order.
 
@@ -351,12 +378,13 @@ class ProducePath:
             self.append(plan.topic, partition, frame, acks, max_ts)
             for partition, frame, _, max_ts in plan.appends
         ), return_exceptions=True)
-        failures = [o for o in outcomes if isinstance(o, BaseException)]
-        unexpected = [f for f in failures if not isinstance(f, LaketailError)]
+        unexpected = [o for o in outcomes if isinstance(o, BaseException) and not isinstance(o, LaketailError)]
         if unexpected:
             raise unexpected[0]
-        if failures and (not per_record_errors or len(failures) == len(outcomes)):
-            raise failures[0]  # nothing written, or a caller that cannot say what was
+        failures = [o for o in outcomes if isinstance(o, LaketailError)]
+        whole = whole_request_failure(failures, len(outcomes), per_record_errors)
+        if whole is not None:
+            raise whole
         offsets = [-1] * plan.count
         errors: list[LaketailError | None] | None = [None] * plan.count if failures else None
         for (_, _, rows, _), outcome in zip(plan.appends, outcomes):

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from laketail.cluster.wire import PeerLink, PeerPool
+from laketail.cluster.wire import PeerLink, PeerPool, PeerUnreached
 from laketail.errors import NotLeaderOrFollower
 
 
@@ -170,8 +170,34 @@ def test_a_peer_that_is_gone_is_a_connection_error():
     async def go():
         await PeerLink(f"http://127.0.0.1:{port}").post_json("/echo", {}, 5)
 
-    with pytest.raises(OSError):
+    with pytest.raises(PeerUnreached):  # nothing was sent: the peer surely did nothing
         asyncio.run(go())
+
+
+def test_a_request_sent_and_never_answered_is_not_taken_for_one_never_sent():
+    """Issue 35: only a connection that could not be opened says the request was not
+    acted on; one the peer read and then closed may have been (tests/cluster/
+    test_call_leader.py: what the forwarding broker answers then)."""
+    received: list[bytes] = []
+
+    async def go():
+        async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            received.append(await reader.readuntil(b"\r\n\r\n"))
+            writer.close()  # read it, act on it maybe, and go away without a word
+
+        server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            with pytest.raises(OSError) as raised:
+                await PeerPool(f"http://127.0.0.1:{port}").request("POST", "/append", content=b"x", timeout_s=5)
+            return raised.value
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    error = asyncio.run(go())
+    assert received and received[0].startswith(b"POST /append")
+    assert not isinstance(error, PeerUnreached), error
 
 
 def test_the_pool_gives_each_request_in_flight_a_link_and_keeps_them_for_the_next(peer):

@@ -38,8 +38,15 @@ from laketail.cluster.forwarding import ForwardedAppends
 from laketail.cluster.metadata import NO_LEADER, BrokerRegistration, ClusterImage, PartitionRegistration
 from laketail.cluster.replicas import ReplicaManager
 from laketail.cluster.store import ClusterStore, Conflict
-from laketail.cluster.wire import PeerLink, PeerPool, PeerResponse, raise_for_error
-from laketail.errors import LeaderNotAvailable, NotController, NotLeaderOrFollower, UnknownTopicOrPartition
+from laketail.cluster.wire import PeerLink, PeerPool, PeerResponse, PeerUnreached, raise_for_error
+from laketail.errors import (
+    LaketailError,
+    LeaderNotAvailable,
+    NotController,
+    NotLeaderOrFollower,
+    RequestTimedOut,
+    UnknownTopicOrPartition,
+)
 from laketail.security.peers import peer_headers
 
 if TYPE_CHECKING:
@@ -309,10 +316,17 @@ class ClusterNode:
             try:
                 resp = await pool.request(method, path, params=params, content=content, content_type=content_type,
                                           timeout_s=timeout or 30.0)
-            except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            except PeerUnreached as exc:  # nothing was sent
                 raise LeaderNotAvailable(
-                    f"the leader of {topic}-{partition} (broker {reg.leader}) is unreachable: "
-                    f"{type(exc).__name__} {exc}"
+                    f"the leader of {topic}-{partition} (broker {reg.leader}) is unreachable: {exc}"
+                ) from exc
+            except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+                # Sent, and no answer: the leader may have acted on it (an append may be
+                # written). Kafka's word for an outcome nobody knows, never one that
+                # says nothing was done.
+                raise RequestTimedOut(
+                    f"the leader of {topic}-{partition} (broker {reg.leader}) did not answer: "
+                    f"{type(exc).__name__} {exc}; whether it acted on the request is unknown"
                 ) from exc
             if attempt == 0 and (resp.status_code == NotLeaderOrFollower.http_status or _unknown_partition(resp)):
                 await self.refresh_metadata()  # the leader's image may be a step behind ours
@@ -327,7 +341,7 @@ class ClusterNode:
         try:
             resp = await self.http.request(method, url + path, **kwargs)
         except httpx.TransportError as exc:
-            raise NotController(f"the controller (broker {controller_id}) is unreachable: {exc}") from exc
+            raise _controller_failure(controller_id, exc) from exc
         raise_for_error(resp)
         return resp
 
@@ -340,9 +354,7 @@ class ClusterNode:
             # A join may wait a whole rebalance timeout: no read deadline of ours.
             return await self.http.request(method, url + path, timeout=httpx.Timeout(None, connect=2.0), **kwargs)
         except httpx.TransportError as exc:
-            raise NotController(
-                f"the controller (broker {controller_id}) is unreachable: {type(exc).__name__} {exc}"
-            ) from exc
+            raise _controller_failure(controller_id, exc) from exc
 
     async def alter_partition(self, reg: PartitionRegistration, isr: list[int]) -> PartitionRegistration:
         args: dict[str, Any] = dict(topic=reg.topic, partition=reg.partition, leader=self.broker_id,
@@ -384,6 +396,16 @@ def _peer_ssl_context(settings: Any) -> Any:
     if settings.ssl_keystore_certificate_chain and settings.ssl_keystore_key:
         ctx.load_cert_chain(settings.ssl_keystore_certificate_chain, settings.ssl_keystore_key)
     return ctx
+
+
+def _controller_failure(controller_id: int, exc: httpx.TransportError) -> LaketailError:
+    """A call to the controller that failed in transit: NOT_CONTROLLER when no connection
+    was made (nothing was sent), else REQUEST_TIMED_OUT, since the controller may have
+    acted on it (a proxied transactional produce may be written)."""
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)):
+        return NotController(f"the controller (broker {controller_id}) is unreachable: {type(exc).__name__} {exc}")
+    return RequestTimedOut(f"the controller (broker {controller_id}) did not answer: {type(exc).__name__} {exc}; "
+                           f"whether it acted on the request is unknown")
 
 
 def _peer(peers: dict, broker_id: int, url: str, make):

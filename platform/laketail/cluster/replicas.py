@@ -180,6 +180,12 @@ class ReplicaManager:
                         reg.topic, reg.partition, tiered, plog.log_end_offset)
             await asyncio.to_thread(plog.reset_to, tiered)
         plog.mark_tiered(tiered)
+        if plog.producer_state.markers_from > 0:
+            # The hot log restarted above the table's end: its producer state knows no
+            # transaction below it. The table does (read_committed, the LSO need them).
+            learned = await asyncio.to_thread(self.host.tables.learn_transactions, reg.topic, plog)
+            log.info("%s-%d: learned %d transaction markers below the hot log from the table",
+                     reg.topic, reg.partition, learned)
         plog.assign_epoch(reg.leader_epoch)
         followers = {r: FollowerState() for r in reg.replicas if r != self.me}
         old = self.leading.get(key)
@@ -246,8 +252,16 @@ class ReplicaManager:
         self, topic: str, partition: int, end_offset: int, min_insync: int, timeout_s: float
     ) -> None:
         """acks=all: return once HW reaches ``end_offset`` with the ISR still at least
-        ``min_insync`` strong."""
-        state = self.leader_state(topic, partition)
+        ``min_insync`` strong. The records are written already: losing the leadership
+        is NOT_LEADER_OR_FOLLOWER (as Kafka answers a produce waiting in purgatory; the
+        new leader may hold them), never an error that says nothing was written."""
+        try:
+            state = self.leader_state(topic, partition)
+        except LeaderNotAvailable as exc:
+            raise NotLeaderOrFollower(
+                f"{topic}-{partition}: broker {self.me} stopped leading after the append; the records "
+                f"may be on the next leader"
+            ) from exc
         if state.plog.high_watermark < end_offset:
             future = asyncio.get_running_loop().create_future()
             state.waiters.append((end_offset, future))

@@ -35,6 +35,10 @@ class PeerClosed(ConnectionError):
     """The peer closed the connection before answering."""
 
 
+class PeerUnreached(ConnectionError):
+    """No connection to the peer could be opened: nothing of the request was sent."""
+
+
 class PeerResponse:
     """What :meth:`PeerLink.request` returns: the parts of httpx's response callers use."""
 
@@ -113,7 +117,9 @@ class PeerLink:
     ) -> PeerResponse:
         """Send one request and read its answer, whatever its status. Connection
         failures and timeouts raise (``OSError``, ``TimeoutError``); the link is then
-        closed and the next request opens a new connection."""
+        closed and the next request opens a new connection. :class:`PeerUnreached`
+        (a connection that could not be opened) is the one failure after which the
+        peer surely did not act on the request."""
         target = self._prefix + path
         if params:
             target += "?" + urlencode(params)
@@ -143,10 +149,13 @@ class PeerLink:
 
     async def _exchange(self, request: bytes) -> PeerResponse:
         if self._writer is None:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self._host, self._port, limit=_MAX_HEAD, ssl=self._ssl),
-                self._connect_timeout_s
-            )
+            try:
+                self._reader, self._writer = await asyncio.wait_for(
+                    asyncio.open_connection(self._host, self._port, limit=_MAX_HEAD, ssl=self._ssl),
+                    self._connect_timeout_s
+                )
+            except (OSError, TimeoutError) as exc:
+                raise PeerUnreached(f"{self.url}: {type(exc).__name__} {exc}") from exc
         reader, writer = self._reader, self._writer
         assert reader is not None and writer is not None  # opened together, just above
         writer.write(request)

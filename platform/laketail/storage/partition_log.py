@@ -267,11 +267,16 @@ class PartitionLog:
         os.replace(tmp, self._snapshot_path)
 
     def _rebuild_producer_state(self) -> None:
-        """Snapshot, then replay every producer frame at or above its offset."""
+        """Snapshot, then replay every producer frame at or above its offset. A snapshot
+        older than the hot log's first offset (the log restarted above it) leaves frames
+        unreplayed between them: it is not used, and the state knows no markers below
+        the hot log (``ProducerStateManager.markers_from``)."""
         start = 0
+        first = self._segments[0].base_offset
+        self.producer_state.markers_from = first
         try:
             doc = json.loads(self._snapshot_path.read_text())
-            if doc["offset"] <= self.log_end_offset:
+            if first <= doc["offset"] <= self.log_end_offset:
                 self.producer_state = ProducerStateManager.restore(doc["state"])
                 start = doc["offset"]
         except (FileNotFoundError, ValueError, KeyError):
@@ -749,6 +754,15 @@ class PartitionLog:
             self.epochs = []
             self._snapshot_path.unlink(missing_ok=True)
             self.producer_state = ProducerStateManager()
+            self.producer_state.markers_from = offset
+
+    def learn_transactions(self, markers: list[tuple[int, int, str]], records: list[tuple[int, int, int]],
+                           below: int) -> None:
+        """The transactions the table holds below the hot log (``ProducerStateManager.learn``),
+        read for ``below``; a state rebuilt meanwhile (truncation) is left to learn anew."""
+        with self._lock:
+            if self.producer_state.markers_from == below:
+                self.producer_state.learn(markers, records)
 
     # -- reading -----------------------------------------------------------------------------------
 

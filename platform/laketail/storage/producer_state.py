@@ -17,6 +17,13 @@ Sequences are int32 and wrap to 0 after 2**31 - 1, as Kafka's do.
 Persistence: :meth:`snapshot` / :meth:`restore` (a JSON file next to the segments, with
 the offset it covers) plus :meth:`replay` of the frames above that offset on open.
 
+Markers below :attr:`ProducerStateManager.markers_from` are not known here: a hot log
+that restarted above the table's end (a replica that came back behind, or reset to the
+leader's hot start) has no frames to replay for them. Their records are in the table, and
+so are their markers: :meth:`ProducerStateManager.learn` adds them from there (and the open
+transactions whose first records are there)
+before anyone asks for the outcome of such a record.
+
 Not thread-safe: the partition log calls it under its lock.
 """
 
@@ -63,6 +70,8 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerEntry] = {}
         # pid -> sorted marker offsets and their kinds ('COMMIT' / 'ABORT')
         self.markers: dict[int, tuple[list[int], list[str]]] = {}
+        #: markers at lower offsets are missing (see the module docstring)
+        self.markers_from = 0
 
     # -- validation --------------------------------------------------------------------------
 
@@ -132,6 +141,31 @@ class ProducerStateManager:
         if transactional and entry.txn_first_offset is None:
             entry.txn_first_offset = base_offset
 
+    def learn(self, markers: list[tuple[int, int, str]], records: list[tuple[int, int, int]]) -> None:
+        """What the table holds below :attr:`markers_from` (it holds it all), which then
+        is 0: its markers, ``(offset, producer_id, kind)``, and its transactional records,
+        ``(offset, producer_id, producer_epoch)``; one whose producer has no marker after
+        it belongs to an open transaction, which then holds the last stable offset."""
+        below = self.markers_from
+        for offset, pid, kind in markers:
+            if offset >= below:
+                continue
+            offsets, kinds = self.markers.setdefault(pid, ([], []))
+            i = bisect.bisect_left(offsets, offset)
+            if i < len(offsets) and offsets[i] == offset:
+                continue
+            offsets.insert(i, offset)
+            kinds.insert(i, kind)
+        self.markers_from = 0
+        for offset, pid, epoch in records:
+            if offset >= below or self.outcome(pid, offset) is not None:
+                continue
+            entry = self.producers.get(pid)
+            if entry is None:
+                entry = self.producers[pid] = ProducerEntry(epoch)
+            if entry.txn_first_offset is None or offset < entry.txn_first_offset:
+                entry.txn_first_offset = offset
+
     def forget_marker(self, pid: int, offset: int) -> None:
         """Undo :meth:`apply` of a marker whose write failed."""
         found = self.markers.get(pid)
@@ -183,6 +217,7 @@ class ProducerStateManager:
                 for pid, e in self.producers.items()
             },
             "markers": {str(pid): [offs, kinds] for pid, (offs, kinds) in self.markers.items()},
+            "markers_from": self.markers_from,
         }
 
     @classmethod
@@ -194,4 +229,5 @@ class ProducerStateManager:
             )
         for pid, (offs, kinds) in doc.get("markers", {}).items():
             state.markers[int(pid)] = (list(offs), list(kinds))
+        state.markers_from = int(doc.get("markers_from", 0))
         return state

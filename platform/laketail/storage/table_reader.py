@@ -586,6 +586,49 @@ class TableReader:
         table = pa.concat_tables(pieces)
         return table if in_order else table.sort_by("offset")
 
+    def transactions(self, topic: str, partition: int, below: int
+                     ) -> tuple[list[tuple[int, int, str]], list[tuple[int, int, int]]]:
+        """The partition's transaction markers (control rows) in the table below ``below``,
+        as ``(offset, producer_id, kind)``, and its transactional records there, as
+        ``(offset, producer_id, producer_epoch)``. Only row groups whose statistics allow
+        a transactional row or a marker are read, and only those columns."""
+        uri = self.table_uri(topic)
+        markers: list[tuple[int, int, str]] = []
+        records: list[tuple[int, int, int]] = []
+        columns = ["offset", "producer_id", "producer_epoch", "transactional", "control"]
+        for data_file in self._files(topic, partition):
+            if data_file.first_offset >= below:
+                break  # sorted by first offset
+            pf, _, _ = self._parquet_file(f"{uri}/{data_file.path}")
+            meta = pf.metadata
+            txn_col = pf.schema_arrow.get_field_index("transactional")
+            groups = []
+            for i in range(meta.num_row_groups):
+                stats = meta.row_group(i).column(txn_col).statistics
+                if stats is None or not stats.has_min_max or stats.max:
+                    groups.append(i)
+            if not groups:
+                continue
+            rows = pq.ParquetFile(f"{uri}/{data_file.path}", metadata=meta).read_row_groups(groups, columns=columns)
+            rows = rows.filter(pc.less(rows.column("offset"), below))
+            control = rows.filter(pc.is_valid(rows.column("control")))
+            markers.extend(zip(control.column("offset").to_pylist(), control.column("producer_id").to_pylist(),
+                               control.column("control").to_pylist()))
+            data = rows.filter(pc.and_(pc.is_null(rows.column("control")), rows.column("transactional")))
+            records.extend(zip(data.column("offset").to_pylist(), data.column("producer_id").to_pylist(),
+                               data.column("producer_epoch").to_pylist()))
+        return markers, records
+
+    def learn_transactions(self, topic: str, plog) -> int:
+        """Give ``plog`` (a partition log whose producer state knows nothing below
+        ``markers_from``) the transactions the table holds there; how many markers."""
+        below = plog.producer_state.markers_from
+        if below <= 0:
+            return 0
+        markers, records = self.transactions(topic, plog.partition, below)
+        plog.learn_transactions(markers, records, below)
+        return len(markers)
+
     def offset_for_timestamp(
         self, topic: str, partition: int, timestamp_ms: int, below: int
     ) -> tuple[int, int] | None:

@@ -1,0 +1,128 @@
+"""What a forwarded or proxied request's transport failure tells the client (issue 35, the
+Jepsen-style run's partial failures): an idempotent batch forwarded to the leader of
+partition 2, which wrote it and was killed before answering, was answered
+LEADER_NOT_AVAILABLE -- Kafka's word for "no leader, nothing written" -- though its
+records were in the log. A request sent and never answered is REQUEST_TIMED_OUT
+(the outcome is unknown); only a leader that could not be reached at all is
+LEADER_NOT_AVAILABLE."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from laketail.cluster.metadata import BrokerRegistration, ClusterImage, PartitionRegistration
+from laketail.cluster.node import ClusterNode
+from laketail.config import BrokerSettings
+from laketail.errors import LeaderNotAvailable, NotController, NotLeaderOrFollower, RequestTimedOut
+
+
+class _Host:
+    def __init__(self, data) -> None:
+        self.settings = BrokerSettings(data=str(data))
+
+    async def allocate_producer_ids(self, size: int) -> tuple[int, int]:
+        raise AssertionError("not used here")
+
+
+def _node(tmp_path, leader_port: int) -> ClusterNode:
+    node = ClusterNode(_Host(tmp_path))
+    node.image = ClusterImage(
+        controller_id=1,
+        brokers={1: BrokerRegistration(1, f"http://127.0.0.1:{leader_port}", "x")},
+        partitions={("t", 0): PartitionRegistration("t", 0, [0, 1], 1, 3, [0, 1])},
+    )
+    return node
+
+
+def test_a_forward_the_leader_took_and_never_answered_is_request_timed_out(tmp_path):
+    received: list[bytes] = []
+
+    async def go() -> BaseException:
+        async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            received.append(await reader.readuntil(b"\r\n\r\n"))
+            writer.close()  # the leader dies after reading (and maybe writing) the append
+
+        server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+        node = _node(tmp_path, server.sockets[0].getsockname()[1])
+        try:
+            with pytest.raises(Exception) as raised:
+                await node.call_leader("t", 0, "POST", "/internal/append", content=b"x", timeout=5)
+            return raised.value
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    error = asyncio.run(go())
+    assert received, "the leader got the request"
+    assert isinstance(error, RequestTimedOut), repr(error)
+
+
+def test_a_leader_that_cannot_be_reached_is_leader_not_available(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, never listening: connections are refused
+
+    async def go() -> None:
+        await _node(tmp_path, port).call_leader("t", 0, "POST", "/internal/append", content=b"x", timeout=5)
+
+    with pytest.raises(LeaderNotAvailable):
+        asyncio.run(go())
+
+
+def test_a_leader_that_lost_its_partition_after_the_append_does_not_say_nothing_was_written(tmp_path):
+    """acks=all waits after the append: a leader deposed meanwhile (the partition then
+    offline) answered LEADER_NOT_AVAILABLE for records it had written. Kafka answers a
+    produce waiting in purgatory NOT_LEADER_OR_FOLLOWER: the next leader may hold them."""
+    node = _node(tmp_path, 1)
+    node.image.partitions[("t", 0)] = PartitionRegistration("t", 0, [0, 1], -1, 4, [])
+
+    async def go() -> None:
+        await node.replicas.wait_replicated("t", 0, 10, 2, 1.0)
+
+    with pytest.raises(NotLeaderOrFollower):
+        asyncio.run(go())
+
+
+def test_a_proxied_request_the_controller_took_and_never_answered_is_request_timed_out(tmp_path):
+    """The coordinator proxy passes a transactional produce to the controller; killed after
+    reading it (the Jepsen-style run's kill-controller), the answer was NOT_CONTROLLER --
+    nothing done -- though the record was in the log. Not reachable at all stays
+    NOT_CONTROLLER."""
+    received: list[bytes] = []
+
+    async def go() -> BaseException:
+        async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            received.append(await reader.readuntil(b"\r\n\r\n"))
+            writer.close()
+
+        server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+        node = _node(tmp_path, server.sockets[0].getsockname()[1])
+        try:
+            with pytest.raises(Exception) as raised:
+                await node.call_controller_raw("POST", "/topics/t/partitions/0?producer_id=7", content=b"{}")
+            return raised.value
+        finally:
+            await node.http.aclose()
+            server.close()
+            await server.wait_closed()
+
+    error = asyncio.run(go())
+    assert received, "the controller got the request"
+    assert isinstance(error, RequestTimedOut), repr(error)
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    async def refused() -> None:
+        node = _node(tmp_path, port)
+        try:
+            await node.call_controller_raw("POST", "/topics/t/partitions/0", content=b"{}")
+        finally:
+            await node.http.aclose()
+
+    with pytest.raises(NotController):
+        asyncio.run(refused())
