@@ -351,7 +351,8 @@ def test_reset_to_restarts_an_empty_log_at_the_offset(tmp_path):
         assert plog.log_end_offset == plog.high_watermark == plog.hot_start_offset == 40
         assert plog.epochs == []
         assert plog.latest_epoch == -1
-        assert plog.producer_state.snapshot() == {"producers": {}, "markers": {}}
+        # it knows no transaction markers below 40
+        assert plog.producer_state.snapshot() == {"producers": {}, "markers": {}, "markers_from": 40}
         assert not (plog.directory / "producer.snapshot").exists()
         assert [p.name for p in plog.directory.glob("*.log")] == [f"{40:020d}.log"]
         assert os.path.getsize(plog.segments[0].path) == 0
