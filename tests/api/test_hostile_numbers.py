@@ -41,6 +41,8 @@ pytestmark = pytest.mark.integration
 NOT_DECIMAL = ["1.5", "1e309", "NaN", "1_000", " 5", "5 ", "+5", "0x10", "\u0665", "five", "--1"]
 PAST_INT64 = [str(2**63), str(-(2**63) - 1), "9" * 5000]
 PAST_INT32 = [str(2**31), str(-(2**31) - 1), *PAST_INT64]
+#: kafka-rest's answer when no route matches, a path parameter it cannot convert included.
+ROUTE_NOT_FOUND = {"error_code": 404, "message": "HTTP 404 Not Found"}
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +141,8 @@ def test_every_case_is_a_4xx_with_a_kafka_error_and_changes_nothing(world):
     for name, template, value in CASES:
         resp = _send(world, template, value)
         try:
+            if "{v}" in template[1] and resp.status_code == 404 and resp.json() == ROUTE_NOT_FOUND:
+                continue  # a path segment its route cannot take: no route matches (kafka-rest's 404)
             assert_kafka_error(resp, (400, 404, 413, 422))
             assert resp.status_code != 404 or value is not None and value.lstrip("-").isdigit(), resp.text
         except AssertionError as exc:
@@ -156,9 +160,12 @@ def test_producer_numbers_out_of_their_kafka_type_are_40002(world, field, value)
 
 @pytest.mark.parametrize("value", [" 0", "+0", "0.0", "0_0", str(2**31)])
 def test_a_partition_spelled_oddly_is_not_read_as_a_partition(world, value):
-    """Before: FastAPI's int parameters read ' 0' and '+0' as partition 0 and answered 200."""
+    """Before: FastAPI's int parameters read ' 0' and '+0' as partition 0 and answered 200.
+    Now no route matches such a segment: kafka-rest's (Jersey's) 404 for a @PathParam it
+    cannot convert, as issue 37 asks for ``/partitions/foo/offsets``."""
     for path in ("/topics/{t}/partitions/{v}", "/topics/{t}/partitions/{v}/offsets"):
-        assert_kafka_error(_send(world, ("GET", path, {}, {}), value), 400, 40002)
+        resp = _send(world, ("GET", path, {}, {}), value)
+        assert resp.status_code == 404 and resp.json() == ROUTE_NOT_FOUND, resp.text
 
 
 REPEATED = [
