@@ -14,7 +14,7 @@ CreateAcls and DeleteAcls Alter on the cluster.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from laketail.errors import InvalidRequest, LaketailError, SecurityDisabled
 from laketail.kafka.acl_codes import (
@@ -26,13 +26,13 @@ from laketail.kafka.acl_codes import (
 )
 from laketail.kafka.apis import (
     CLUSTER_AUTHORIZATION_FAILED,
+    ApiPart,
     Session,
     error_code,
     error_message,
 )
 from laketail.kafka.protocol import Request
 from laketail.security.acl import (
-    CLUSTER_NAME,
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -40,26 +40,16 @@ from laketail.security.acl import (
 )
 from laketail.security.principal import KafkaPrincipal
 
-if TYPE_CHECKING:
-    from laketail.kafka.apis import KafkaApis
-
 Op, R = AclOperation, ResourceType
 
 
-class AclApis:
+class AclApis(ApiPart):
     """The three ACL APIs of one Kafka listener (see the module docstring).
     Stateless; event loop thread only."""
-
-    def __init__(self, apis: "KafkaApis") -> None:
-        self.broker = apis.broker
-        self.authorizer = apis.authorizer
 
     @property
     def handlers(self) -> dict[int, Callable[[Request, Session], Awaitable[dict]]]:
         return {29: self.describe_acls, 30: self.create_acls, 31: self.delete_acls}
-
-    def _allowed(self, session: Session, op: AclOperation, rtype: ResourceType, name: str = CLUSTER_NAME) -> bool:
-        return self.authorizer.authorize(session.principal, session.host, op, rtype, name)
 
     def _acl_refusal(self, session: Session, op: AclOperation) -> tuple[int, str | None] | None:
         if not self.authorizer.enabled:

@@ -17,7 +17,7 @@ The config APIs are in :mod:`laketail.kafka.configs`, the ACL APIs in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from laketail.kafka.acl_codes import (
     NOT_ASKED,
@@ -27,6 +27,7 @@ from laketail.kafka.apis import (
     GROUP_AUTHORIZATION_FAILED,
     NOT_COORDINATOR,
     TOPIC_AUTHORIZATION_FAILED,
+    ApiPart,
     Session,
     error_code,
 )
@@ -37,30 +38,18 @@ from laketail.security.acl import (
     ResourceType,
 )
 
-if TYPE_CHECKING:
-    from laketail.kafka.apis import KafkaApis
-
 Op, R = AclOperation, ResourceType
 GROUP_SUBSCRIBED_TO_TOPIC = 86
 UNSUPPORTED_ENDPOINT_TYPE = 119
 
 
-class AdminApis:
+class AdminApis(ApiPart):
     """The group and cluster admin APIs of one Kafka listener (see the module docstring).
     Stateless; event loop thread only."""
-
-    def __init__(self, apis: "KafkaApis") -> None:
-        self.broker = apis.broker
-        self.authorizer = apis.authorizer
-        self.coordinates = apis.coordinates
-        self.brokers = apis.brokers
 
     @property
     def handlers(self) -> dict[int, Callable[[Request, Session], Awaitable[dict]]]:
         return {42: self.delete_groups, 47: self.offset_delete, 60: self.describe_cluster}
-
-    def _allowed(self, session: Session, op: AclOperation, rtype: ResourceType, name: str = CLUSTER_NAME) -> bool:
-        return self.authorizer.authorize(session.principal, session.host, op, rtype, name)
 
     async def delete_groups(self, request: Request, session: Session) -> dict:
         results = []

@@ -100,6 +100,20 @@ class Session:
         self.host = host
 
 
+class ApiPart:
+    """A group of APIs served beside :class:`KafkaApis` (transactions, configs, admin,
+    ACLs), sharing its broker, authorizer and views. Stateless; event loop thread only."""
+
+    def __init__(self, apis: "KafkaApis") -> None:
+        self.broker = apis.broker
+        self.authorizer = apis.authorizer
+        self.coordinates = apis.coordinates
+        self.brokers = apis.brokers
+
+    def _allowed(self, session: Session, op: AclOperation, rtype: ResourceType, name: str = CLUSTER_NAME) -> bool:
+        return self.authorizer.authorize(session.principal, session.host, op, rtype, name)
+
+
 class KafkaApis:
     """Answers Kafka requests for one broker; ``advertised`` is the Kafka listener's
     (host, port), what Metadata and FindCoordinator answer. Event loop thread only."""

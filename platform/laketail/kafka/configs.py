@@ -19,7 +19,7 @@ two Alter APIs AlterConfigs, on the topic or (broker resources) the cluster.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from laketail.catalog import check_not_internal
 from laketail.config import _BROKER_KEYS, SENSITIVE_BROKER_KEYS, TOPIC_CONFIGS, BrokerSettings
@@ -28,19 +28,16 @@ from laketail.kafka.apis import (
     CLUSTER_AUTHORIZATION_FAILED,
     INVALID_REQUEST,
     TOPIC_AUTHORIZATION_FAILED,
+    ApiPart,
     Session,
     error_code,
     error_message,
 )
 from laketail.kafka.protocol import Request
 from laketail.security.acl import (
-    CLUSTER_NAME,
     AclOperation,
     ResourceType,
 )
-
-if TYPE_CHECKING:
-    from laketail.kafka.apis import KafkaApis
 
 Op, R = AclOperation, ResourceType
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
@@ -81,20 +78,13 @@ def broker_configs(settings: BrokerSettings) -> list[tuple[str, str | None, bool
     return out
 
 
-class ConfigApis:
+class ConfigApis(ApiPart):
     """The three config APIs of one Kafka listener (see the module docstring).
     Stateless; event loop thread only."""
-
-    def __init__(self, apis: "KafkaApis") -> None:
-        self.broker = apis.broker
-        self.authorizer = apis.authorizer
 
     @property
     def handlers(self) -> dict[int, Callable[[Request, Session], Awaitable[dict]]]:
         return {32: self.describe_configs, 33: self.alter_configs, 44: self.incremental_alter_configs}
-
-    def _allowed(self, session: Session, op: AclOperation, rtype: ResourceType, name: str = CLUSTER_NAME) -> bool:
-        return self.authorizer.authorize(session.principal, session.host, op, rtype, name)
 
     def _resource_denied(self, session: Session, rtype: int, name: str, op: AclOperation) -> dict | None:
         """The error of a config resource the request may not touch, or None."""

@@ -34,7 +34,7 @@ Read on the group, TxnOffsetCommit Read on each topic.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import Awaitable, Callable
 
 from laketail.coordinator.offsets import CommittedOffset
 from laketail.errors import TransactionalIdNotFound, UnknownTopicOrPartition
@@ -45,14 +45,12 @@ from laketail.kafka.apis import (
     NOT_COORDINATOR,
     TOPIC_AUTHORIZATION_FAILED,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    ApiPart,
     Session,
     error_code,
 )
 from laketail.kafka.protocol import Request, ms
 from laketail.security.acl import AclOperation, ResourceType
-
-if TYPE_CHECKING:
-    from laketail.kafka.apis import KafkaApis
 
 Op, R = AclOperation, ResourceType
 INVALID_PRODUCER_EPOCH = 47
@@ -76,22 +74,14 @@ def txn_error_code(exc: BaseException, request: Request) -> int:
     return code
 
 
-class TransactionApis:
+class TransactionApis(ApiPart):
     """The five transaction APIs of one Kafka listener (see the module docstring).
     Stateless; event loop thread only."""
-
-    def __init__(self, apis: "KafkaApis") -> None:
-        self.broker = apis.broker
-        self.authorizer = apis.authorizer
-        self.coordinates = apis.coordinates
 
     @property
     def handlers(self) -> dict[int, Callable[[Request, Session], Awaitable[dict]]]:
         return {22: self.init_producer_id, 24: self.add_partitions_to_txn, 25: self.add_offsets_to_txn,
                 26: self.end_txn, 28: self.txn_offset_commit}
-
-    def _allowed(self, session: Session, op: AclOperation, rtype: ResourceType, name: str) -> bool:
-        return self.authorizer.authorize(session.principal, session.host, op, rtype, name)
 
     def _txn_denied(self, session: Session, transactional_id: str) -> int:
         """0, or the code answered when the principal may not Write the transactional id
