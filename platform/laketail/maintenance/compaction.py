@@ -46,6 +46,7 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from laketail.records import RECORD_SCHEMA
 from laketail.storage.data_files import write_data_file
+from laketail.storage.table_check import overlap_clusters
 from laketail.storage.table_reader import EPOCH_APP_PREFIX, DataFile
 
 
@@ -165,16 +166,8 @@ def plan_overlap_repair(files: Sequence[DataFile]) -> list[DataFile] | None:
     """The files to remove so that no two of ``files`` (one partition's) overlap, or
     None when some overlap does not nest (see the module docstring). Empty: none overlap."""
     ordered = sorted(files, key=lambda f: (f.first_offset, -f.last_offset))
-    clusters: list[list[DataFile]] = []
-    reach = -1
-    for f in ordered:
-        if clusters and f.first_offset <= reach:
-            clusters[-1].append(f)
-        else:
-            clusters.append([f])
-        reach = max(reach, f.last_offset)
     removed: list[DataFile] = []
-    for cluster in clusters:
+    for cluster in overlap_clusters(ordered):
         if len(cluster) == 1:
             continue
         widest = cluster[0]  # the smallest first offset, the largest last offset among those

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence, TypeVar
 
 import numpy as np
 
@@ -135,6 +135,31 @@ def find_damage(
     return out
 
 
+class _OffsetRange(Protocol):
+    @property
+    def first_offset(self) -> int: ...
+
+    @property
+    def last_offset(self) -> int: ...
+
+
+F = TypeVar("F", bound=_OffsetRange)
+
+
+def overlap_clusters(files: Sequence[F]) -> list[list[F]]:
+    """``files`` (ordered by first offset) cut into runs whose offset ranges overlap one
+    another, in order; a file that overlaps nothing is a run of its own."""
+    clusters: list[list[F]] = []
+    reach = -1
+    for f in files:
+        if clusters and f.first_offset <= reach:
+            clusters[-1].append(f)
+        else:
+            clusters.append([f])
+        reach = max(reach, f.last_offset)
+    return clusters
+
+
 def _partition_damage(files, tiered, log_start, gaps_allowed, facts, offsets, trust_names) -> list[Damage]:
     found: list[Damage] = []
     for f in files:
@@ -145,14 +170,7 @@ def _partition_damage(files, tiered, log_start, gaps_allowed, facts, offsets, tr
                 "which laketail has not written (an outside append)",
             ))
     # Files whose offset ranges overlap are judged together, the others one by one.
-    clusters: list[list] = []
-    reach = -1
-    for f in files:
-        if clusters and f.first_offset <= reach:
-            clusters[-1].append(f)
-        else:
-            clusters.append([f])
-        reach = max(reach, f.last_offset)
+    clusters = overlap_clusters(files)
     for cluster in clusters:
         names = ", ".join(f.path for f in cluster)
         if len(cluster) == 1:
