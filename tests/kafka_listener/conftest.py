@@ -53,3 +53,23 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
         yield proc
     finally:
         proc.stop()
+
+
+#: ACLs on; a resource without ACLs is open to everyone, so each test restricts only its
+#: own resources (never the cluster, which every other test needs).
+ACL_ENV = {
+    "LAKETAIL_AUTHORIZER_CLASS_NAME": "laketail.security.authorizer.AclAuthorizer",
+    "LAKETAIL_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "true",
+    "LAKETAIL_ACL_REFRESH_MS": "200",
+}
+
+
+@pytest.fixture(scope="module")
+def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A Kafka-listener broker with the ACL authorizer on (one per test module)."""
+    proc = KafkaBroker(tmp_path_factory.mktemp("kafka-acl") / "data", env=ACL_ENV)
+    try:
+        proc.start()
+        yield proc
+    finally:
+        proc.stop()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import socket
 import time
 import uuid
-from typing import Iterator
 
 import httpx
 import pytest
@@ -36,19 +35,8 @@ QUIET = {"log_level": 0}
 
 
 @pytest.fixture(scope="module")
-def admin_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    # ACLs on; a resource without ACLs is open to everyone, so each test restricts only
-    # its own resources (never the cluster, which every other test needs)
-    proc = KafkaBroker(tmp_path_factory.mktemp("kafka-admin") / "data", env={
-        "LAKETAIL_AUTHORIZER_CLASS_NAME": "laketail.security.authorizer.AclAuthorizer",
-        "LAKETAIL_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "true",
-        "LAKETAIL_ACL_REFRESH_MS": "200",
-    })
-    try:
-        proc.start()
-        yield proc
-    finally:
-        proc.stop()
+def admin_broker(acl_broker: KafkaBroker) -> KafkaBroker:
+    return acl_broker
 
 
 def _admin(broker: KafkaBroker) -> AdminClient:

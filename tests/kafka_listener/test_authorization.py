@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Iterator
 
 import httpx
 import pytest
@@ -17,19 +16,6 @@ from tests.kafka_listener.conftest import KafkaBroker
 pytestmark = pytest.mark.integration
 QUIET = {"log_level": 0}
 
-
-@pytest.fixture(scope="module")
-def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    proc = KafkaBroker(tmp_path_factory.mktemp("kafka-acl") / "data", env={
-        "LAKETAIL_AUTHORIZER_CLASS_NAME": "laketail.security.authorizer.AclAuthorizer",
-        "LAKETAIL_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "true",
-        "LAKETAIL_ACL_REFRESH_MS": "200",
-    })
-    try:
-        proc.start()
-        yield proc
-    finally:
-        proc.stop()
 
 
 def _deny(broker: KafkaBroker, topic: str, operation: str, permission: str = "DENY") -> None:
