@@ -8,68 +8,19 @@ each rule gets its own small timeouts without a broker start each); one test pro
 from __future__ import annotations
 
 import socket
-import threading
 import time
-from contextlib import contextmanager
-from typing import Iterator
 
-import uvicorn
-from conftest import free_port
+from guarded_server import CLOSE_DEADLINE_S, closed_by_server, guarded_server
 from integration.support import wait_until
 
-from laketail.api.connections import GuardedHttpProtocol
 
-#: A closed connection must be seen within this (a failure bound, not a speed claim).
-CLOSE_DEADLINE_S = 30.0
-
-
-async def _echo_app(scope, receive, send):
-    if scope["type"] != "http":
-        return
-    body = b""
-    more = True
-    while more:
-        message = await receive()
-        body += message.get("body", b"")
-        more = message.get("more_body", False)
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
-    await send({"type": "http.response.body", "body": b"got %d" % len(body)})
-
-
-@contextmanager
-def server(header_s: float = 60.0, body_s: float = 60.0, max_connections: int = 1000) -> Iterator[int]:
-    protocol = type("P", (GuardedHttpProtocol,), {
-        "header_timeout_s": header_s, "body_timeout_s": body_s, "max_connections": max_connections,
-    })
-    port = free_port()
-    config = uvicorn.Config(_echo_app, host="127.0.0.1", port=port, http=protocol, lifespan="off",
-                            log_level="warning", timeout_keep_alive=60)
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    wait_until(lambda: srv.started, "the test server listening")
-    try:
-        yield port
-    finally:
-        srv.should_exit = True
-        srv.force_exit = True  # do not wait for the test's idle sockets
-        thread.join(timeout=CLOSE_DEADLINE_S)
+def server(header_s: float = 60.0, body_s: float = 60.0, max_connections: int = 1000):
+    return guarded_server(header_timeout_s=header_s, body_timeout_s=body_s, max_connections=max_connections)
 
 
 def connect(port: int) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port), timeout=CLOSE_DEADLINE_S)
     return sock
-
-
-def closed_by_server(sock: socket.socket) -> bool:
-    """True once the server closed ``sock`` (recv sees EOF or a reset)."""
-    sock.settimeout(0.05)
-    try:
-        return sock.recv(4096) == b""
-    except socket.timeout:
-        return False
-    except ConnectionResetError:
-        return True
 
 
 def request(sock: socket.socket, raw: bytes) -> bytes:

@@ -10,57 +10,19 @@ serve`` and the failed-login delay.
 from __future__ import annotations
 
 import socket
-import threading
 import time
-from contextlib import contextmanager
 from typing import Iterator
 
 import httpx
 import pytest
-import uvicorn
-from conftest import free_port
+from guarded_server import CLOSE_DEADLINE_S, closed_by_server, guarded_server
 from integration.support import wait_until
 
-from laketail.api.connections import ConnectionQuota, GuardedHttpProtocol, parse_overrides
+from laketail.api.connections import ConnectionQuota, parse_overrides
 from laketail.config import load_settings
 from laketail.errors import InvalidConfig
 
 from .support import PASSWORD, SECRET, SecureBroker, add_user, ports
-
-#: A closed connection must be seen within this (a failure bound, not a speed claim).
-CLOSE_DEADLINE_S = 30.0
-
-
-async def _echo_app(scope, receive, send):
-    if scope["type"] != "http":
-        return
-    body = b""
-    more = True
-    while more:
-        message = await receive()
-        body += message.get("body", b"")
-        more = message.get("more_body", False)
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
-    await send({"type": "http.response.body", "body": b"got %d" % len(body)})
-
-
-@contextmanager
-def server(**limits) -> Iterator[int]:
-    protocol = type("P", (GuardedHttpProtocol,), limits)
-    port = free_port()
-    config = uvicorn.Config(_echo_app, host="127.0.0.1", port=port, http=protocol, lifespan="off",
-                            log_level="warning", timeout_keep_alive=60)
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    wait_until(lambda: srv.started, "the test server listening")
-    try:
-        yield port
-    finally:
-        srv.should_exit = True
-        srv.force_exit = True
-        thread.join(timeout=CLOSE_DEADLINE_S)
-
 
 def connect(port: int, source: str = "127.0.0.1") -> socket.socket:
     return socket.create_connection(("127.0.0.1", port), timeout=CLOSE_DEADLINE_S, source_address=(source, 0))
@@ -93,18 +55,8 @@ def answer(sock: socket.socket) -> bytes:
         return out
 
 
-def closed_by_server(sock: socket.socket) -> bool:
-    sock.settimeout(0.05)
-    try:
-        return sock.recv(4096) == b""
-    except socket.timeout:
-        return False
-    except ConnectionResetError:
-        return True
-
-
 def test_a_huge_header_is_431_before_it_is_read_whole():
-    with server(request_header_max_bytes=8192) as port:
+    with guarded_server(request_header_max_bytes=8192) as port:
         sock = connect(port)
         chunks = iter([b"GET / HTTP/1.1\r\nHost: a\r\nX-Big: "] + [b"a" * 65536] * 256)  # 16 MiB
         sent = send_all_until_closed(sock, chunks)
@@ -115,7 +67,7 @@ def test_a_huge_header_is_431_before_it_is_read_whole():
 
 
 def test_a_long_request_line_is_414_and_heads_within_the_limit_are_served():
-    with server(request_line_max_bytes=4096, request_header_max_bytes=8192) as port:
+    with guarded_server(request_line_max_bytes=4096, request_header_max_bytes=8192) as port:
         sock = connect(port)
         sock.sendall(b"GET /" + b"x" * 5000 + b" HTTP/1.1\r\nHost: a\r\n\r\n")
         assert answer(sock).startswith(b"HTTP/1.1 414")
@@ -130,7 +82,7 @@ def test_a_long_request_line_is_414_and_heads_within_the_limit_are_served():
 
 def test_connections_per_address_and_its_overrides():
     quota = ConnectionQuota(3, {"127.0.0.3": 1})
-    with server(quota=quota) as port:
+    with guarded_server(quota=quota) as port:
         held = [connect(port, "127.0.0.2") for _ in range(3)]
         extra = connect(port, "127.0.0.2")
         wait_until(lambda: closed_by_server(extra), "the fourth connection from one address closed", CLOSE_DEADLINE_S)
