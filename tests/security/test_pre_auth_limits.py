@@ -24,6 +24,7 @@ from laketail.errors import InvalidConfig
 
 from .support import PASSWORD, SECRET, SecureBroker, add_user, ports
 
+
 def connect(port: int, source: str = "127.0.0.1") -> socket.socket:
     return socket.create_connection(("127.0.0.1", port), timeout=CLOSE_DEADLINE_S, source_address=(source, 0))
 
