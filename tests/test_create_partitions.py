@@ -105,3 +105,21 @@ def test_admin_client_and_cli_add_partitions(broker: Any, make_topic: Any) -> No
     refused = _laketail("topics", "alter", topic, "--partitions", "4", "--server", broker.url)
     assert refused.returncode == 1
     assert "INVALID_PARTITIONS" in refused.stderr.decode() and "higher than the requested 4" in refused.stderr.decode()
+
+
+@pytest.mark.fault
+def test_added_partitions_survive_a_restart_and_a_kill9(broker_factory: Any, make_topic: Any) -> None:
+    """A broker starts again after a topic grew, with the new partitions and their records."""
+    own = broker_factory()
+    topic = make_topic(partitions=1, broker=own)
+    assert _patch(own, topic, 3).status_code == 200
+    assert own.rest.produce_binary(topic, [{"value": b"in-2"}], partition=2).status_code == 200
+    for crash in (False, True):
+        if crash:
+            own.kill9()
+        else:
+            own.stop()
+        own.restart()
+        assert own.rest.partition_ids(topic) == [0, 1, 2]
+        end = own.rest.http.get(f"/topics/{topic}/partitions/2/offsets").json()["end_offset"]
+        assert end == 1
