@@ -126,3 +126,72 @@ def test_a_proxied_request_the_controller_took_and_never_answered_is_request_tim
 
     with pytest.raises(NotController):
         asyncio.run(refused())
+
+
+def _answering(answers: list[tuple[int, bytes]], received: list[bytes]):
+    """A leader that answers one request per connection, with ``answers`` in turn."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            received.append(head + await reader.readexactly(length))
+            status, body = answers.pop(0)
+            writer.write(b"HTTP/1.1 %d X\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                         b"content-length: %d\r\n\r\n%s" % (status, len(body), body))
+            await writer.drain()
+        finally:
+            writer.close()
+            await writer.wait_closed()
+
+    return serve
+
+
+def test_a_leader_still_taking_up_its_partition_is_called_again_until_it_answers(tmp_path):
+    """The leader the image names answered NOT_LEADER_OR_FOLLOWER (and then UNKNOWN_TOPIC_OR_PARTITION)
+    while it applied the image that made it leader: the forward was answered 421 to a REST
+    client that had just been told the partition's leader (seen in CI, request processes).
+    The forwarder calls again with Kafka's backoff until the leader takes the request."""
+    not_leader = b'{"error_code":42101,"message":"NOT_LEADER_OR_FOLLOWER: broker 1 does not lead t-0"}'
+    unknown = b'{"error_code":40402,"message":"UNKNOWN_TOPIC_OR_PARTITION: t-0"}'
+    answers = [(421, not_leader), (421, not_leader), (404, unknown), (200, b'{"base_offset": 7}')]
+    received: list[bytes] = []
+
+    async def go() -> dict:
+        server = await asyncio.start_server(_answering(answers, received), "127.0.0.1", 0)
+        node = _node(tmp_path, server.sockets[0].getsockname()[1])
+        try:
+            resp = await node.call_leader("t", 0, "POST", "/internal/append", content=b"x", timeout=5)
+            return resp.json()
+        finally:
+            await node.http.aclose()
+            server.close()
+            await server.wait_closed()
+
+    assert asyncio.run(go()) == {"base_offset": 7}
+    assert len(received) == 4 and all(r.endswith(b"\r\n\r\nx") for r in received)
+
+
+def test_a_leader_that_keeps_saying_it_does_not_lead_is_answered_after_the_retry_time(tmp_path, monkeypatch):
+    """Not for ever: after ``LEADER_RETRY_S`` the client gets NOT_LEADER_OR_FOLLOWER (retriable)."""
+    from laketail.cluster import node as node_module
+
+    monkeypatch.setattr(node_module, "LEADER_RETRY_S", 0.5)
+    not_leader = b'{"error_code":42101,"message":"NOT_LEADER_OR_FOLLOWER: broker 1 does not lead t-0"}'
+    answers = [(421, not_leader)] * 50
+    received: list[bytes] = []
+
+    async def go() -> None:
+        server = await asyncio.start_server(_answering(answers, received), "127.0.0.1", 0)
+        node = _node(tmp_path, server.sockets[0].getsockname()[1])
+        try:
+            await node.call_leader("t", 0, "POST", "/internal/append", content=b"x", timeout=5)
+        finally:
+            await node.http.aclose()
+            server.close()
+            await server.wait_closed()
+
+    with pytest.raises(NotLeaderOrFollower):
+        asyncio.run(go())
+    assert 1 <= len(received) < 50  # it gave up with answers left

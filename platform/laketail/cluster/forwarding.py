@@ -4,8 +4,8 @@ Role: a produce that reaches a broker not leading the partition is forwarded (§
 The forward may be answered with an error after the leader wrote it (the issue 35 case:
 the leader, paused, appended the batch, lost its leadership while waiting for
 ``acks=all``, and answered NOT_LEADER_OR_FOLLOWER; the batch had reached the followers),
-and the forwarding broker retries once on the new leader
-(:meth:`~laketail.cluster.node.ClusterNode.call_leader`). Kafka's brokers never retry a
+and the forwarding broker calls the new leader, as a Kafka client retries
+NOT_LEADER_OR_FOLLOWER (:meth:`~laketail.cluster.node.ClusterNode.call_leader`). Kafka's brokers never retry a
 client's append; here the retry is kept, made safe the way Kafka's idempotent producer
 makes its own retries safe: a client batch without a producer id is forwarded under an
 internal producer id, epoch 0 and the next sequence of that id for the partition, so the

@@ -55,6 +55,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 INTERNAL = "/internal/v1"
+#: Kafka's client defaults ``retry.backoff.ms`` and ``retry.backoff.max.ms``: a forward's
+#: wait between calls to a leader that answered it does not lead the partition yet.
+RETRY_BACKOFF_S = 0.1
+RETRY_BACKOFF_MAX_S = 1.0
+#: How long a forward keeps calling while the leader's image and ours disagree (an
+#: election, a topic just created: the images converge within a metadata push).
+LEADER_RETRY_S = 5.0
 
 
 def _unknown_partition(resp: PeerResponse) -> bool:
@@ -305,9 +312,20 @@ class ClusterNode:
         params: dict[str, Any] | None = None, content: bytes = b"", content_type: str | None = None,
         timeout: float | None = None,
     ) -> PeerResponse:
-        """Forward a request to the partition's leader (the gateway answers for it). When
-        that broker says it no longer leads, refresh the image and try once more."""
-        for attempt in range(2):
+        """Forward a request to the partition's leader (the gateway answers for it).
+
+        While the broker called says it does not lead the partition or does not know it
+        yet (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION: its image or ours is a
+        step behind the controller's), refresh the image and call again, as a Kafka
+        client retries those errors: at once when the leader changed, else after
+        ``retry.backoff.ms`` doubling to ``retry.backoff.max.ms``, for at most
+        ``LEADER_RETRY_S``. Reads are safe to repeat; a forwarded append carries an
+        idempotent identity (§8.5), so one the old leader wrote before it lost the
+        partition is answered by the new leader with its offsets, not written twice."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LEADER_RETRY_S
+        backoff = RETRY_BACKOFF_S
+        while True:
             reg = self.image.partitions.get((topic, partition))
             if reg is None or reg.leader == NO_LEADER:
                 raise LeaderNotAvailable(f"{topic}-{partition} has no leader right now")
@@ -328,12 +346,16 @@ class ClusterNode:
                     f"the leader of {topic}-{partition} (broker {reg.leader}) did not answer: "
                     f"{type(exc).__name__} {exc}; whether it acted on the request is unknown"
                 ) from exc
-            if attempt == 0 and (resp.status_code == NotLeaderOrFollower.http_status or _unknown_partition(resp)):
-                await self.refresh_metadata()  # the leader's image may be a step behind ours
+            retriable = resp.status_code == NotLeaderOrFollower.http_status or _unknown_partition(resp)
+            if retriable and loop.time() < deadline:
+                await self.refresh_metadata()
+                now = self.image.partitions.get((topic, partition))
+                if now is not None and now.leader == reg.leader:  # the same leader: give it time
+                    await asyncio.sleep(min(backoff, max(0.0, deadline - loop.time())))
+                    backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
                 continue
             raise_for_error(resp)
             return resp
-        raise AssertionError("unreachable")
 
     async def call_controller(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         controller_id, _ = await asyncio.to_thread(self.store.controller)
