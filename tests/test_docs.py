@@ -9,11 +9,13 @@ The users' documents (README.md, CONTRIBUTING.md and every ``docs/*.md``) link t
 other: every relative link must name a file that exists and, with ``#anchor``, a heading
 of it. The README stays a short front page that links every guide, and
 ``docs/configuration.md`` is exactly what :mod:`laketail.config_reference` generates from
-the settings table, so the reference cannot drift from the code.
+the settings table, so the reference cannot drift from the code. Every class of five or
+more methods in the packages has a docstring.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from pathlib import Path
@@ -202,3 +204,38 @@ def test_anchors_are_githubs(heading: str, expected: str) -> None:
 def test_links_in_code_are_not_links() -> None:
     text = "[a](x.md) and `code`\n```\n[b](y.md)\n```\n![c](img/c.png) [d](https://e.org/f)\n"
     assert relative_links(text) == ["x.md", "img/c.png"]
+
+
+# -- class docstrings ---------------------------------------------------------------------------
+
+#: A class with this many methods is a part a reader needs introduced (STYLE: each class
+#: docstring opens with its role, then its invariants and thread-safety).
+MANY_METHODS = 5
+
+
+def undocumented_classes(source: str) -> list[str]:
+    """Classes of ``source`` with :data:`MANY_METHODS` or more methods and no docstring."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef) and ast.get_docstring(node) is None:
+            methods = [m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            if len(methods) >= MANY_METHODS:
+                found.append(f"{node.lineno}: {node.name}")
+    return found
+
+
+def test_every_class_of_many_methods_has_a_docstring() -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): hits
+        for folder in (ROOT / "platform" / "laketail", ROOT / "api", ROOT / "jobs")
+        for path in sorted(folder.rglob("*.py"))
+        if (hits := undocumented_classes(path.read_text(encoding="utf-8")))
+    }
+    assert offenders == {}, "give these classes a docstring (role, invariants, thread-safety)"
+
+
+def test_undocumented_classes_are_found() -> None:
+    methods = "".join(f"    def m{i}(self): ...\n" for i in range(MANY_METHODS))
+    assert undocumented_classes("class A:\n" + methods) == ["1: A"]
+    assert undocumented_classes('class A:\n    """Role."""\n' + methods) == []
+    assert undocumented_classes("class A:\n" + methods.split("\n", 1)[1]) == []
