@@ -85,6 +85,13 @@ def test_every_citation_names_a_section_that_exists() -> None:
     assert not missing, f"citations of sections docs/architecture.md does not have: {missing}"
 
 
+def test_the_documents_own_section_references_exist() -> None:
+    """Inside docs/architecture.md a bare ``§N`` means its own section N."""
+    text = DOC.read_text(encoding="utf-8")
+    missing = sorted(set(SECTION.findall(text)) - sections(text))
+    assert not missing, f"docs/architecture.md refers to sections it does not have: {missing}"
+
+
 def test_nothing_cites_the_design_document_outside_the_repository() -> None:
     stale = []
     for path in _sources():
