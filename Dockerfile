@@ -37,6 +37,6 @@ ENV LAKETAIL_CONF_DIR=/opt/laketail/conf \
     PYTHONUNBUFFERED=1
 
 EXPOSE 8082
-# Beyond loopback, serve wants authentication (listeners with SASL_SSL, see the README's
-# "Security") or an explicit --allow-anonymous; docker-compose.yml configures TLS and SCRAM.
+# Beyond loopback, serve wants authentication (listeners with SASL_SSL, see
+# docs/security.md) or an explicit --allow-anonymous; docker-compose.yml configures TLS and SCRAM.
 CMD ["laketail", "serve", "--data", "/data", "--host", "0.0.0.0", "--port", "8082"]

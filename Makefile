@@ -58,7 +58,7 @@ $(SPARK_LOOKUP): | $(STAMP)
 
 # laketail's Spark classes (format("laketail_table"), SQL views fresh at every query): one
 # javac call against PySpark's jars. Without a JDK it prints why and builds nothing, and
-# register_topics falls back to follower views (README "SQL over topics").
+# register_topics falls back to follower views (docs/spark-and-sql.md, "Live SQL over topics").
 $(JAR): $(JAVA_SOURCES) platform/laketail/spark/columns.py platform/laketail/spark/jvm/__init__.py | $(STAMP)
 	$(VPY) -m laketail.spark.jvm build
 

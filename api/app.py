@@ -62,8 +62,8 @@ laketail is a streaming platform with Kafka's semantics whose topics are Delta L
 
 Every produce endpoint takes `acks` (0, 1, all); producing to a missing topic creates it
 (`auto.create.topics.enable`, default true). Errors are
-`{"error_code": <Confluent code>, "message": "<Kafka error name>: ..."}` (the README's
-"Error codes" table lists every code).
+`{"error_code": <Confluent code>, "message": "<Kafka error name>: ..."}` (the
+"Error codes" table of docs/rest-api.md lists every code).
 """
 
 

@@ -98,6 +98,13 @@ class TableCommits(DataSource):  # type: ignore[misc]
 
 
 class _CommitsReader(DataSourceStreamReader):  # type: ignore[misc]
+    """The stream reader of ``laketail_table_commits``: one row per topic whose table moved.
+
+    Offsets are ``{topic: table version}``; a micro-batch holds the topics whose version
+    changed since the last one (every topic in the first), which the maintenance query
+    then retains and compacts. Runs in the Spark driver.
+    """
+
     def __init__(self, root: str, topics: list[str]) -> None:
         self.root = root
         self.topics = topics or None

@@ -1,4 +1,4 @@
-"""Screenshots of the web console for the README: ``docs/console/*.png``.
+"""Screenshots of the web console for docs/console.md: ``docs/console/*.png``.
 
     .venv/bin/python scripts/console_screenshots.py [--out docs/console]
 

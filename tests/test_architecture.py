@@ -3,6 +3,8 @@
 * coordinator/, storage/ and cluster/ depend on ports of their own (their ``ports.py``)
   and never on :mod:`laketail.broker`, not even for typing: the Broker is the
   composition root that builds them and passes itself for each port.
+* The engine (``laketail``) imports the gateway and the jobs (``laketail.api``,
+  ``laketail.jobs``) only in the modules of :data:`EDGES` (docs/architecture.md §1.1).
 * No module uses another module's private members: ``x._name`` where ``x`` is not
   ``self``/``cls`` is allowed only when ``_name`` is defined in the same module.
 """
@@ -25,6 +27,12 @@ FORBIDDEN = "laketail.broker"
 #: (Upper-case ones, librdkafka's ``KafkaError._TIMED_OUT`` family that the client
 #: mirrors, are constants, not private members: allowed too.)
 PUBLIC_UNDERSCORED = {"_jsc", "_jvm", "_jsparkSession", "_exit"}
+#: The outer packages, which import the engine and must not be imported by it...
+OUTER = ("laketail.api", "laketail.jobs")
+#: ...except at these edges: the commands that serve the app and run the jobs, the locator
+#: of the job scripts, and ``errors.code_table`` (which loads the gateway's error classes to
+#: list them; an import cycle issue 38 names).
+EDGES = {"cli/serve.py", "cli/jobs.py", "maintenance/spark_submit.py", "errors.py"}
 
 
 def _modules(*dirs: Path) -> list[Path]:
@@ -43,6 +51,22 @@ def broker_imports(source: str) -> list[str]:
         else:
             continue
         if any(n == FORBIDDEN or n.startswith(FORBIDDEN + ".") for n in names):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def outer_imports(source: str) -> list[str]:
+    """Every import of ``laketail.api`` or ``laketail.jobs`` in ``source`` (any form, any
+    depth), as ``line: statement``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        if any(n == o or n.startswith(o + ".") for n in names for o in OUTER):
             found.append(f"{node.lineno}: {ast.unparse(node)}")
     return found
 
@@ -85,6 +109,17 @@ def test_ports_users_never_import_the_broker(package: str) -> None:
         if (hits := broker_imports(path.read_text()))
     }
     assert offenders == {}
+
+
+def test_the_engine_imports_the_api_and_jobs_only_at_its_edges() -> None:
+    offenders = {
+        rel: hits
+        for path in _modules(PACKAGE)
+        if (rel := str(path.relative_to(PACKAGE))) not in EDGES and (hits := outer_imports(path.read_text()))
+    }
+    assert offenders == {}
+    assert outer_imports("from laketail import api\nimport laketail.jobs.lag\nimport laketail.apis") == [
+        "1: from laketail import api", "2: import laketail.jobs.lag"]
 
 
 def test_no_module_uses_another_modules_private_members() -> None:

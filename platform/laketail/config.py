@@ -255,7 +255,7 @@ class BrokerSettings:
     acl_refresh_ms: int = 500  # how often a broker looks for ACL changes made through another broker
     # Listeners, TLS and authentication (laketail.security.listeners; Kafka's names). With
     # ``listeners`` empty the broker has one PLAINTEXT listener on host:port serving
-    # everything, as before; see the README's "Security" section.
+    # everything, as before; see docs/security.md.
     listeners: str = ""
     advertised_listeners: str = ""
     listener_security_protocol_map: str = ""

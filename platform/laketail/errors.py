@@ -11,9 +11,10 @@ class carries
 
 The gateway turns any ``LaketailError`` into ``{"error_code", "message"}`` in one
 exception handler; the Python client turns that body back into the same class with
-:func:`for_rest_code` / :func:`for_kafka_name`, so both sides raise the same thing.
+:func:`from_body` (which finds the class by its Kafka name with :func:`for_kafka_name`),
+so both sides raise the same thing.
 
-Tree (the README's "Error codes" section is the full table, generated from these
+Tree (docs/rest-api.md's "Error codes" section is the full table, generated from these
 classes by :func:`code_table` and kept equal to it by ``tests/test_conformance.py``)::
 
     LaketailError                    500 50001
@@ -325,8 +326,8 @@ class KafkaStorageError(LaketailError):
 
 def code_table() -> list[tuple[str, str, int, str]]:
     """Every error class of laketail (defined in any of its modules) as ``(kafka_name,
-    class name, http_status, rest codes)``, sorted by status and code: the README's
-    "Error codes" table is this list."""
+    class name, http_status, rest codes)``, sorted by status and code: the
+    "Error codes" table of docs/rest-api.md is this list."""
     # every module that defines an error class is loaded, so the table is whole
     import laketail.api.app  # noqa: F401
     import laketail.maintenance.table_commit  # noqa: F401
@@ -335,7 +336,7 @@ def code_table() -> list[tuple[str, str, int, str]]:
     rows = []
     for cls in [LaketailError, *_all_subclasses(LaketailError)]:
         if not cls.__module__.startswith("laketail.") or cls.__name__.startswith("_"):
-            continue  # the gateway's routing errors are in the README's note
+            continue  # the gateway's routing errors are in docs/rest-api.md's note
         codes = str(cls.rest_code)
         if cls is UnknownTopicOrPartition:
             codes = "40401 (topic), 40402 (partition)"
@@ -346,7 +347,7 @@ def code_table() -> list[tuple[str, str, int, str]]:
 
 
 def code_table_markdown() -> str:
-    """:func:`code_table` as the README's Markdown table."""
+    """:func:`code_table` as docs/rest-api.md's Markdown table."""
     lines = ["| Kafka error (message prefix) | class | HTTP status | `error_code` |",
              "|---|---|---|---|"]
     for name, cls_name, status, codes in code_table():

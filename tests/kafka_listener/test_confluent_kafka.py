@@ -1,5 +1,5 @@
 """confluent-kafka (librdkafka) against a real broker's Kafka listener: the client
-matrix's first column (README "Kafka clients"), and interop with REST v2."""
+matrix's first column (docs/kafka-protocol.md), and interop with REST v2."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """kafka-python (the pure-Python client) against a real broker's Kafka listener: the
-client matrix's second column (README "Kafka clients")."""
+client matrix's second column (docs/kafka-protocol.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""README's "SQL alone" path after the Makefile's install: a fresh Spark session in its
+"""docs/spark-and-sql.md's "SQL alone" path after the Makefile's install: a fresh Spark session in its
 own process, with no Python call to laketail, runs ``CREATE TEMPORARY VIEW ... USING
 laketail`` and reads a topic.
 
@@ -79,7 +79,7 @@ def test_using_laketail_from_sql_alone_after_make_install(tmp_path: Path, broker
     script = tmp_path / "fresh_session.py"
     script.write_text(FRESH_SESSION)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
-    env["PYSPARK_PYTHON"] = str(python)  # the workers' Python is the venv's, as README says
+    env["PYSPARK_PYTHON"] = str(python)  # the workers' Python is the venv's, as docs/spark-and-sql.md says
     ran = subprocess.run(
         [str(python), str(script), broker.url, topic],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=SPARK_TIMEOUT_S,

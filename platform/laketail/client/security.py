@@ -42,6 +42,13 @@ KEYS = frozenset({
 
 @dataclass(frozen=True)
 class ClientSecurity:
+    """A client's parsed security settings: protocol, SASL mechanism and credentials, TLS files.
+
+    Built by :func:`client_security` from confluent-kafka's property names (module
+    docstring); :meth:`httpx_options` turns them into what an ``httpx.Client`` takes (the
+    TLS context and the ``Authorization`` it sends). Immutable; thread-safe.
+    """
+
     protocol: str = "PLAINTEXT"
     mechanism: str = "PLAIN"
     username: str | None = None

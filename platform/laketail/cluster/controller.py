@@ -57,6 +57,20 @@ LEO_WRITE_INTERVAL_S = 10.0
 
 
 class Controller:
+    """The controller's state and decisions, alive while this broker holds the controller epoch.
+
+    Holds the brokers' registrations and last heartbeats, every partition's registration
+    (replicas, ISR, leader, leader and partition epochs) and the replicas' last known log
+    end offsets. :meth:`heartbeat` and :meth:`tick` track liveness and elect leaders;
+    :meth:`alter_partition` accepts or refuses a leader's ISR change by partition epoch;
+    :meth:`create_topic`, :meth:`create_partitions`, :meth:`delete_topic` and
+    :meth:`alter_topic` change the catalog. Each decision is written to ``_system/replicas``
+    (:meth:`_persist`) before a new :class:`ClusterImage` carries it to the brokers.
+
+    Thread-safety: event loop only; ``_lock`` serialises the changes, table writes run in
+    worker threads.
+    """
+
     def __init__(self, node: "ClusterNode", epoch: int) -> None:
         self.node = node
         self.host = node.host

@@ -89,6 +89,19 @@ LEADERSHIP_WAIT_S = 5.0
 
 
 class ReplicaManager:
+    """This broker's side of replication, for every partition it leads or follows.
+
+    :meth:`apply` takes each new cluster image and makes this broker lead, follow or drop
+    each of its replicas. As leader (``leading``: a :class:`LeaderState` per partition) it
+    answers followers' fetches (:meth:`handle_fetch`), records their positions, moves the
+    high watermark to the smallest log end over the ISR, asks the controller to shrink or
+    grow the ISR, and makes ``acks=all`` produce wait for it (:meth:`check_min_isr`,
+    :meth:`wait_replicated`). As follower it runs one fetch loop per leader broker,
+    appending the leader's frames unchanged and truncating on a diverging epoch.
+
+    Thread-safety: event loop only; the partition logs' disk work runs in worker threads.
+    """
+
     def __init__(self, node: "ClusterNode") -> None:
         self.node = node
         self.host = node.host

@@ -78,6 +78,17 @@ def _now_ms() -> int:
 
 
 class ClusterStore:
+    """Reads and conflict-checked writes of the cluster's ``_system`` tables under one root.
+
+    ``brokers``, ``controller``, ``replicas`` and ``producer_ids`` (module docstring): each
+    change is a :meth:`mutate` that replaces the table's one file and retries on a
+    concurrent commit, so claiming the controller (:meth:`claim_controller`) and taking a
+    producer-id block (:meth:`allocate_producer_ids`) are safe between brokers without
+    another coordination service.
+
+    Thread-safety: blocking IO; call from worker threads. Holds only the tables' URIs.
+    """
+
     def __init__(self, root: str) -> None:
         self.root = str(root)
         self.brokers_uri = f"{self.root}/_system/brokers"

@@ -28,9 +28,10 @@ States (Kafka's names)::
 * ``cooperative-sticky``: partitions that must move are revoked in one generation and
   handed over in the next, which the coordinator starts once every member has synced.
 
-Time: ``tick(now)`` expires members and rebalance deadlines, and starts a rebalance
-when a subscribed topic appears, goes or changes its partition count; a background
-task calls it, tests call it with their own clock. Thread-safety: event loop thread only.
+Time: ``tick()`` takes ``now`` from the injected clock; it expires members and
+rebalance deadlines, and starts a rebalance when a subscribed topic appears, goes or
+changes its partition count. The Broker's housekeeping task calls it; tests advance a
+``ManualClock`` and call it. Thread-safety: event loop thread only.
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ class ProducerIdBlocks(Protocol):
 
 
 class PartitionOffsets(Protocol):
-    """A partition's offsets, as :class:`laketail.log_results.PartitionState` carries them."""
+    """A partition's offsets, as the Broker's ``PartitionState`` (``laketail.broker``) carries them."""
 
     @property
     def log_start_offset(self) -> int: ...

@@ -48,6 +48,15 @@ _TAIL_LINES = 200
 
 
 class MaintenanceScheduler:
+    """Runs the maintenance application of user topics as one supervised child of the broker.
+
+    :meth:`run` (an asyncio task) starts ``spark-submit jobs/maintenance.py`` one interval
+    after the broker, only while ``is_due()`` (the controller, in a cluster), and starts it
+    again after it dies; cancelling the task stops the child's process group.
+    :meth:`run_once` runs each job once, for tests and tools. Lifecycle: module docstring.
+    Thread-safety: event loop only.
+    """
+
     def __init__(
         self,
         settings: BrokerSettings,

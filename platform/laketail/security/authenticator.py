@@ -68,6 +68,16 @@ class _Verified:
 
 
 class Authenticator:
+    """The broker's one authentication decision: a request's proof to a ``KafkaPrincipal``.
+
+    :meth:`basic` checks a user's password against its SCRAM credential (cached after a
+    success), :meth:`bearer` verifies a JWT, :meth:`certificate` maps a client
+    certificate's subject; :meth:`scram_credential` serves the Kafka listener's SCRAM
+    exchange. Failures raise ``SaslAuthenticationFailed`` without saying whether the user
+    exists. Thread-safety: coroutines on the event loop; PBKDF2 and catalog reads run in
+    worker threads.
+    """
+
     def __init__(self, settings: BrokerSettings, store: CredentialStore | None = None) -> None:
         self.mechanisms = [m.strip().upper() for m in settings.sasl_enabled_mechanisms.split(",") if m.strip()]
         unknown = set(self.mechanisms) - {*scram.MECHANISMS, "OAUTHBEARER", "PLAIN"}

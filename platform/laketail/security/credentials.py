@@ -53,6 +53,14 @@ def validate_user(name: object) -> str:
 
 
 class CredentialStore:
+    """The SCRAM credentials table, ``<data>/_system/credentials``: read, add, remove.
+
+    :meth:`load` and :meth:`load_if_changed` read it forgivingly (rows that do not decode
+    are skipped and counted in ``skipped``); :meth:`upsert` and :meth:`remove` are
+    conflict-checked read-modify-writes. Never holds a password. Thread-safety: blocking
+    IO, call from worker threads.
+    """
+
     def __init__(self, root: str) -> None:
         self.uri = f"{str(root).rstrip('/')}/_system/credentials"
         self.skipped = 0  # rows that did not decode at the last load

@@ -42,6 +42,14 @@ class NotCached(Exception):
 
 
 class BlockCache:
+    """Decoded blocks (hot-tier frames, table row groups) by key, least recently used first out.
+
+    :meth:`get` and :meth:`put` under one lock; entries are never invalidated, since
+    blocks never change under their key; past ``capacity_bytes`` (``laketail.fetch.cache.bytes``;
+    0 turns the cache off) the oldest go. ``hits`` and ``misses`` count look-ups.
+    Thread-safe.
+    """
+
     def __init__(self, capacity_bytes: int = DEFAULT_CAPACITY_BYTES) -> None:
         self.capacity_bytes = capacity_bytes
         self.nbytes = 0

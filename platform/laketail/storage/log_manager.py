@@ -25,6 +25,15 @@ IDLE_HANDLE_S = 60.0
 
 
 class LogManager:
+    """Every partition log this broker holds, by (topic, partition), under its ``log.dirs``.
+
+    :meth:`open_partition` opens (recovering) or creates a log; :meth:`get` hands it out or
+    raises UNKNOWN_TOPIC_OR_PARTITION; :meth:`delete_partition` and :meth:`remove_orphans`
+    remove logs of deleted topics; :meth:`housekeeping` runs what no append triggers
+    (``flush.ms``, local retention, closing idle file handles). Thread-safety: the map
+    changes on the event loop thread only.
+    """
+
     def __init__(self, log_dir: Path, clock: Clock, share_offsets: bool = False) -> None:
         self.log_dir = Path(log_dir)
         self.clock = clock

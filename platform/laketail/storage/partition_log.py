@@ -149,6 +149,25 @@ class ProducerBatch:
 
 
 class PartitionLog:
+    """One partition replica's hot log: its ordered segments and the offsets that bound them.
+
+    It owns ``log_start_offset``, ``log_end_offset``, ``high_watermark``, ``tiered_offset``
+    (with ``hot_start_offset``, the first segment's base, and ``last_stable_offset``, from
+    the producer state), the leader-epoch cache and the producer state. Records enter
+    through :meth:`append` (a leader's produce: queued, then checked against the producer
+    state and written by one group commit per drain) or :meth:`append_raw` (a follower's
+    copy of the leader's frames, bytes unchanged); :meth:`truncate_to` and
+    :meth:`reset_to` cut a follower back. The high watermark follows the log end after each
+    write while ``hw_follows_leo`` is set (one replica); with followers the replica manager
+    moves it, through :meth:`set_high_watermark` (never backwards, never past the log end;
+    it publishes the offsets and wakes long polls). The tierer moves ``tiered_offset``
+    (:meth:`mark_tiered`) and retention ``log_start_offset`` (:meth:`advance_log_start`).
+
+    Invariants and thread-safety: the module docstring (dense offsets; reads only below
+    the high watermark; writes under ``_lock``, reads lock-free on the copy-on-write
+    segment list).
+    """
+
     def __init__(
         self,
         directory: Path,

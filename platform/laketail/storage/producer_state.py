@@ -66,6 +66,17 @@ class Duplicate:
 
 
 class ProducerStateManager:
+    """One partition's producer state: idempotent sequences, epochs and transactions.
+
+    :meth:`check` decides on a batch before it is written (new, a retry answered with its
+    first offsets, out of order, fenced) and :meth:`apply` records it after, so a failed
+    write changes nothing. It also knows every transaction marker
+    (:meth:`outcome`, :meth:`aborted_pids`) and each producer's open transaction
+    (:meth:`first_unstable_offset`, which bounds the last stable offset), and persists
+    through :meth:`snapshot` / :meth:`restore`. Thread-safety: no lock of its own; the
+    partition log checks and applies batches under the log's lock.
+    """
+
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
         # pid -> sorted marker offsets and their kinds ('COMMIT' / 'ABORT')

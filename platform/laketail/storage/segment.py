@@ -56,6 +56,16 @@ class RecoveryReport:
 
 
 class Segment:
+    """One hot segment file of frames, from ``base_offset`` to ``next_offset``.
+
+    Appends whole frames (:meth:`append`), keeps sparse offset and time indexes in memory,
+    and reads frames and their headers with ``os.pread`` (:meth:`read_raw`,
+    :meth:`read_batch`); :meth:`open` recovers a file by scanning its frames,
+    :meth:`follow` / :meth:`extend` track a sibling process's segment read-only. Not
+    thread-safe except for its file descriptor, opened on first use and closed when idle
+    (module docstring); the partition log holds the lock.
+    """
+
     def __init__(self, path: Path, base_offset: int, created_ms: int, writable: bool = True) -> None:
         self.path = path
         self.base_offset = base_offset

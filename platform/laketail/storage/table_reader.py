@@ -195,6 +195,20 @@ def catch_up(table: DeltaTable, uri: str, known: int = -1) -> None:
 
 
 class TableReader:
+    """The table tier of every topic under one data root: its Delta tables and their reads.
+
+    Creates and deletes topic tables; answers a partition's ``tiered_offset`` (the version
+    of the transaction ``laketail.tier.<p>``) and ``log_start_offset``
+    (``laketail.logstart.<p>``); keeps each topic's offset index of data files, extended by
+    :meth:`add_files` after a laketail tier commit and rebuilt (and validated for damage,
+    :meth:`known_damage`) after any other commit; and :meth:`read` serves offsets below the
+    hot tier, opening only the files and row groups whose offset statistics overlap.
+
+    Thread-safety: called from worker threads; one lock per topic guards its
+    ``DeltaTable`` and index builds, and a read of cached blocks takes the published index
+    without it (module docstring).
+    """
+
     def __init__(self, root: str | Path) -> None:
         self.root = str(root)
         #: whether a topic's offsets may have gaps (key compaction); the broker sets it
