@@ -38,6 +38,7 @@ from laketail.api.coordinator_proxy import CoordinatorProxy
 from laketail.api.hot_routes import HotRoutes
 from laketail.api.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from laketail.api.routes import ROUTERS, spark_v1
+from laketail.api.services import Services
 from laketail.broker import Broker
 from laketail.config import BrokerSettings
 from laketail.security.authorizer import Authorizer
@@ -106,13 +107,14 @@ def create_app(settings: BrokerSettings, broker: Broker | None = None, *, access
     )
     app.state.settings = settings
     app.state.broker = broker
+    app.state.services = services = Services.of(broker)
     app.state.authorizer = authorizer
-    app.state.metrics = GatewayMetrics(broker)
+    app.state.metrics = GatewayMetrics(broker, services)
     app.state.pending = set()
-    app.state.consumers = ConsumerInstances(broker, settings.consumer_instance_timeout_ms)
+    app.state.consumers = ConsumerInstances(broker, services, settings.consumer_instance_timeout_ms)
     app.add_middleware(HotRoutes, fastapi_app=app)  # innermost: produce and fetch skip FastAPI's routing
     errors.install(app, settings.socket_request_max_bytes)
-    app.add_middleware(CoordinatorProxy, broker=broker)
+    app.add_middleware(CoordinatorProxy, broker=broker, cluster=services.cluster)
     if authorizer.enabled:  # outside the proxy and the hot routes: every request is checked first
         app.add_middleware(Authorization, fastapi_app=app, authorizer=authorizer)
     if access_log:

@@ -271,7 +271,7 @@ class Authorization:
         Write on that transactional id, as Kafka's transactional produce does. A producer id the
         coordinator here does not know passes: this broker proxies the request to the
         controller, which checks it again, and the coordinator refuses an unknown producer id."""
-        tid = self.fastapi_app.state.broker.transactions.transactional_id_of(producer_id)
+        tid = self.fastapi_app.state.services.transactions.transactional_id_of(producer_id)
         if tid is not None:
             name = resource_name(Need(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, "tid"), {"tid": tid})
             self.authorizer.check(principal, host, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, name)

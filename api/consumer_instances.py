@@ -84,6 +84,7 @@ from laketail.errors import (
 from laketail.topic_pattern import TopicPattern
 
 if TYPE_CHECKING:
+    from laketail.api.services import Services
     from laketail.broker import Broker
     from laketail.security.principal import KafkaPrincipal
 
@@ -137,7 +138,8 @@ class ConsumerInstance:
                  config: InstanceConfig, client_host: str = "") -> None:
         self._registry = registry
         self._broker = registry.broker
-        self._groups = registry.broker.groups
+        self._groups = registry.services.groups
+        self._offsets = registry.services.offsets
         self.group_id = group_id
         self.instance_id = instance_id
         self.client_id = instance_id
@@ -349,7 +351,7 @@ class ConsumerInstance:
     def _position(self, tp: TopicPartition) -> int:
         position = self._positions.get(tp)
         if position is None:
-            committed = self._broker.offsets.committed(self.group_id, tp)
+            committed = self._offsets.committed(self.group_id, tp)
             position = committed.offset if committed is not None else self._reset_offset(tp)
             self._positions[tp] = position
         return position
@@ -617,8 +619,9 @@ class ConsumerInstance:
 class ConsumerInstances:
     """The broker's consumer instances by (group, name), with their background task."""
 
-    def __init__(self, broker: "Broker", instance_timeout_ms: int = 300_000) -> None:
+    def __init__(self, broker: "Broker", services: "Services", instance_timeout_ms: int = 300_000) -> None:
         self.broker = broker
+        self.services = services
         self.instance_timeout_ms = instance_timeout_ms
         self._instances: dict[tuple[str, str], ConsumerInstance] = {}
         self._task: asyncio.Task | None = None

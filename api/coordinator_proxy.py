@@ -34,11 +34,16 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from laketail.errors import LaketailError
 from laketail.security.peers import peer_headers
+
+if TYPE_CHECKING:
+    from laketail.api.services import ClusterService
+    from laketail.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +78,10 @@ def _names_producer(query: bytes) -> bool:
 
 
 class CoordinatorProxy:
-    def __init__(self, app: ASGIApp, broker) -> None:
+    def __init__(self, app: ASGIApp, broker: Broker, cluster: ClusterService) -> None:
         self.app = app
         self.broker = broker
+        self.cluster = cluster
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -108,7 +114,7 @@ class CoordinatorProxy:
         headers += list(peer_headers("", principal, client[0] if client else None).items())
         path = scope["path"] + (("?" + scope["query_string"].decode()) if scope["query_string"] else "")
         try:
-            resp = await self.broker.cluster.call_controller_raw(scope["method"], path, headers=headers, content=body)
+            resp = await self.cluster.call_controller_raw(scope["method"], path, headers=headers, content=body)
         except LaketailError as exc:  # NOT_CONTROLLER (not sent) or REQUEST_TIMED_OUT (not answered)
             resp = None
             status, out_headers = exc.http_status, [(b"content-type", b"application/json")]
@@ -123,7 +129,7 @@ class CoordinatorProxy:
 
     def _elsewhere(self) -> bool:
         """Whether the coordinators run on another broker (the controller)."""
-        node = self.broker.cluster
+        node = self.cluster
         return not (node.is_controller or len(node.image.brokers) <= 1)
 
 

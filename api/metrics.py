@@ -57,6 +57,7 @@ from prometheus_client.registry import Collector
 from laketail.errors import LaketailError
 
 if TYPE_CHECKING:
+    from laketail.api.services import OffsetsView, Services, TableService
     from laketail.broker import Broker, PartitionState
 
 __all__ = ["CONTENT_TYPE_LATEST", "GatewayMetrics"]
@@ -77,8 +78,9 @@ _PARTITION_GAUGES = (
 class PartitionCollector(Collector):
     """Per-partition offsets, read from the broker at scrape time."""
 
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: "Broker", tables: "TableService") -> None:
         self.broker = broker
+        self.tables = tables
 
     def describe(self) -> list[Metric]:
         return []
@@ -99,7 +101,7 @@ class PartitionCollector(Collector):
                 states = self.broker.partition_states(topic)
             except LaketailError:
                 continue  # deleted between listing and reading
-            damage = self.broker.tables.known_damage(topic)
+            damage = self.tables.known_damage(topic)
             for state in states:
                 labels = [topic, str(state.partition)]
                 for name, family in families.items():
@@ -141,8 +143,9 @@ class LagClock:
     Refreshed on the event loop before a scrape renders (:meth:`refresh`); entries of
     groups or partitions that went away are dropped."""
 
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: "Broker", offsets: "OffsetsView") -> None:
         self.broker = broker
+        self.offsets = offsets
         self._seen: dict[tuple[str, str, int], tuple[int, int | None]] = {}
         self.rows: list[tuple[str, str, int, int, int, int]] = []  # group, topic, p, current, lag, time lag ms
 
@@ -152,8 +155,8 @@ class LagClock:
         budget = LAG_READS_PER_SCRAPE
         rows, seen = [], {}
         states: dict[tuple[str, int], PartitionState] = {}  # one look-up per partition, however many groups
-        for group in broker.offsets.groups():  # both are copies: commits may land while a read awaits
-            for (topic, partition), committed in broker.offsets.group_offsets(group).items():
+        for group in self.offsets.groups():  # both are copies: commits may land while a read awaits
+            for (topic, partition), committed in self.offsets.group_offsets(group).items():
                 state = states.get((topic, partition))
                 if state is None:
                     try:
@@ -187,8 +190,10 @@ class HealthCollector(Collector):
     """Group lag (from :class:`LagClock`'s last refresh), replication health and tier
     delay (from the broker at scrape time)."""
 
-    def __init__(self, broker: "Broker", lag: LagClock) -> None:
+    def __init__(self, broker: "Broker", services: "Services", lag: LagClock) -> None:
         self.broker = broker
+        self.cluster = services.cluster
+        self.tier = services.tier
         self.lag = lag
 
     def describe(self) -> list[Metric]:
@@ -209,7 +214,7 @@ class HealthCollector(Collector):
             current.add_metric(row, offset)
         yield from (lag, lag_s, current)
 
-        image = self.broker.cluster.image
+        image = self.cluster.image
         under = offline = 0
         per_partition = GaugeMetricFamily(
             "kafka_topic_partition_under_replicated_partition",
@@ -224,7 +229,7 @@ class HealthCollector(Collector):
                                 "Partitions whose ISR is smaller than their replica set.", value=under)
         yield GaugeMetricFamily("kafka_controller_kafkacontroller_offlinepartitionscount",
                                 "Partitions without a live leader.", value=offline)
-        node = self.broker.cluster
+        node = self.cluster
         yield CounterMetricFamily("kafka_server_replicamanager_isrshrinks",
                                   "ISR shrinks of partitions this broker leads.", value=node.isr_shrinks)
         yield CounterMetricFamily("kafka_server_replicamanager_isrexpands",
@@ -240,7 +245,7 @@ class HealthCollector(Collector):
             for state in states:
                 delay.add_metric([topic, str(state.partition)], max(state.log_end_offset - state.tiered_offset, 0))
         yield delay
-        child = self.broker.tierer.child
+        child = self.tier.child
         yield CounterMetricFamily("laketail_tier_child_restarts", "Times this broker's tier child process died "
                                   "and was started again.", value=child.restarts if child is not None else 0)
 
@@ -248,7 +253,7 @@ class HealthCollector(Collector):
 class GatewayMetrics:
     """The gateway's metric objects and its registry."""
 
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: "Broker", services: "Services") -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
         self.produce_requests = Counter(
@@ -283,10 +288,10 @@ class GatewayMetrics:
             "laketail_request_errors", "Requests answered with an error, by Kafka error name.",
             ["error"], registry=r,
         )
-        r.register(PartitionCollector(broker))
+        r.register(PartitionCollector(broker, services.tables))
         r.register(InternalLoadCollector(broker))
-        self.lag = LagClock(broker)
-        r.register(HealthCollector(broker, self.lag))
+        self.lag = LagClock(broker, services.offsets)
+        r.register(HealthCollector(broker, services, self.lag))
         # labelled children, looked up once per (api, topic): .labels() is not free
         self._produce: dict[tuple[str, str], tuple] = {}
         self._fetch: dict[tuple[str, str], tuple] = {}

@@ -147,3 +147,44 @@ def test_the_checks_catch_what_they_forbid() -> None:
     assert foreign_private_uses("def f(broker):\n    return broker._topics") == ["2: broker._topics"]
     own = "class A:\n    def __init__(self):\n        self._x = 1\n\ndef f(a):\n    return a._x"
     assert foreign_private_uses(own) == []
+
+
+#: The Broker's parts that the gateway reaches only as the services of
+#: ``laketail.api.services`` (docs/architecture.md §3.3).
+BROKER_PARTS = frozenset({
+    "groups", "offsets", "transactions", "cluster", "tables", "tierer", "catalog", "schemas", "logs",
+    "replicas", "produce_path", "fetch_path", "sibling_logs", "forwarded", "tier_child",
+})
+
+
+def broker_part_uses(source: str) -> list[str]:
+    """``<broker expression>.<part>`` reads: any attribute in BROKER_PARTS taken from an
+    expression that names the broker (``broker``, ``self.broker``, ``broker_of(request)``,
+    ``app.state.broker`` ...)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in BROKER_PARTS:
+            base = ast.unparse(node.value)
+            if "broker" in base.lower():
+                found.append(f"{node.lineno}: {base}.{node.attr}")
+    return sorted(found)
+
+
+def test_the_gateway_reaches_the_brokers_parts_only_through_its_services() -> None:
+    """Routes, middleware, the console, the metrics and the consumer instances use public
+    Broker methods and the narrow services the composition root hands them; only
+    ``Services.of`` (the composition) takes the parts from the Broker."""
+    api = ROOT / "api"
+    offenders = {
+        str(path.relative_to(ROOT)): hits
+        for path in _modules(api)
+        if path != api / "services.py" and (hits := broker_part_uses(path.read_text()))
+    }
+    assert offenders == {}
+
+
+def test_the_services_check_catches_a_reach_into_the_broker() -> None:
+    assert broker_part_uses("def f(request):\n    return broker_of(request).groups.describe('g')") == [
+        "2: broker_of(request).groups"]
+    assert broker_part_uses("def f(self):\n    return self._broker.cluster.image") == ["2: self._broker.cluster"]
+    assert broker_part_uses("def f(request):\n    return groups_of(request).describe('g')") == []

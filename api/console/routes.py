@@ -56,6 +56,7 @@ from starlette.responses import Response
 from laketail.api import authz
 from laketail.api.deps import Int32, Int64Param, broker_of, json_response, metrics_of, parse_json, read_body
 from laketail.api.routes.v3_groups import visible_lags
+from laketail.api.services import groups_of, services_of, transactions_of
 from laketail.bounds import INT64_MAX
 from laketail.console import delta, lag_history, reset, sql
 from laketail.console.pages import DEFAULT_LIMIT, MAX_LIMIT, check_window, page
@@ -227,7 +228,7 @@ def _quick_lag(request: Request, broker: Any, group_id: str) -> tuple[int, int]:
     """(partitions with offsets, total lag) from committed offsets and local offsets:
     no record reads, so a page of groups costs a dictionary walk. Topics the principal
     may not Describe are left out, as from the v3 lags."""
-    offsets = broker.offsets.group_offsets(group_id)
+    offsets = services_of(request).offsets.group_offsets(group_id)
     shown = authz.describable(request, (topic for topic, _ in offsets))
     offsets = {key: committed for key, committed in offsets.items() if key[0] in shown}
     lag = 0
@@ -245,7 +246,7 @@ def _quick_lag(request: Request, broker: Any, group_id: str) -> tuple[int, int]:
 async def groups(request: Request, q: str = "", limit: Limit = DEFAULT_LIMIT, offset: Offset = 0) -> Response:
     broker = broker_of(request)
     check_window(limit, offset)
-    listed = {g.group_id: g for g in broker.groups.list_groups() if q.lower() in g.group_id.lower()}
+    listed = {g.group_id: g for g in groups_of(request).list_groups() if q.lower() in g.group_id.lower()}
     shown = page([listed[g] for g in visible(request, "GROUP", list(listed))], limit, offset)
     rows = []
     for group in shown.rows:
@@ -259,9 +260,8 @@ async def groups(request: Request, q: str = "", limit: Limit = DEFAULT_LIMIT, of
 
 @router.get("/groups/{group_id}", summary="A group: members, assignments, lag per partition with status")
 async def group(request: Request, group_id: str, limit: Limit = DEFAULT_LIMIT, offset: Offset = 0) -> Response:
-    broker = broker_of(request)
     check_window(limit, offset)
-    described = broker.groups.describe(group_id)
+    described = groups_of(request).describe(group_id)
     if described.state == "Dead":
         raise GroupIdNotFound(f"consumer group '{group_id}' does not exist")
     lags = await visible_lags(request, group_id)
@@ -337,7 +337,7 @@ async def reset_offsets(request: Request, group_id: str) -> Response:
     chosen = sorted(set(body.partitions)) if body.partitions is not None else list(range(info.partitions))
     for p in chosen:
         broker.partition_state(body.topic, p)  # UNKNOWN_TOPIC_OR_PARTITION (40402) before anything
-    described = broker.groups.describe(group_id)
+    described = groups_of(request).describe(group_id)
     if described.members:
         raise NonEmptyGroup(
             f"assignments can only be reset if the group '{group_id}' is inactive, "
@@ -352,12 +352,12 @@ async def reset_offsets(request: Request, group_id: str) -> Response:
             found = hit[0] if hit is not None else None
         target = reset.reset_target(body.to, state.log_start_offset, state.high_watermark,
                                     offset=body.offset, offset_for_time=found)
-        current = broker.groups.committed(group_id, [(body.topic, p)])[(body.topic, p)]
+        current = groups_of(request).committed(group_id, [(body.topic, p)])[(body.topic, p)]
         plan.append({"topic": body.topic, "partition": p,
                      "current_offset": current.offset if current else -1, "new_offset": target})
     if body.execute and plan:
         now_ms = broker.clock.now_ms()
-        await broker.groups.commit(
+        await groups_of(request).commit(
             group_id, {(r["topic"], r["partition"]): CommittedOffset(r["new_offset"], "", now_ms) for r in plan},
             generation_id=-1,
         )
@@ -372,7 +372,8 @@ async def transactions(request: Request, state: str = "", limit: Limit = DEFAULT
                        offset: Offset = 0) -> Response:
     broker = broker_of(request)
     check_window(limit, offset)
-    listed = {m.transactional_id: m for m in broker.transactions.list_transactions() if not state or m.state == state}
+    txns = transactions_of(request).list_transactions()
+    listed = {m.transactional_id: m for m in txns if not state or m.state == state}
     metas = [listed[t] for t in visible(request, "TRANSACTIONAL_ID", list(listed))]
     shown = page(transaction_rows(metas, broker.clock.now_ms()), limit, offset)
     rows = shown.rows

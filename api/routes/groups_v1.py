@@ -35,6 +35,7 @@ from starlette.responses import Response
 
 from laketail.api import authz
 from laketail.api.deps import CommittedOffsetValue, Int32, broker_of, json_response
+from laketail.api.services import groups_of
 from laketail.coordinator.groups import Group
 from laketail.coordinator.offsets import CommittedOffset
 from laketail.security.acl import AclOperation as Op
@@ -91,7 +92,7 @@ def _tps(partitions: list[tuple[str, int]]) -> list[dict]:
 @router.post("/v1/groups/{group}/join", summary="Join (or rejoin) the group; blocks until the rebalance completes")
 async def join(request: Request, group: str, body: JoinRequest) -> Response:
     client = request.client
-    result = await broker_of(request).groups.join(
+    result = await groups_of(request).join(
         group, body.member_id,
         topics=body.topics,
         strategies=body.strategies,
@@ -112,19 +113,19 @@ async def join(request: Request, group: str, body: JoinRequest) -> Response:
 
 @router.post("/v1/groups/{group}/sync", summary="This member's assignment for its generation")
 async def sync(request: Request, group: str, body: MemberRequest) -> Response:
-    assignment = broker_of(request).groups.sync(group, body.generation_id, body.member_id)
+    assignment = groups_of(request).sync(group, body.generation_id, body.member_id)
     return json_response({"assignment": _tps(assignment)})
 
 
 @router.post("/v1/groups/{group}/heartbeat", summary="Stay in the group (409 40905: rejoin)")
 async def heartbeat(request: Request, group: str, body: MemberRequest) -> Response:
-    broker_of(request).groups.heartbeat(group, body.generation_id, body.member_id)
+    groups_of(request).heartbeat(group, body.generation_id, body.member_id)
     return json_response({})
 
 
 @router.post("/v1/groups/{group}/leave", status_code=204, summary="Leave the group")
 async def leave(request: Request, group: str, body: LeaveRequest) -> Response:
-    broker_of(request).groups.leave(group, body.member_id)
+    groups_of(request).leave(group, body.member_id)
     return Response(status_code=204)
 
 
@@ -135,7 +136,7 @@ async def commit(request: Request, group: str, body: CommitRequest) -> Response:
     broker = broker_of(request)
     now_ms = broker.clock.now_ms()
     offsets = {(o.topic, o.partition): CommittedOffset(o.offset, o.metadata or "", now_ms) for o in body.offsets}
-    await broker.groups.commit(group, offsets, generation_id=body.generation_id, member_id=body.member_id)
+    await groups_of(request).commit(group, offsets, generation_id=body.generation_id, member_id=body.member_id)
     return json_response({})
 
 
@@ -143,7 +144,7 @@ async def commit(request: Request, group: str, body: CommitRequest) -> Response:
 async def committed(request: Request, group: str, body: CommittedRequest) -> Response:
     for t in {p.topic for p in body.partitions}:
         authz.check(request, Op.DESCRIBE, R.TOPIC, t)  # OffsetFetch: Describe on each topic
-    found = broker_of(request).groups.committed(group, [(p.topic, p.partition) for p in body.partitions])
+    found = groups_of(request).committed(group, [(p.topic, p.partition) for p in body.partitions])
     return json_response({"offsets": [
         {"topic": t, "partition": p, "offset": c.offset if c else -1, "metadata": c.metadata if c else ""}
         for (t, p), c in found.items()
@@ -154,7 +155,7 @@ async def committed(request: Request, group: str, body: CommittedRequest) -> Res
 async def delete_offsets(request: Request, group: str, body: CommittedRequest) -> Response:
     for t in {p.topic for p in body.partitions}:
         authz.check(request, Op.READ, R.TOPIC, t)  # OffsetDelete: Read on each topic
-    deleted = await broker_of(request).groups.delete_offsets(group, [(p.topic, p.partition) for p in body.partitions])
+    deleted = await groups_of(request).delete_offsets(group, [(p.topic, p.partition) for p in body.partitions])
     return json_response({"deleted": _tps(deleted)})
 
 
@@ -162,7 +163,7 @@ async def delete_offsets(request: Request, group: str, body: CommittedRequest) -
 async def list_groups(request: Request) -> Response:
     return json_response({"groups": [
         {"group_id": g.group_id, "state": g.state, "protocol": g.protocol or "", "members": len(g.members)}
-        for g in broker_of(request).groups.list_groups()
+        for g in groups_of(request).list_groups()
         if authz.may_describe(request, R.GROUP, g.group_id)
     ]})
 
@@ -184,4 +185,4 @@ def group_doc(group: Group) -> dict:
 
 @router.get("/v1/groups/{group}", summary="Describe a consumer group: state, members, assignments")
 async def describe_group(request: Request, group: str) -> Response:
-    return json_response(group_doc(broker_of(request).groups.describe(group)))
+    return json_response(group_doc(groups_of(request).describe(group)))

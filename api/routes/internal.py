@@ -32,6 +32,7 @@ from laketail.api.deps import (
     query_int,
     read_body,
 )
+from laketail.api.services import cluster_of, services_of
 from laketail.bounds import INT32_MAX, INT32_MIN
 from laketail.cluster.metadata import ClusterImage
 from laketail.errors import InvalidRequest, NotController
@@ -119,14 +120,14 @@ async def _json_body(request: Request, what: str) -> dict:
 
 
 def _controller(request: Request):
-    node = broker_of(request).cluster
+    node = cluster_of(request)
     if not node.is_controller:
         raise NotController(f"broker {node.broker_id} is not the controller")
     return node.controller
 
 
 def _image(request: Request) -> Response:
-    return json_response(broker_of(request).cluster.image.to_json())
+    return json_response(cluster_of(request).image.to_json())
 
 
 @router.post("/heartbeat")
@@ -178,7 +179,7 @@ async def alter_topic(request: Request, topic: str) -> Response:
         raise InvalidRequest("topic configs must map names to strings")
     _controller(request)
     broker_of(request).topic(topic)  # UNKNOWN_TOPIC_OR_PARTITION
-    configs = broker_of(request).catalog.normalise_configs(configs)  # INVALID_CONFIG
+    configs = services_of(request).topic_configs.normalise_configs(configs)  # INVALID_CONFIG
     await _controller(request).alter_topic(topic, configs)
     return _image(request)
 
@@ -190,14 +191,14 @@ async def metadata(request: Request) -> Response:
         image = ClusterImage.from_json(doc)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InvalidRequest(f"metadata body is not a cluster image: {type(exc).__name__}: {exc}") from None
-    await broker_of(request).cluster.apply_image(image)
-    return json_response({"version": broker_of(request).cluster.image.version})
+    await cluster_of(request).apply_image(image)
+    return json_response({"version": cluster_of(request).image.version})
 
 
 @router.post("/replica-fetch")
 async def replica_fetch(request: Request) -> Response:
     body = await _body(request, _ReplicaFetch)
-    data = await broker_of(request).cluster.replicas.handle_fetch(
+    data = await cluster_of(request).replicas.handle_fetch(
         body.replica_id, [p.model_dump() for p in body.partitions], body.max_wait_ms, body.max_bytes
     )
     return Response(data, media_type="application/octet-stream")

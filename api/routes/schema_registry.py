@@ -25,7 +25,8 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from laketail.api.authz import may, may_describe
-from laketail.api.deps import broker_of, json_response, parse_json, query_of, read_body
+from laketail.api.deps import json_response, parse_json, query_of, read_body
+from laketail.api.services import services_of
 from laketail.schemas import SchemaRegistry
 from laketail.schemas.compatibility import SCHEMA_TYPES
 from laketail.schemas.errors import SchemaNotFound, SubjectAuthorizationFailed
@@ -58,7 +59,7 @@ MODE_BODY = _body_doc({"mode": {"type": "string", "enum": ["READWRITE", "READONL
 
 
 def _registry(request: Request) -> SchemaRegistry:
-    return broker_of(request).schemas
+    return services_of(request).schemas
 
 
 def _answer(doc: Any) -> Response:

@@ -34,7 +34,8 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from laketail.api import authz
-from laketail.api.deps import broker_of, json_response
+from laketail.api.deps import json_response
+from laketail.api.services import transactions_of
 from laketail.bounds import INT16_MAX, INT32_MAX, INT64_MAX
 from laketail.coordinator.offsets import CommittedOffset
 from laketail.errors import InvalidProducerIdMapping
@@ -125,7 +126,7 @@ async def init_producer(request: Request, body: InitProducerRequest | None = Non
     expected = None
     if body.producer_id is not None and body.producer_epoch is not None:
         expected = (body.producer_id, body.producer_epoch)
-    producer_id, epoch = await broker_of(request).transactions.init_producer_id(
+    producer_id, epoch = await transactions_of(request).init_producer_id(
         body.transactional_id or None, body.transaction_timeout_ms, expected
     )
     return json_response({"producer_id": producer_id, "producer_epoch": epoch})
@@ -137,7 +138,7 @@ async def init_producer(request: Request, body: InitProducerRequest | None = Non
     responses=_ERRORS,
 )
 async def begin(request: Request, transactional_id: str, body: ProducerSession) -> Response:
-    txns = broker_of(request).transactions
+    txns = transactions_of(request)
     meta = txns.describe(transactional_id)  # TRANSACTIONAL_ID_NOT_FOUND
     if meta.producer_id != body.producer_id:
         raise InvalidProducerIdMapping(
@@ -155,7 +156,7 @@ async def begin(request: Request, transactional_id: str, body: ProducerSession) 
 async def add_partitions(request: Request, transactional_id: str, body: AddPartitionsRequest) -> Response:
     for t in {tp.topic for tp in body.partitions}:
         authz.check(request, Op.WRITE, R.TOPIC, t)  # AddPartitionsToTxn: Write on each topic
-    await broker_of(request).transactions.add_partitions(
+    await transactions_of(request).add_partitions(
         transactional_id, body.producer_id, body.producer_epoch,
         [(tp.topic, tp.partition) for tp in body.partitions],
     )
@@ -172,7 +173,7 @@ async def add_offsets(request: Request, transactional_id: str, body: AddOffsetsR
     for t in {o.topic for o in body.offsets}:
         authz.check(request, Op.READ, R.TOPIC, t)
     offsets = {(o.topic, o.partition): CommittedOffset(o.offset, o.metadata or "") for o in body.offsets}
-    await broker_of(request).transactions.add_offsets(
+    await transactions_of(request).add_offsets(
         transactional_id, body.producer_id, body.producer_epoch, body.group_id, offsets,
         generation_id=body.generation_id, member_id=body.member_id,
     )
@@ -188,7 +189,7 @@ _END_EXAMPLE = {200: {"content": {"application/json": {"example": {"state": "Com
     responses=_END_EXAMPLE,
 )
 async def commit(request: Request, transactional_id: str, body: ProducerSession) -> Response:
-    state = await broker_of(request).transactions.end(
+    state = await transactions_of(request).end(
         transactional_id, body.producer_id, body.producer_epoch, commit=True
     )
     return json_response({"state": state})
@@ -200,7 +201,7 @@ async def commit(request: Request, transactional_id: str, body: ProducerSession)
     responses=_END_EXAMPLE,
 )
 async def abort(request: Request, transactional_id: str, body: ProducerSession) -> Response:
-    state = await broker_of(request).transactions.end(
+    state = await transactions_of(request).end(
         transactional_id, body.producer_id, body.producer_epoch, commit=False
     )
     return json_response({"state": state})
@@ -212,7 +213,7 @@ async def abort(request: Request, transactional_id: str, body: ProducerSession) 
     responses={404: _UNKNOWN_ID},
 )
 async def describe(request: Request, transactional_id: str) -> Response:
-    meta = broker_of(request).transactions.describe(transactional_id)
+    meta = transactions_of(request).describe(transactional_id)
     return json_response({
         "transactional_id": meta.transactional_id,
         "producer_id": meta.producer_id,
@@ -232,7 +233,7 @@ async def describe(request: Request, transactional_id: str) -> Response:
 )
 async def enlist(request: Request, sink_id: str, batch_id: BatchId, body: EnlistRequest | None = None) -> Response:
     timeout_ms = body.transaction_timeout_ms if body is not None else 60_000
-    transactional_id, producer_id, epoch = await broker_of(request).transactions.enlist(
+    transactional_id, producer_id, epoch = await transactions_of(request).enlist(
         sink_id, batch_id, timeout_ms
     )
     return json_response({
@@ -247,7 +248,7 @@ async def enlist(request: Request, sink_id: str, batch_id: BatchId, body: Enlist
     responses={200: {"content": {"application/json": {"example": {"committed": True}}}}, 409: _FENCING},
 )
 async def commit_batch(request: Request, sink_id: str, batch_id: BatchId, body: CommitBatchRequest) -> Response:
-    committed = await broker_of(request).transactions.commit_batch(sink_id, batch_id, body.transactional_ids)
+    committed = await transactions_of(request).commit_batch(sink_id, batch_id, body.transactional_ids)
     return json_response({"committed": committed})
 
 
@@ -256,11 +257,11 @@ async def commit_batch(request: Request, sink_id: str, batch_id: BatchId, body: 
     summary="Abort every session enlisted in the batch",
 )
 async def abort_batch(request: Request, sink_id: str, batch_id: BatchId) -> Response:
-    await broker_of(request).transactions.abort_batch(sink_id, batch_id)
+    await transactions_of(request).abort_batch(sink_id, batch_id)
     return json_response({})
 
 
 @router.get("/v1/sinks/{sink_id:path}", summary="A sink's last committed batch id (-1: none)")
 async def describe_sink(request: Request, sink_id: str) -> Response:
-    sink = broker_of(request).transactions.sink(sink_id)
+    sink = transactions_of(request).sink(sink_id)
     return json_response({"sink_id": sink.sink_id, "committed_batch": sink.committed_batch})

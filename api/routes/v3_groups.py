@@ -36,6 +36,7 @@ from starlette.responses import Response
 from laketail.api import authz
 from laketail.api.deps import PartitionParam, broker_of, check_cluster, json_response
 from laketail.api.routes.clusters import cluster_crn, cluster_url, list_metadata
+from laketail.api.services import groups_of
 from laketail.coordinator.groups import Group, Member
 from laketail.coordinator.lag import PartitionLag, group_lags
 from laketail.errors import GroupIdNotFound, UnknownMemberId
@@ -67,7 +68,7 @@ def known_group(request: Request, cluster_id: str, group_id: str) -> Group:
     """The group, or GROUP_ID_NOT_FOUND when neither members nor offsets know it."""
     broker = broker_of(request)
     check_cluster(broker, cluster_id)
-    group = broker.groups.describe(group_id)
+    group = groups_of(request).describe(group_id)
     if group.state == "Dead":
         raise GroupIdNotFound(f"consumer group '{group_id}' does not exist")
     return group
@@ -81,7 +82,7 @@ def group_doc(request: Request, cluster_id: str, group: Group) -> dict:
         "metadata": {"self": url, "resource_name": group_crn(cluster_id, group.group_id)},
         "cluster_id": cluster_id,
         "consumer_group_id": group.group_id,
-        "is_simple": broker.groups.group(group.group_id) is None,
+        "is_simple": groups_of(request).group(group.group_id) is None,
         "partition_assignor": group.protocol or "",
         "state": _STATES.get(group.state, "UNKNOWN"),
         "type": "CLASSIC",
@@ -143,7 +144,7 @@ async def list_groups(request: Request, cluster_id: str) -> Response:
     return json_response({
         "kind": "KafkaConsumerGroupList",
         "metadata": list_metadata(f"{cluster_url(request, cluster_id)}/consumer-groups"),
-        "data": [group_doc(request, cluster_id, g) for g in broker.groups.list_groups()
+        "data": [group_doc(request, cluster_id, g) for g in groups_of(request).list_groups()
                  if authz.may_describe(request, R.GROUP, g.group_id)],
     })
 

@@ -26,6 +26,7 @@ from starlette.responses import Response
 from laketail.api.deps import broker_of, check_cluster, json_response
 from laketail.api.routes.clusters import cluster_crn, cluster_url, list_metadata
 from laketail.api.routes.v3_topics import topic_url
+from laketail.api.services import cluster_of
 from laketail.broker import PartitionState
 from laketail.config import _BROKER_KEYS, SENSITIVE_BROKER_KEYS, BrokerSettings
 from laketail.errors import BrokerNotAvailable, InvalidConfig, UnknownTopicOrPartition
@@ -166,11 +167,11 @@ async def _configs_of(request: Request, cluster_id: str, broker_id: int) -> list
     peer = _live(broker, broker_id)
     if broker_id != broker.broker_id:  # only that broker knows its settings
         # through the peer's inter-broker listener, with the cluster secret (the node's client)
-        registration = broker.cluster.image.brokers.get(broker_id)
+        registration = cluster_of(request).image.brokers.get(broker_id)
         base = registration.peer_url if registration is not None else peer.url
         url = f"{base.rstrip('/')}/v3/clusters/{cluster_id}/brokers/{broker_id}/configs"
         try:
-            resp = await broker.cluster.http.get(url, timeout=5.0)
+            resp = await cluster_of(request).http.get(url, timeout=5.0)
             resp.raise_for_status()
             return resp.json()["data"]
         except (httpx.HTTPError, ValueError, KeyError) as exc:

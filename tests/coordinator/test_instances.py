@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 
 from laketail.api.consumer_instances import ConsumerInstances
+from laketail.api.services import Services
 from laketail.broker import Broker
 from laketail.clock import ManualClock
 from laketail.config import load_settings
@@ -78,7 +79,7 @@ def test_commit_stores_offset_plus_one_and_a_new_instance_resumes(tmp_path):
         await broker.create_topic("t", 2)
         await _produce(broker, "t", 0, [b"a0", b"a1", b"a2"])
         await _produce(broker, "t", 1, [b"b0", b"b1"])
-        instances = ConsumerInstances(broker)
+        instances = ConsumerInstances(broker, Services.of(broker))
         config = InstanceConfig(auto_offset_reset="earliest", auto_commit_enable=False)
         first = instances.create("g", config, "first")
         with pytest.raises(ConsumerInstanceExists):
@@ -117,7 +118,7 @@ def test_auto_offset_reset_latest_and_none(tmp_path):
         broker = await _broker(tmp_path, clock)
         await broker.create_topic("t", 1)
         await _produce(broker, "t", 0, [b"old"])
-        instances = ConsumerInstances(broker)
+        instances = ConsumerInstances(broker, Services.of(broker))
         latest = instances.create("g-latest", InstanceConfig(auto_offset_reset="latest"), "c")
         await latest.subscribe(["t"])
         assert await latest.records(timeout_ms=100) == []
@@ -143,7 +144,7 @@ def test_manual_assignment_and_subscription_are_mutually_exclusive(tmp_path):
         broker = await _broker(tmp_path, clock)
         await broker.create_topic("t", 2)
         await _produce(broker, "t", 1, [b"x", b"y"])
-        instances = ConsumerInstances(broker)
+        instances = ConsumerInstances(broker, Services.of(broker))
         manual = instances.create("g", InstanceConfig(auto_offset_reset="earliest"), "manual")
         await manual.assign([("t", 1)])
         with pytest.raises(IllegalConsumerState) as err:
@@ -170,7 +171,7 @@ def test_instances_share_partitions_and_the_idle_one_leaves(tmp_path):
     async def scenario():
         broker = await _broker(tmp_path, clock)
         await broker.create_topic("t", 3)
-        instances = ConsumerInstances(broker, instance_timeout_ms=10_000)
+        instances = ConsumerInstances(broker, Services.of(broker), instance_timeout_ms=10_000)
         a = instances.create("g", InstanceConfig(), "a")
         b = instances.create("g", InstanceConfig(), "b")
         await a.subscribe(["t"])
@@ -210,7 +211,7 @@ def test_a_stale_member_is_told_to_rejoin(tmp_path):
     async def scenario():
         broker = await _broker(tmp_path, clock)
         await broker.create_topic("t", 2)
-        instances = ConsumerInstances(broker)
+        instances = ConsumerInstances(broker, Services.of(broker))
         a = instances.create("g", InstanceConfig(), "a")
         await a.subscribe(["t"])
         await a.records(timeout_ms=500)
@@ -255,7 +256,7 @@ def test_a_subscribed_topic_that_appears_later_is_assigned(tmp_path):
 
     async def scenario():
         broker = await _broker(tmp_path, clock)
-        instances = ConsumerInstances(broker)
+        instances = ConsumerInstances(broker, Services.of(broker))
         early = instances.create("g", InstanceConfig(auto_offset_reset="earliest"), "early")
         await early.subscribe(["later"])
         assert await early.records(timeout_ms=100) == []
@@ -279,7 +280,7 @@ def test_unsubscribing_while_the_join_is_in_flight_leaves_nothing_behind(tmp_pat
         broker = await _broker(tmp_path, clock)
         await broker.create_topic("t", 2)
         other = await broker.groups.join("g", "", topics=["t"], strategies=["range"], session_timeout_ms=1000)
-        instances = ConsumerInstances(broker)
+        instances = ConsumerInstances(broker, Services.of(broker))
         late = instances.create("g", InstanceConfig(), "late")
         await late.subscribe(["t"])  # its join waits for the other member to rejoin
         await asyncio.sleep(0.01)
