@@ -14,7 +14,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import TYPE_CHECKING, Annotated, Any, Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Mapping, overload
 from urllib.parse import parse_qsl
 
 import orjson
@@ -140,6 +140,13 @@ def path_int(request: Request, name: str, maximum: int = INT32_MAX) -> int:
     return parse_int(request.path_params[name], f"path parameter {name}", -maximum - 1, maximum)
 
 
+@overload
+def query_int(request: Request, name: str, default: int, *, minimum: int | None = None) -> int: ...
+@overload
+def query_int(request: Request, name: str, *, minimum: int | None = None, required: Literal[True]) -> int: ...
+@overload
+def query_int(request: Request, name: str, default: int | None = None, *,
+              minimum: int | None = None, required: bool = False) -> int | None: ...
 def query_int(request: Request, name: str, default: int | None = None, *,
               minimum: int | None = None, required: bool = False) -> int | None:
     """An int64 query parameter (offsets, timeouts, bounds), at least ``minimum``."""

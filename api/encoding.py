@@ -162,7 +162,7 @@ def response_format(accept: str | None) -> EmbeddedFormat:
 
 
 def accepts_arrow(accept: str | None) -> bool:
-    return bool(accept) and ARROW_STREAM in accept.lower()  # type: ignore[operator]
+    return accept is not None and ARROW_STREAM in accept.lower()
 
 
 # -- decoding (request -> bytes) -----------------------------------------------------

@@ -368,7 +368,8 @@ def _text_matrix(array: pa.Array, a: int, rows: int, length: int) -> np.ndarray:
     text = np.empty((rows, groups * 4 + 2), np.uint8)
     text[:, 0] = text[:, -1] = _QUOTE
     if groups:
-        text[:, 1:-1] = np.frombuffer(_b2a(data, newline=False), np.uint8).reshape(rows, groups * 4)
+        # ``.data``, the array's memoryview: numpy types ndarray as a buffer only on Python 3.12+
+        text[:, 1:-1] = np.frombuffer(_b2a(data.data, newline=False), np.uint8).reshape(rows, groups * 4)
         if length % 3:
             text[:, -1 - (3 - length % 3):-1] = _EQ
     return text

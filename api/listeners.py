@@ -113,7 +113,8 @@ def listener_servers(app: ASGIApp, settings: BrokerSettings, *, log_level: str =
             lifespan="on" if i == 0 else "off",
             http=guarded_protocol(settings, None if lst.inter_broker else board, quota),  # read deadlines,
             # max.connections, client certificates, connections spread evenly over request processes
-            timeout_keep_alive=settings.connections_max_idle_ms / 1000,
+            # uvicorn annotates an int but hands it to loop.call_later: fractions of a second hold
+            timeout_keep_alive=settings.connections_max_idle_ms / 1000,  # type: ignore[arg-type]
             **tls,
         )
         server = ListenerServer(config, lst, primary=i == 0)

@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # one line for the operator; Spark's own trace is in its log
         status = fail(f"{'topic ' + current + ': ' if current else ''}{type(exc).__name__}: {exc}")
     finally:
-        if owned:
+        if owned and spark is not None:
             spark.stop()
     return status
 

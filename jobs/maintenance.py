@@ -36,7 +36,13 @@ from typing import Any, Iterator, Sequence
 from laketail.jobs.common import base_parser, fail, parse_args, plan_time_ms, report, run_query, spark_session
 from laketail.jobs.compaction import spark_rewriter
 from laketail.maintenance.file_compaction import DEFAULT_TARGET_FILE_BYTES
-from laketail.maintenance.runs import DEFAULT_VACUUM_AFTER_MS, run_compaction, run_retention
+from laketail.maintenance.runs import (
+    DEFAULT_VACUUM_AFTER_MS,
+    CompactionResult,
+    RetentionResult,
+    run_compaction,
+    run_retention,
+)
 from laketail.maintenance.table_commit import MaintenanceConflict
 from laketail.maintenance.topics import MaintainedTopic, maintained_topics
 
@@ -112,7 +118,9 @@ class _CommitsReader(DataSourceStreamReader):  # type: ignore[misc]
     def initialOffset(self) -> dict:
         return {}  # every topic's first version seen is new: the first batch maintains all
 
-    def latestOffset(self) -> dict:
+    # Spark's pre-4.2 signature, on purpose: Spark inspects it and, finding no parameters,
+    # calls it without a start or a read limit (no admission control: every new version).
+    def latestOffset(self) -> dict:  # type: ignore[override]
         return {t: v for t, v in table_versions(self.root, self.topics).items()}
 
     def partitions(self, start: dict, end: dict) -> list:
@@ -128,6 +136,7 @@ class _CommitsReader(DataSourceStreamReader):  # type: ignore[misc]
 def maintain(root: str, topic: MaintainedTopic, args: Any, rewriter: Any) -> None:
     """Retention, then compaction, of one topic; a report line per step."""
     for step in ("retention", "compaction"):
+        result: RetentionResult | CompactionResult
         try:
             if step == "retention":
                 result = run_retention(root, topic, plan_time_ms(args), vacuum_after_ms=args.vacuum_after_ms)

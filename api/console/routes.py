@@ -174,7 +174,7 @@ async def topics(request: Request, q: str = "", internal: bool = False,
     names = visible(request, "TOPIC",
                     [n for n in broker.list_topics(include_internal=internal) if q.lower() in n.lower()])
     shown = page(names, limit, offset)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in shown.rows:
         try:
             info = broker.topic(name)
@@ -343,7 +343,7 @@ async def reset_offsets(request: Request, group_id: str) -> Response:
             f"assignments can only be reset if the group '{group_id}' is inactive, "
             f"but the current state is {described.state}"
         )
-    plan = []
+    plan: list[dict[str, Any]] = []
     for p in chosen:
         state = await broker.partition_state_async(body.topic, p)
         found = None

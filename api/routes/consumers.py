@@ -217,7 +217,7 @@ async def assign(request: Request, group: str, instance: str) -> Response:
     return _no_content()
 
 
-def _check_describe(request: Request, partitions: list[tuple[str, Any]]) -> None:
+def _check_describe(request: Request, partitions: list[tuple[str, *tuple[Any, ...]]]) -> None:
     """Describe on each topic named, as Kafka's Metadata and ListOffsets need it: without
     it TOPIC_AUTHORIZATION_FAILED, whether the topic exists or not."""
     for topic in sorted({t for t, *_ in partitions}):

@@ -36,7 +36,7 @@ from laketail.api.services import cluster_of, services_of
 from laketail.bounds import INT32_MAX, INT32_MIN
 from laketail.cluster.metadata import ClusterImage
 from laketail.errors import InvalidRequest, NotController
-from laketail.records import FRAME_SCHEMA
+from laketail.records import FRAME_SCHEMA, IsolationLevel
 from laketail.storage.partition_log import ProducerBatch
 
 router = APIRouter(prefix="/internal/v1", include_in_schema=False)
@@ -240,15 +240,21 @@ def _frame(body: bytes) -> pa.RecordBatch:
     return frame
 
 
+_ISOLATION_LEVELS: dict[str, IsolationLevel] = {
+    "read_committed": "read_committed", "read_uncommitted": "read_uncommitted",
+}
+
+
 @router.get("/partitions/{topic}/{partition}/records")
 async def records(request: Request) -> Response:
     """Query: ``offset`` (required), ``timeout_ms``, ``isolation``, ``max_records``,
     ``max_bytes``."""
     broker = broker_of(request)
     topic, partition = request.path_params["topic"], path_int(request, "partition")
-    isolation = request.query_params.get("isolation", "read_committed")
-    if isolation not in ("read_committed", "read_uncommitted"):
-        raise InvalidRequest(f"isolation must be read_committed or read_uncommitted, got {isolation!r}")
+    raw = request.query_params.get("isolation", "read_committed")
+    isolation = _ISOLATION_LEVELS.get(raw)
+    if isolation is None:
+        raise InvalidRequest(f"isolation must be read_committed or read_uncommitted, got {raw!r}")
     await broker.wait_leads(topic, partition)
     result = await broker.fetch(
         topic, partition, query_int(request, "offset", required=True),

@@ -21,7 +21,7 @@ from laketail.errors import InvalidRequest
 router = APIRouter(tags=["v1 offsets"])
 
 
-def parse_spec(raw: str) -> int | str:
+def parse_spec(raw: str) -> int | Literal["earliest", "latest"]:
     spec = raw.strip().lower()
     if spec in ("earliest", "-2"):
         return "earliest"

@@ -186,7 +186,7 @@ def values_only_records(body: bytes, fixed_partition: int | None) -> Records | N
             values = b64_column(body[len(head):len(body) - len(tail)].split(separator))
             if values is None:
                 return None
-            partitions = None if fixed_partition is None else [fixed_partition] * len(values)
+            partitions: list[int | None] | None = None if fixed_partition is None else [fixed_partition] * len(values)
             return Records(values=values, partitions=partitions)
     return None
 
@@ -229,7 +229,7 @@ def decode_records(doc: Any, embedded: str, fixed_partition: int | None) -> Reco
         decode = _b64_values if embedded == "binary" else _json_values
         values = decode(items, "value")
         keys = decode(items, "key") if "key" in fields else None
-        partitions = None
+        partitions: list[int | None] | None = None
         if fixed_partition is not None:
             partitions = [fixed_partition] * len(items)
         elif "partition" in fields:
@@ -315,7 +315,9 @@ async def _produce_v2(request: Request, topic: str, partition: int | None) -> Re
     else:
         if result is None:
             parts = records.partitions or [None] * len(records)
-            offsets = [{"partition": p, "offset": None, "error_code": None, "error": None} for p in parts]
+            offsets: list[dict[str, Any]] = [
+                {"partition": p, "offset": None, "error_code": None, "error": None} for p in parts
+            ]
         elif result.errors is None:
             offsets = [
                 {"partition": p, "offset": o, "error_code": None, "error": None}

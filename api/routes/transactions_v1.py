@@ -27,7 +27,7 @@ TRANSACTIONAL_ID_NOT_FOUND 404/40407.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, Field
@@ -53,7 +53,7 @@ _FENCING = {
     "INVALID_TXN_STATE (40912)",
 }
 _UNKNOWN_ID = {"description": "TRANSACTIONAL_ID_NOT_FOUND (40407): init the producer first"}
-_ERRORS = {404: _UNKNOWN_ID, 409: _FENCING}
+_ERRORS: dict[int | str, dict[str, Any]] = {404: _UNKNOWN_ID, 409: _FENCING}
 
 
 # -- bodies ---------------------------------------------------------------------------------
@@ -61,16 +61,16 @@ _ERRORS = {404: _UNKNOWN_ID, 409: _FENCING}
 
 class InitProducerRequest(BaseModel):
     transactional_id: str | None = Field(
-        None, description="null (or absent): an idempotent producer without transactions"
+        default=None, description="null (or absent): an idempotent producer without transactions"
     )
     transaction_timeout_ms: int = Field(
-        60_000, description="transactions open longer are aborted (transaction.timeout.ms)"
+        default=60_000, description="transactions open longer are aborted (transaction.timeout.ms)"
     )
     producer_id: int | None = Field(
-        None, ge=-1, le=INT64_MAX,
+        default=None, ge=-1, le=INT64_MAX,
         description="with producer_epoch: the session asking for a bump after an abort (KIP-360)",
     )
-    producer_epoch: int | None = Field(None, ge=-1, le=INT16_MAX, description="the epoch that session holds")
+    producer_epoch: int | None = Field(default=None, ge=-1, le=INT16_MAX, description="the epoch that session holds")
 
 
 class ProducerSession(BaseModel):
@@ -180,7 +180,9 @@ async def add_offsets(request: Request, transactional_id: str, body: AddOffsetsR
     return json_response({})
 
 
-_END_EXAMPLE = {200: {"content": {"application/json": {"example": {"state": "CompleteCommit"}}}}, **_ERRORS}
+_END_EXAMPLE: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"application/json": {"example": {"state": "CompleteCommit"}}}}, **_ERRORS,
+}
 
 
 @router.post(

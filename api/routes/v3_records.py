@@ -137,11 +137,11 @@ async def produce_many(
         return [error_report(err) for _ in slots]
     for i, slot in enumerate(slots):
         if isinstance(slot, V3Record):
-            err = record_error(topic, info.partitions, limit, slot.size() + RECORD_SIZE_OVERHEAD, slot.partition, i)
-            if err is not None:
+            refused = record_error(topic, info.partitions, limit, slot.size() + RECORD_SIZE_OVERHEAD, slot.partition, i)
+            if refused is not None:
                 if raise_single:
-                    raise err
-                slots[i] = err
+                    raise refused
+                slots[i] = refused
     valid = [s for s in slots if isinstance(s, V3Record)]
     if not valid:
         return [error_report(s) for s in slots]  # type: ignore[arg-type]
@@ -192,7 +192,7 @@ async def produce_many(
 
 def split_json(text: str, pos: int = 0) -> tuple[list[Any], int, json.JSONDecodeError | None]:
     """Concatenated JSON values from ``text[pos:]``: (values, where parsing stopped, error)."""
-    docs = []
+    docs: list[Any] = []
     n = len(text)
     while True:
         pos = _space.match(text, pos).end()  # type: ignore[union-attr]

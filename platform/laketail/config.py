@@ -45,6 +45,7 @@ class ConfigKey:
         return self.name.replace(".", "_")
 
     def parse(self, raw: Any) -> Any:
+        value: bool | int | str
         try:
             if self.type is bool:
                 if isinstance(raw, bool):

@@ -62,8 +62,10 @@ class LaketailError(Exception):
 
     kafka_code: ClassVar[int] = -1
     kafka_name: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
-    http_status: ClassVar[int] = 500
-    rest_code: ClassVar[int] = 50001
+    #: Not ClassVars: an instance may override both (a 40402 partition answer, a
+    #: routing error's status).
+    http_status: int = 500
+    rest_code: int = 50001
     #: The ``error_code`` on ``/v3`` paths when it differs (Confluent's v3 answers a
     #: missing resource with ``error_code`` 404, v2 with 40401 / 40402).
     v3_rest_code: ClassVar[int | None] = None
@@ -334,7 +336,8 @@ def code_table() -> list[tuple[str, str, int, str]]:
     import laketail.spark.gateway  # noqa: F401
 
     rows = []
-    for cls in [LaketailError, *_all_subclasses(LaketailError)]:
+    classes: list[type[LaketailError]] = [LaketailError, *_all_subclasses(LaketailError)]
+    for cls in classes:
         if not cls.__module__.startswith("laketail.") or cls.__name__.startswith("_"):
             continue  # the gateway's routing errors are in docs/rest-api.md's note
         codes = str(cls.rest_code)
@@ -355,8 +358,8 @@ def code_table_markdown() -> str:
     return "\n".join(lines)
 
 
-def _all_subclasses(cls: type) -> list[type]:
-    out = []
+def _all_subclasses(cls: type[LaketailError]) -> list[type[LaketailError]]:
+    out: list[type[LaketailError]] = []
     for sub in cls.__subclasses__():
         out.append(sub)
         out.extend(_all_subclasses(sub))

@@ -94,6 +94,31 @@ def test_assign_poll_loop_reads_everything_with_end_of_partition_events(servers,
     assert {tp.partition: tp.offset for tp in positions} == ends
 
 
+def test_offsets_of_an_end_of_partition_event_are_not_stored(servers, clients, make_topic):
+    """As confluent-kafka refuses ``store_offsets(message=...)`` and ``commit(message=...)``
+    for a message carrying an error (_INVALID_ARG), an end-of-partition event is refused:
+    it is no record to resume after. The old client stored the event's offset + 1."""
+    topic = make_topic()
+    produce(servers, topic, [b"only"])
+    consumer = clients(Consumer({"bootstrap.servers": servers, "group.id": f"{topic}-g",
+                                 "auto.offset.reset": "earliest", "enable.partition.eof": True,
+                                 "enable.auto.offset.store": False}))
+    consumer.assign([TopicPartition(topic, 0)])
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        assert time.monotonic() < deadline, "no end-of-partition event"
+        msg = consumer.poll(1.0)
+        if msg is not None and msg.error() is not None:
+            break
+    assert msg.error().code() == KafkaError._PARTITION_EOF and msg.offset() == 1
+    with pytest.raises(KafkaException) as refused:
+        consumer.store_offsets(message=msg)
+    assert refused.value.args[0].code() == KafkaError._INVALID_ARG
+    with pytest.raises(KafkaException) as refused:
+        consumer.commit(message=msg, asynchronous=False)
+    assert refused.value.args[0].code() == KafkaError._INVALID_ARG
+
+
 def test_seek_and_position(servers, clients, make_topic):
     topic = make_topic()
     produce(servers, topic, [f"v{i}".encode() for i in range(10)])

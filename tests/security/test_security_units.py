@@ -242,3 +242,19 @@ def test_spark_options_take_security_settings_under_the_laketail_prefix():
     assert SinkOptions.parse(opts).security == source.security
     with pytest.raises(InvalidConfig, match="sasl.username"):
         SourceOptions.parse({**opts, "laketail.sasl.username": ""}, streaming=False)
+
+
+def test_users_add_reads_the_password_from_stdin(tmp_path):
+    """``--password-stdin`` called ``click.get_text_stream``, deprecated in click 8.5 (and
+    gone in 9): the warning failed the command here, where warnings are errors."""
+    from click.testing import CliRunner
+
+    from laketail.cli import cli
+    from laketail.security.credentials import CredentialStore
+
+    data = str(tmp_path / "data")
+    result = CliRunner().invoke(cli, ["users", "add", "bob", "--password-stdin", "--data", data],
+                                input="pencil-pencil\n")
+    assert result.exit_code == 0, (result.output, result.exception)
+    stored = CredentialStore(data).load()["bob"]["SCRAM-SHA-256"]
+    assert verify(stored, "pencil-pencil") and not verify(stored, "pencil-pencil\n")

@@ -137,7 +137,7 @@ async def consume_records(server: str, req: ConsumeRequest, printer: RecordPrint
 
         printer.last_record_at = time.monotonic()
         followers = [asyncio.create_task(_follow(gw, t, p, positions[p], printer)) for p in partitions]
-        waiters = [asyncio.create_task(printer.done.wait())]
+        waiters: list[asyncio.Task[Any]] = [asyncio.create_task(printer.done.wait())]
         if req.timeout_ms is not None:
             waiters.append(asyncio.create_task(_idle(printer, req.timeout_ms / 1000)))
         try:
@@ -216,8 +216,9 @@ def consume_in_group(server: str, req: ConsumeRequest, group: str, printer: Reco
                 assigned = True  # the idle timeout counts from here: joining is not idling
                 printer.last_record_at = time.monotonic()
             if msg is None or msg.error() is not None:
-                if msg is not None and msg.error().fatal():
-                    raise CommandError(str(msg.error()))
+                err = None if msg is None else msg.error()
+                if err is not None and err.fatal():
+                    raise CommandError(str(err))
                 if req.timeout_ms is not None:
                     now = time.monotonic()
                     if assigned and now - printer.last_record_at >= req.timeout_ms / 1000:

@@ -187,8 +187,8 @@ def produce(topic: str, key_separator: str | None, partition: int | None, acks: 
                 tally.add(offsets)
                 progress.update(task, description=f"producing to {topic}: {tally.records} record(s)")
         except CommandError as exc:
-            if tally.records:
-                exc.message += f" (before that, {tally.summary(topic, acks)})"
+            if tally.records:  # click's message is Final: a new error says it
+                raise CommandError(f"{exc.message} (before that, {tally.summary(topic, acks)})") from exc
             raise
         except KeyboardInterrupt:
             progress.stop()

@@ -20,6 +20,7 @@ import getpass
 import logging
 import os
 import socket
+import sys
 
 import click
 
@@ -65,7 +66,7 @@ def add(user: str, mechanism: str, iterations: int, password_stdin: bool, data: 
     from laketail.security.scram import make_credential
 
     if password_stdin:
-        password = click.get_text_stream("stdin").readline().rstrip("\r\n")
+        password = sys.stdin.readline().rstrip("\r\n")  # click.get_text_stream is deprecated (8.5)
     elif "LAKETAIL_USER_PASSWORD" in os.environ:
         password = os.environ["LAKETAIL_USER_PASSWORD"]
     else:

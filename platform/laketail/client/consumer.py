@@ -53,6 +53,15 @@ def _timeout_s(timeout: float | None) -> float | None:
     return None if timeout is None or timeout < 0 else float(timeout)
 
 
+def _after(message: Message, action: str) -> tuple[TP, int]:
+    """A record's partition and the offset after it. As librdkafka, a message carrying an
+    error is refused with _INVALID_ARG (an end-of-partition event is no record to resume after)."""
+    topic, partition, offset = message.topic(), message.partition(), message.offset()
+    if message.error() is not None or topic is None or partition is None or offset is None:
+        raise KafkaException(local_error("_INVALID_ARG", f"Cannot {action} offsets for a message with an error"))
+    return (topic, partition), offset + 1
+
+
 class ConsumerGroupMetadata:
     """The consumer's group identity (for ``send_offsets_to_transaction``)."""
 
@@ -209,7 +218,8 @@ class Consumer:
                 if self._config.enable_auto_offset_store:
                     for msg in out:
                         if msg.error() is None:
-                            self._stored[(msg.topic(), msg.partition())] = (msg.offset() + 1, None)
+                            position, after = _after(msg, "store")
+                            self._stored[position] = (after, None)
                 return out
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
@@ -224,7 +234,8 @@ class Consumer:
     def _error_event(self, err: KafkaError) -> None:
         """A client-wide error for ``error_cb``, served by ``poll()``."""
         callback = self._config.error_cb
-        self._post(lambda: callback(err))
+        if callback is not None:  # registered only when it is (``Gateway.for_client``)
+            self._post(lambda: callback(err))
 
     def _post(self, item: RebalanceEvent | Message | Callable[[], None]) -> None:
         with self._cond:
@@ -309,9 +320,8 @@ class Consumer:
         if message is not None and offsets is not None:
             raise TypeError("Commit: only one of 'message' or 'offsets' may be given")
         if message is not None:
-            if message.error() is not None:
-                raise KafkaException(local_error("_INVALID_ARG", "Cannot commit offsets for a message with an error"))
-            to_commit = [TopicPartition(message.topic(), message.partition(), message.offset() + 1)]
+            (topic, partition), after = _after(message, "commit")
+            to_commit = [TopicPartition(topic, partition, after)]
         elif offsets is not None:
             to_commit = list(offsets)
         else:
@@ -385,7 +395,8 @@ class Consumer:
         if (message is None) == (offsets is None):
             raise TypeError("store_offsets needs exactly one of 'message' or 'offsets'")
         if message is not None:
-            self._stored[(message.topic(), message.partition())] = (message.offset() + 1, None)
+            position, after = _after(message, "store")
+            self._stored[position] = (after, None)
         else:
             for tp in offsets or []:
                 self._stored[(tp.topic, tp.partition)] = (tp.offset, tp.metadata)

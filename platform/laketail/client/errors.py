@@ -19,6 +19,8 @@ An error the broker's module has no class for (a newer broker's) arrives as a pl
 
 from __future__ import annotations
 
+import builtins
+
 from laketail.errors import LaketailError, NoOffsetForPartition
 
 #: librdkafka's local (negative) error codes, by name.
@@ -168,7 +170,7 @@ class KafkaError:
     def txn_requires_abort(self) -> bool:
         return self._txn_requires_abort
 
-    def __str__(self) -> str:
+    def __str__(self) -> builtins.str:  # ``str`` is the method above in this class
         return f'KafkaError{{code={self.name()},val={self._code},str="{self._reason}"}}'
 
     __repr__ = __str__

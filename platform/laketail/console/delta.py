@@ -26,7 +26,7 @@ def table_summary(uri: str, history: int = 10) -> dict[str, Any]:
         return {"uri": uri, "exists": False, "version": -1, "files": 0, "size_bytes": 0,
                 "last_commit": None, "history": []}
     adds = table.get_add_actions(flatten=True)
-    sizes = adds.column("size_bytes").to_pylist() if adds.num_rows else []
+    size_bytes = int(sum(adds.column("size_bytes").to_pylist())) if adds.num_rows else 0
     commits = [{k: entry[k] for k in _HISTORY_KEYS if k in entry} for entry in table.history(history)]
     for commit in commits:  # a CREATE TABLE's parameters hold the whole schema: not worth showing
         params = commit.get("operationParameters") or {}
@@ -36,7 +36,7 @@ def table_summary(uri: str, history: int = 10) -> dict[str, Any]:
         "exists": True,
         "version": table.version(),
         "files": adds.num_rows,
-        "size_bytes": int(sum(sizes)),
+        "size_bytes": size_bytes,
         "last_commit": commits[0] if commits else None,
         "history": commits,
     }

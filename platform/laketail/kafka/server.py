@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence
 
 from laketail.kafka.apis import KafkaApis, Session
 from laketail.kafka.protocol import CloseConnection, build, decode_request, encode_response
@@ -153,7 +153,7 @@ def kafka_listeners(app: Any, settings: "BrokerSettings") -> list[KafkaListener]
     return out
 
 
-async def serve_with_kafka(run_http: Awaitable[bool], servers: list[PrimaryServer], app: Any,
+async def serve_with_kafka(run_http: Awaitable[bool], servers: Sequence[PrimaryServer], app: Any,
                            settings: "BrokerSettings") -> bool:
     """Run the HTTP servers (``run_http``, :func:`laketail.api.listeners.run_servers`)
     and the Kafka listeners beside them; whether the primary HTTP server started."""

@@ -40,7 +40,7 @@ class MaintainedTopic:
         return "delete" in self.config.cleanup_policy
 
 
-def _select(available: dict[str, object], names: Sequence[str] | None) -> list[str]:
+def _select(available: Mapping[str, object], names: Sequence[str] | None) -> list[str]:
     if not names:
         return sorted(available)
     for name in names:

@@ -117,7 +117,8 @@ class BatchReader(DataSourceReader):
             state = planner.state()
             starts = planner.resolve(self.options.starting, state, ending=False)
             ends = planner.resolve(self.options.ending, state, ending=True)
-            commit = self.options.group_id is not None
+            group_id = self.options.group_id
+            commit = group_id is not None
             ranges = planner.ranges(starts, ends, state, commit=commit)
             if self.options.whole_partitions:  # every partition, empty ones too, bound when read
                 have = {(r.topic, r.partition) for r in ranges}
@@ -126,10 +127,10 @@ class BatchReader(DataSourceReader):
                     for tp, end in sorted(ends.items()) if tp not in have
                 ]
                 ranges = [dataclasses.replace(r, late=True) for r in ranges]
-            if commit:  # partitions with nothing to read are done already
+            if group_id is not None:  # partitions with nothing to read are done already
                 read = {(r.topic, r.partition) for r in ranges}
                 idle = {tp: end for tp, end in ends.items() if tp not in read and end >= starts[tp]}
-                planner.gateway.commit_offsets(self.options.group_id, idle)
+                planner.gateway.commit_offsets(group_id, idle)
         finally:
             planner.close()
         return list(ranges)
@@ -230,8 +231,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise offset_changed(beyond)
         ends = {tp: min(o, beyond[tp][1]) if tp in beyond else o for tp, o in ends.items()}
         starts = self.planner.past_the_end(self._with_new_partitions(offsets_of(start), state), state)
-        for tp, end in ends.items():
-            if end < starts.get(tp, end):  # latestOffset found the log moved back under failOnDataLoss=false
+        for tp, stop in ends.items():
+            if stop < starts.get(tp, stop):  # latestOffset found the log moved back under failOnDataLoss=false
                 starts[tp] = self.planner.log_start(state, tp)
         return list(self.planner.ranges(starts, ends, state))
 

@@ -221,7 +221,7 @@ class RangeReader:
         """Overlapping files (an outside writer's): fail the task before it yields
         anything when two rows of ``[start, stop)`` share an offset, rather than hand
         Spark both (the broker refuses such reads with CORRUPT_MESSAGE too)."""
-        pieces = []
+        pieces: list[pa.ChunkedArray] = []
         for data_file in self.work.files:
             try:
                 pieces.extend(t.column("offset") for t in read_rows(data_file, start, stop, ["offset"]))

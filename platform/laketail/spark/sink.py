@@ -190,7 +190,9 @@ class StreamWriter(DataSourceStreamArrowWriter):
 
         settle_worker()
         context = TaskContext.get()
-        batch_id = int(context.getLocalProperty("streaming.sql.batchId"))
+        batch = None if context is None else context.getLocalProperty("streaming.sql.batchId")
+        assert context is not None and batch is not None, "Spark runs a streaming write in a task of a batch"
+        batch_id = int(batch)
         sink_id = self.options.sink_id or f"spark-query-{context.getLocalProperty('sql.streaming.queryId')}"
         return TaskWrite(self.options, sink_id, batch_id, context.partitionId()).run(iterator)
 

@@ -108,6 +108,8 @@ def _loadable(spark: SparkSession) -> bool:
     from py4j.protocol import Py4JError
 
     jvm = spark._jvm
+    if jvm is None:  # a session without a JVM gateway (Spark Connect's) cannot load the jar
+        return False
     # ADD JAR puts the jar in the session's class loader; Spark looks data sources up
     # through the calling thread's context class loader, so this thread gets that one.
     loader = spark._jsparkSession.sharedState().jarClassLoader()
