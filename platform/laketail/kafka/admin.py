@@ -4,8 +4,8 @@
   has members; its offsets are tombstoned and the group forgotten.
 * OffsetDelete v0 tombstones a group's offsets (``OffsetStore.delete``), refusing
   (GROUP_SUBSCRIBED_TO_TOPIC) a topic a member is subscribed to.
-* DescribeCluster v0-1: the brokers Metadata lists (this one); the controller endpoint
-  type (2) is UNSUPPORTED_ENDPOINT_TYPE.
+* DescribeCluster v0-1: the brokers Metadata lists and the controller; the controller
+  endpoint type (2) is UNSUPPORTED_ENDPOINT_TYPE.
 
 Authorization, as Kafka's ``AclAuthorizer``: DeleteGroups Delete on each group;
 OffsetDelete Delete on the group and Read on each topic; DescribeCluster needs nothing,
@@ -107,7 +107,7 @@ class AdminApis(ApiPart):
     async def describe_cluster(self, request: Request, session: Session) -> dict:
         body = request.body
         out: dict[str, Any] = {"throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
-                               "cluster_id": self.broker.cluster_id or "", "controller_id": self.broker.broker_id,
+                               "cluster_id": self.broker.cluster_id or "", "controller_id": self.controller_id(),
                                "brokers": [{k if k != "node_id" else "broker_id": v for k, v in b.items()}
                                            for b in self.brokers()],
                                "cluster_authorized_operations": NOT_ASKED}

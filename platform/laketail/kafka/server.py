@@ -146,7 +146,7 @@ def kafka_listeners(app: Any, settings: "BrokerSettings") -> list[KafkaListener]
     authenticator = None
     for lst in listener_plan(settings).kafka:
         host, _, port = lst.advertised_url.removeprefix("kafka://").rpartition(":")
-        apis = KafkaApis(app.state.broker, app.state.authorizer, (host.strip("[]"), int(port)))
+        apis = KafkaApis(app.state.broker, app.state.authorizer, (host.strip("[]"), int(port)), lst.name)
         if (lst.sasl or lst.tls) and authenticator is None:
             authenticator = Authenticator(settings)  # one credential snapshot for every Kafka listener
         out.append(KafkaListener(lst, apis, settings, ListenerSecurity(lst, settings, authenticator)))
