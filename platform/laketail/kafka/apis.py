@@ -27,7 +27,7 @@ Differences from Kafka's broker, on purpose or not yet done:
   :mod:`laketail.kafka.txn`, over the same transaction coordinator as ``/v1``.
 * The admin APIs for configs, groups and the cluster, and ACLs are in
   :mod:`laketail.kafka.configs`, :mod:`laketail.kafka.admin` and
-  :mod:`laketail.kafka.acls`; CreatePartitions is not served.
+  :mod:`laketail.kafka.acls`; CreatePartitions is in :mod:`laketail.kafka.admin`.
 * Group and transaction coordination only on the controller (this broker alone, or the
   cluster's controller): FindCoordinator names the controller, whichever broker is asked.
 """
