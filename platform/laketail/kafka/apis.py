@@ -44,6 +44,7 @@ from kio.serial import entity_reader
 from kio.static.constants import EntityType
 
 from laketail.cluster.metadata import NO_LEADER
+from laketail.coordinator.assignors import ASSIGNORS
 from laketail.coordinator.offsets import CommittedOffset
 from laketail.errors import InconsistentGroupProtocol, LaketailError, ProducerFenced
 from laketail.kafka import records, sasl
@@ -474,10 +475,12 @@ class KafkaApis:
             return {**out, "error_code": INCONSISTENT_GROUP_PROTOCOL}
         try:
             topics, owned = _subscription(body.protocols[0].metadata)
+            offered = [p.name for p in body.protocols]
             session_ms = ms(body.session_timeout)
             rebalance_ms = ms(body.rebalance_timeout) if request.api_version >= 1 else session_ms
             result = await self.broker.groups.join(
-                body.group_id, body.member_id, topics=topics, strategies=[p.name for p in body.protocols],
+                body.group_id, body.member_id, topics=topics,
+                strategies=list(dict.fromkeys(_strategy(name) for name in offered)),
                 client_id=request.client_id or "kafka", client_host=session.host,
                 session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
                 owned=owned or None,
@@ -491,7 +494,9 @@ class KafkaApis:
                 member = group.members.get(member_id)
                 members.append({"member_id": member_id, "group_instance_id": None,
                                 "metadata": _encode_subscription(member.topics if member else [])})
-        return {**out, "generation_id": result.generation_id, "protocol_name": result.protocol,
+        # the client's own name for the strategy the coordinator chose (its assignor looks it up)
+        protocol = next((name for name in offered if _strategy(name) == result.protocol), result.protocol)
+        return {**out, "generation_id": result.generation_id, "protocol_name": protocol,
                 "leader": result.leader_id, "member_id": result.member_id, "members": members}
 
     async def sync_group(self, request: Request, session: Session) -> dict:
@@ -626,21 +631,39 @@ class KafkaApis:
 # -- the consumer protocol's embedded bytes (ConsumerProtocolSubscription / Assignment) ----------
 
 _SUBSCRIPTION_VERSIONS = 3
+#: Assignor names of clients that do not use the Java client's names, as the
+#: coordinator's strategy they mean (kafkajs); any other unknown name is "range".
+_CLIENT_ASSIGNORS = {"RoundRobinAssigner": "roundrobin"}
+
+
+def _strategy(protocol_name: str) -> str:
+    """The coordinator strategy (``laketail.coordinator.assignors.ASSIGNORS``) for a
+    JoinGroup protocol name: the coordinator assigns, whatever assignor the client runs
+    (docs/architecture.md §9.2), so a name it does not know still joins."""
+    if protocol_name in ASSIGNORS:
+        return protocol_name
+    return _CLIENT_ASSIGNORS.get(protocol_name, "range")
 
 
 def _subscription(metadata: bytes) -> tuple[list[str], list[tuple[str, int]]]:
     """A JoinGroup protocol's metadata: the subscribed topics and owned partitions.
     A version newer than kio knows is read as the newest it knows (versions only add
-    fields at the end)."""
+    fields at the end). Metadata that does not parse as its version is read as v0, the
+    prefix of every version: kafkajs labels its subscription v1 but writes v0's fields
+    only (Kafka's broker never parses it; laketail's coordinator needs the topics)."""
     if len(metadata) < 2:
         raise InconsistentGroupProtocol("a consumer subscription without a version")
     (version,) = struct.unpack_from(">h", metadata)
-    schema = load_entity_schema("consumer_protocol_subscription", max(0, min(version, _SUBSCRIPTION_VERSIONS)),
-                                EntityType.data)
-    try:
-        sub: Any = entity_reader(schema)(metadata, 2)[0]
-    except Exception as exc:  # noqa: BLE001 - kio raises several kinds for bad bytes
-        raise InconsistentGroupProtocol(f"the consumer subscription does not parse: {exc}") from exc
+    sub: Any = None
+    for tried in dict.fromkeys((max(0, min(version, _SUBSCRIPTION_VERSIONS)), 0)):
+        schema = load_entity_schema("consumer_protocol_subscription", tried, EntityType.data)
+        try:
+            sub = entity_reader(schema)(metadata, 2)[0]
+            break
+        except Exception as exc:  # noqa: BLE001 - kio raises several kinds for bad bytes
+            problem = exc
+    if sub is None:
+        raise InconsistentGroupProtocol(f"the consumer subscription does not parse: {problem}") from problem
     owned = [(tp.topic, p) for tp in getattr(sub, "owned_partitions", ()) or () for p in tp.partitions]
     return list(sub.topics), owned
 
