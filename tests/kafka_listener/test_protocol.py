@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from laketail.config import BrokerSettings
-from laketail.errors import InconsistentGroupProtocol, InvalidConfig
+from laketail.errors import InvalidConfig
 from laketail.kafka.protocol import SUPPORTED, CloseConnection, build, decode_request, encode_response
 from laketail.security.listeners import exposure_problems, listener_plan
 
@@ -158,16 +158,6 @@ def test_laketail_kafka_listener_names_picks_which_listeners_speak_kafka():
                                         listener_security_protocol_map="EXTERNAL:PLAINTEXT",
                                         kafka_listener_names="EXTERNAL"))
     assert [lst.name for lst in plan.kafka] == ["EXTERNAL"]
-
-
-def test_a_v1_subscription_without_owned_partitions_reads_as_v0():
-    """kafkajs labels its JoinGroup subscription v1 but writes only v0's fields."""
-    from laketail.kafka.apis import _subscription
-
-    raw = struct.pack(">hi", 1, 1) + struct.pack(">h", 3) + b"abc" + struct.pack(">i", -1)
-    assert _subscription(raw) == (["abc"], [])
-    with pytest.raises(InconsistentGroupProtocol):
-        _subscription(struct.pack(">hi", 1, 5))  # five topics announced, none there
 
 
 def test_a_client_assignor_name_maps_to_a_coordinator_strategy():

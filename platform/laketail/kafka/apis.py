@@ -648,22 +648,16 @@ def _strategy(protocol_name: str) -> str:
 def _subscription(metadata: bytes) -> tuple[list[str], list[tuple[str, int]]]:
     """A JoinGroup protocol's metadata: the subscribed topics and owned partitions.
     A version newer than kio knows is read as the newest it knows (versions only add
-    fields at the end). Metadata that does not parse as its version is read as v0, the
-    prefix of every version: kafkajs labels its subscription v1 but writes v0's fields
-    only (Kafka's broker never parses it; laketail's coordinator needs the topics)."""
+    fields at the end)."""
     if len(metadata) < 2:
         raise InconsistentGroupProtocol("a consumer subscription without a version")
     (version,) = struct.unpack_from(">h", metadata)
-    sub: Any = None
-    for tried in dict.fromkeys((max(0, min(version, _SUBSCRIPTION_VERSIONS)), 0)):
-        schema = load_entity_schema("consumer_protocol_subscription", tried, EntityType.data)
-        try:
-            sub = entity_reader(schema)(metadata, 2)[0]
-            break
-        except Exception as exc:  # noqa: BLE001 - kio raises several kinds for bad bytes
-            problem = exc
-    if sub is None:
-        raise InconsistentGroupProtocol(f"the consumer subscription does not parse: {problem}") from problem
+    schema = load_entity_schema("consumer_protocol_subscription", max(0, min(version, _SUBSCRIPTION_VERSIONS)),
+                                EntityType.data)
+    try:
+        sub: Any = entity_reader(schema)(metadata, 2)[0]
+    except Exception as exc:  # noqa: BLE001 - kio raises several kinds for bad bytes
+        raise InconsistentGroupProtocol(f"the consumer subscription does not parse: {exc}") from exc
     owned = [(tp.topic, p) for tp in getattr(sub, "owned_partitions", ()) or () for p in tp.partitions]
     return list(sub.topics), owned
 
