@@ -11,7 +11,8 @@ A connection is closed, and only that connection, when:
   more is read: a client that lies about a huge size costs 4 bytes);
 * a frame does not decode (:class:`~laketail.kafka.protocol.CloseConnection`: unknown
   API key, unsupported version, malformed header or body, trailing bytes);
-* no request starts within ``connections.max.idle.ms``, or a started frame is not
+* no request starts within ``laketail.kafka.connections.max.idle.ms`` (Kafka's
+  ``connections.max.idle.ms`` and default, 10 minutes), or a started frame is not
   complete within ``laketail.request.body.timeout.ms`` (a slow or half-open client);
 * on a ``SASL_*`` listener, a request other than ApiVersions, SaslHandshake and
   SaslAuthenticate arrives before authentication, or authentication fails (answered
@@ -63,7 +64,7 @@ class KafkaListener:
         self.apis = apis
         self.security = security or ListenerSecurity(listener, settings, None)
         self.max_request_bytes = settings.socket_request_max_bytes
-        self.idle_s = settings.connections_max_idle_ms / 1000
+        self.idle_s = settings.kafka_connections_max_idle_ms / 1000
         self.frame_s = settings.request_body_timeout_ms / 1000
         self.server: asyncio.Server | None = None
         self.connections: set[asyncio.Task] = set()
