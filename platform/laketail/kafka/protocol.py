@@ -51,7 +51,7 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     14: ("SyncGroup", 0, 5),
     15: ("DescribeGroups", 0, 5),
     16: ("ListGroups", 0, 4),
-    17: ("SaslHandshake", 1, 1),  # v0's raw tokens are not served (laketail.kafka.sasl)
+    17: ("SaslHandshake", 0, 1),  # v0: raw tokens follow (laketail.kafka.sasl)
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 5),

@@ -16,7 +16,8 @@ A connection is closed, and only that connection, when:
   complete within ``laketail.request.body.timeout.ms`` (a slow or half-open client);
 * on a ``SASL_*`` listener, a request other than ApiVersions, SaslHandshake and
   SaslAuthenticate arrives before authentication, or authentication fails (answered
-  first); on ``SSL``/``SASL_SSL``, the TLS handshake fails or a client certificate's
+  first, except after SaslHandshake v0, whose raw tokens have no error frame); on
+  ``SSL``/``SASL_SSL``, the TLS handshake fails or a client certificate's
   subject matches no ``ssl.principal.mapping.rules`` rule
   (:mod:`laketail.kafka.security`, :mod:`laketail.kafka.sasl`).
 
@@ -32,6 +33,7 @@ import logging
 import struct
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 
+from laketail.errors import SaslAuthenticationFailed
 from laketail.kafka.apis import KafkaApis, Session
 from laketail.kafka.protocol import CloseConnection, build, decode_request, encode_response
 from laketail.kafka.security import ListenerSecurity
@@ -116,10 +118,14 @@ class KafkaListener:
         while True:
             head = await asyncio.wait_for(reader.readexactly(4), self.idle_s)
             (size,) = _SIZE.unpack(head)
-            if size < 8 or size > self.max_request_bytes:
+            raw = gate is not None and gate.raw and not gate.authenticated  # SaslHandshake v0: raw tokens
+            if size < (0 if raw else 8) or size > self.max_request_bytes:
                 raise CloseConnection(f"a request of {size} bytes (socket.request.max.bytes="
                                       f"{self.max_request_bytes})")
             frame = await asyncio.wait_for(reader.readexactly(size), self.frame_s)
+            if raw:
+                await self._raw_sasl_token(gate, frame, writer)
+                continue
             request = decode_request(frame)
             if gate is not None and not gate.authenticated:  # SASL: nothing but the exchange until it succeeds
                 answer = await gate.answer(request)
@@ -135,6 +141,19 @@ class KafkaListener:
             if response is not None:
                 writer.write(encode_response(request, response))
                 await writer.drain()
+
+
+    async def _raw_sasl_token(self, gate: Any, token: bytes, writer: asyncio.StreamWriter) -> None:
+        """One raw SASL token after SaslHandshake v0, answered by the server's raw token;
+        a failure closes the connection unanswered (v0 has no error frame), after
+        Kafka's failed-authentication delay."""
+        try:
+            reply = await gate.raw_token(token)
+        except SaslAuthenticationFailed:
+            await self.security.before_failure_answer()
+            raise CloseConnection("SASL authentication failed") from None
+        writer.write(_SIZE.pack(len(reply)) + reply)
+        await writer.drain()
 
 
 def kafka_listeners(app: Any, settings: "BrokerSettings") -> list[KafkaListener]:
