@@ -12,7 +12,9 @@ PYTEST_ARGS ?=
 JAR := platform/laketail/spark/jvm/laketail-spark.jar
 JAVA_SOURCES := $(shell find platform/laketail/spark/jvm/java -type f)
 
-.PHONY: run test bench soak check-python check-java check-compose check-chromium install
+KAFKAJS := tests/kafka_listener/kafkajs/node_modules/kafkajs/package.json
+
+.PHONY: run test bench soak check-python check-java check-compose check-chromium check-kcat check-node install
 
 # HTTP on 8082, Kafka's protocol on 9092 (docs/architecture.md §11.6)
 run: check-java install
@@ -21,7 +23,7 @@ run: check-java install
 
 # ruff (lint, import order) over the repository and mypy over the packages configured in
 # pyproject.toml [tool.mypy] (the Broker checked against each port) run before the tests.
-test: check-java check-compose check-chromium install
+test: check-java check-compose check-chromium check-kcat $(KAFKAJS) install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VPY) -m pytest $(PYTEST_ARGS)
@@ -97,6 +99,29 @@ check-compose:
 	  apt-get install -y -q docker-compose >/dev/null 2>&1 || \
 	  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q docker-compose >/dev/null 2>&1; } || \
 	  echo "could not install docker-compose: tests/test_docker_compose.py will fail" >&2; }
+
+# tests/kafka_listener/test_kcat.py runs Debian's kcat against the Kafka listener:
+# install it when it is missing.
+check-kcat:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  echo "installing Debian's kcat (tests/kafka_listener/test_kcat.py drives the Kafka listener with it)"; \
+	  apt-get install -y -q kcat >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q kcat >/dev/null 2>&1; } || \
+	  echo "could not install kcat: tests/kafka_listener/test_kcat.py will fail" >&2; }
+
+# tests/kafka_listener/test_kafkajs.py runs kafkajs (npm) under Node.js: Debian's nodejs
+# and npm when missing, then kafkajs into tests/kafka_listener/kafkajs/node_modules
+# (its package.json pins the version).
+check-node:
+	@{ command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; } || { \
+	  echo "installing Debian's nodejs and npm (tests/kafka_listener/test_kafkajs.py runs kafkajs)"; \
+	  apt-get install -y -q nodejs npm >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q nodejs npm >/dev/null 2>&1; } || \
+	  echo "could not install nodejs and npm: tests/kafka_listener/test_kafkajs.py will fail" >&2; }
+
+$(KAFKAJS): tests/kafka_listener/kafkajs/package.json | check-node
+	cd tests/kafka_listener/kafkajs && npm install --no-package-lock --no-audit --no-fund --loglevel=error
+	touch $@
 
 # tests/console drive the web console in Debian's headless chromium through
 # chromium-driver (selenium): install both when either is missing.

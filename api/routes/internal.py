@@ -53,6 +53,7 @@ class _Heartbeat(BaseModel):
     broker_id: Int32
     url: str
     broker_url: str = ""  # the inter-broker listener's, when it is not ``url``
+    endpoints: str = ""  # the other advertised listeners (Kafka's protocol), NAME://host:port,...
     incarnation: str
     leos: dict[str, Int64]
     known_version: Int64

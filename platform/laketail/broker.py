@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Coroutine
 
@@ -73,6 +73,7 @@ from laketail.records import (
     IsolationLevel,
 )
 from laketail.schemas import SCHEMAS_TOPIC, SchemaRegistry
+from laketail.security.listeners import advertised_endpoints, parse_entries
 from laketail.storage.block_cache import BLOCKS
 from laketail.storage.log_manager import LogManager
 from laketail.storage.partition_log import PartitionLog, ProducerBatch
@@ -125,12 +126,18 @@ def check_partition_limits(name: str, partitions: int, existing: int, settings: 
         )
 
 
+def _endpoints(text: str) -> dict[str, tuple[str, int]]:
+    return {name: (host, port) for name, host, port in parse_entries(text, "endpoints")}
+
+
 @dataclass(frozen=True)
 class BrokerInfo:
     broker_id: int
     url: str
     host: str
     port: int
+    #: Its other advertised listeners (the Kafka-protocol ones): name -> (host, port)
+    endpoints: dict[str, tuple[str, int]] = field(default_factory=dict)
 
 
 class Broker:
@@ -562,9 +569,11 @@ class Broker:
             if not b.alive:
                 continue
             url = httpx.URL(b.url)
-            out.append(BrokerInfo(b.broker_id, b.url, url.host, url.port or (443 if url.scheme == "https" else 80)))
+            out.append(BrokerInfo(b.broker_id, b.url, url.host, url.port or (443 if url.scheme == "https" else 80),
+                                  _endpoints(b.endpoints)))
         if not out:
-            out = [BrokerInfo(self.broker_id, self.settings.url, self.settings.host, self.settings.port)]
+            out = [BrokerInfo(self.broker_id, self.settings.url, self.settings.host, self.settings.port,
+                              _endpoints(advertised_endpoints(self.settings)))]
         return out
 
     @property

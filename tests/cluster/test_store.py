@@ -31,6 +31,13 @@ def test_register_broker_inserts_then_replaces_the_row(store):
     assert len(DeltaTable(store.brokers_uri).to_pyarrow_table()) == 2
 
 
+def test_a_registration_keeps_the_kafka_listeners_a_broker_advertises(store):
+    store.register_broker(1, "http://127.0.0.1:9001", "a", endpoints="KAFKA://10.0.0.1:9092")
+    store.register_broker(2, "http://127.0.0.1:9002", "b")
+    brokers = store.brokers()
+    assert (brokers[1].endpoints, brokers[2].endpoints) == ("KAFKA://10.0.0.1:9092", "")
+
+
 def test_set_alive_changes_only_the_named_brokers(store):
     store.register_broker(1, "u1", "a")
     store.register_broker(2, "u2", "b")

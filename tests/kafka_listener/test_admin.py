@@ -81,3 +81,26 @@ def test_create_and_delete_topics_with_kafka_python(kafka_broker):
         assert httpx.get(f"{kafka_broker.url}/topics/{name}").status_code == 404
     finally:
         admin.close()
+
+
+def test_create_partitions_with_confluent_kafka(kafka_broker):
+    from confluent_kafka.admin import NewPartitions
+
+    admin = _admin(kafka_broker)
+    name = f"adm-p-{uuid.uuid4().hex[:8]}"
+    assert kafka_broker.rest.create_topic(name, 2).status_code in (200, 201)
+    admin.create_partitions([NewPartitions(name, 5)], validate_only=True)[name].result(60)
+    assert len(httpx.get(f"{kafka_broker.url}/topics/{name}").json()["partitions"]) == 2  # validated only
+    admin.create_partitions([NewPartitions(name, 5)])[name].result(60)
+    assert len(httpx.get(f"{kafka_broker.url}/topics/{name}").json()["partitions"]) == 5
+    md = admin.list_topics(name, timeout=30)
+    assert sorted(md.topics[name].partitions) == [0, 1, 2, 3, 4]
+    for count in (5, 3):  # not more than the topic has: Kafka's INVALID_PARTITIONS, nothing changes
+        with pytest.raises(KafkaException) as bad:
+            admin.create_partitions([NewPartitions(name, count)])[name].result(60)
+        assert bad.value.args[0].code() == KafkaError.INVALID_PARTITIONS
+    missing = f"adm-missing-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(KafkaException) as gone:
+        admin.create_partitions([NewPartitions(missing, 2)])[missing].result(60)
+    assert gone.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert len(httpx.get(f"{kafka_broker.url}/topics/{name}").json()["partitions"]) == 5

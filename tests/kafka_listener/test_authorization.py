@@ -57,3 +57,19 @@ def test_metadata_lists_only_topics_the_principal_may_describe(acl_broker):
     admin = AdminClient({"bootstrap.servers": acl_broker.bootstrap, **QUIET})
     topics = admin.list_topics(timeout=30).topics
     assert seen in topics and hidden not in topics
+
+
+def test_create_partitions_needs_alter_on_the_topic(acl_broker):
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewPartitions
+
+    topic = f"grow-{uuid.uuid4().hex[:8]}"
+    assert acl_broker.rest.create_topic(topic, 1).status_code in (200, 201)
+    _deny(acl_broker, topic, "ALTER")
+    _deny(acl_broker, topic, "DESCRIBE", permission="ALLOW")
+    time.sleep(0.5)  # acl.refresh
+    admin = AdminClient({"bootstrap.servers": acl_broker.bootstrap, **QUIET})
+    with pytest.raises(KafkaException) as denied:
+        admin.create_partitions([NewPartitions(topic, 3)])[topic].result(60)
+    assert denied.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert len(admin.list_topics(topic, timeout=30).topics[topic].partitions) == 1

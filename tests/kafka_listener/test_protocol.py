@@ -158,3 +158,37 @@ def test_laketail_kafka_listener_names_picks_which_listeners_speak_kafka():
                                         listener_security_protocol_map="EXTERNAL:PLAINTEXT",
                                         kafka_listener_names="EXTERNAL"))
     assert [lst.name for lst in plan.kafka] == ["EXTERNAL"]
+
+
+def test_a_client_assignor_name_maps_to_a_coordinator_strategy():
+    """kafkajs offers "RoundRobinAssigner"; the coordinator assigns (docs §9.2)."""
+    from laketail.kafka.apis import _strategy
+
+    assert [_strategy(n) for n in ("range", "cooperative-sticky", "RoundRobinAssigner", "custom")] == [
+        "range", "cooperative-sticky", "roundrobin", "range"]
+
+
+def test_the_kafka_listener_idle_timeout_is_kafkas_and_its_own_setting():
+    """laketail.kafka.connections.max.idle.ms: Kafka's default (10 min), apart from
+    HTTP's connections.max.idle.ms; an idle connection is closed when it passes."""
+    import asyncio
+
+    from laketail.kafka.server import KafkaListener
+    from laketail.security.listeners import Listener
+
+    lst = Listener("KAFKA", "127.0.0.1", 0, "PLAINTEXT", False, "kafka://127.0.0.1:0")
+    assert KafkaListener(lst, None, BrokerSettings()).idle_s == 600.0  # type: ignore[arg-type]
+    settings = BrokerSettings(kafka_connections_max_idle_ms=200)  # HTTP's stays 30 s
+
+    async def idle_connection_closes() -> bytes:
+        listener = KafkaListener(lst, None, settings)  # type: ignore[arg-type]  # no request reaches the apis
+        await listener.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+            got = await asyncio.wait_for(reader.read(1), 20)  # b"": the broker closed it
+            writer.close()
+            return got
+        finally:
+            await listener.close()
+
+    assert asyncio.run(idle_connection_closes()) == b""

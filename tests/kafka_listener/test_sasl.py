@@ -29,6 +29,8 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from tests.conftest import free_port
 from tests.kafka_listener.conftest import KafkaBroker
+from tests.kafka_listener.test_listener import _call, _closed, _read_frame
+from tests.kafka_listener.test_sasl_exchange import _client_final
 from tests.security.support import Pki, add_user
 
 pytestmark = pytest.mark.integration
@@ -293,3 +295,36 @@ def test_sasl_handshake_on_a_listener_without_sasl_is_illegal_sasl_state(sasl_br
             answer += sock.recv(size - len(answer))
     correlation_id, error_code = struct.unpack_from(">ih", answer)
     assert (correlation_id, error_code) == (1, 34)
+
+
+def _raw_token(sock: socket.socket, token: bytes) -> bytes:
+    """After SaslHandshake v0: a size-prefixed raw token out, the server's raw token back."""
+    sock.sendall(struct.pack(">i", len(token)) + token)
+    return _read_frame(sock)
+
+
+def _handshake_v0(sasl_broker, mechanism: str) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", sasl_broker.ports["SASLPLAIN"]), timeout=30)
+    answer = _call(sock, 17, 0, {"mechanism": mechanism})
+    assert int(answer.error_code) == 0 and mechanism in answer.mechanisms
+    return sock
+
+
+def test_sasl_handshake_v0_then_raw_plain_and_scram_tokens(sasl_broker):
+    """Clients before Kafka 1.0: raw SASL tokens after SaslHandshake v0, then requests."""
+    with _handshake_v0(sasl_broker, "PLAIN") as sock:
+        assert _raw_token(sock, b"\0alice\0" + ALICE.encode()) == b""
+        answer = _call(sock, 3, 1, {"topics": None}, correlation_id=9)  # Metadata, as alice
+        assert [b.node_id for b in answer.brokers] == [0]
+    with _handshake_v0(sasl_broker, "SCRAM-SHA-512") as sock:
+        server_first = _raw_token(sock, b"n,,n=erin,r=nonce-v0")
+        final = _client_final("n=erin,r=nonce-v0", server_first, ERIN)
+        assert _raw_token(sock, final).startswith(b"v=")
+        assert int(_call(sock, 18, 0, {}, correlation_id=10).error_code) == 0
+
+
+def test_sasl_handshake_v0_with_a_wrong_password_closes_unanswered(sasl_broker):
+    with _handshake_v0(sasl_broker, "PLAIN") as sock:
+        wrong = b"\0alice\0not-the-password"
+        sock.sendall(struct.pack(">i", len(wrong)) + wrong)
+        assert _closed(sock)  # v0 has no error frame: the connection just closes

@@ -169,7 +169,7 @@ class Controller:
     # -- heartbeats and liveness ------------------------------------------------------------------
 
     async def heartbeat(self, broker_id: int, url: str, incarnation: str, leos: dict[str, int], known_version: int,
-                        broker_url: str = "") -> dict:
+                        broker_url: str = "", endpoints: str = "") -> dict:
         if not self.active:
             from laketail.errors import NotController
 
@@ -181,7 +181,7 @@ class Controller:
             async with self._lock:
                 restarted = known is not None and known.incarnation != incarnation
                 self.brokers[broker_id] = BrokerRegistration(broker_id, url, incarnation, True, int(time.time() * 1000),
-                                                             broker_url)
+                                                             broker_url, endpoints)
                 log.info("broker %d is alive (%s)", broker_id, "restarted" if restarted else "registered")
                 if restarted:
                     self._broker_rejoined(broker_id)

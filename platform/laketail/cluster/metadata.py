@@ -26,6 +26,10 @@ class BrokerRegistration:
     #: The inter-broker listener's URL (``url`` is the client listener's); "" when one
     #: listener serves both. Peers are called at :attr:`peer_url` only.
     broker_url: str = ""
+    #: The broker's other advertised listeners, Kafka's ``NAME://host:port,...`` form
+    #: (the Kafka-protocol listeners, whose Metadata answers list every broker's); the
+    #: cluster only carries them.
+    endpoints: str = ""
 
     @property
     def peer_url(self) -> str:

@@ -47,6 +47,7 @@ from laketail.errors import (
     RequestTimedOut,
     UnknownTopicOrPartition,
 )
+from laketail.security.listeners import advertised_endpoints
 from laketail.security.peers import peer_headers
 
 if TYPE_CHECKING:
@@ -87,7 +88,8 @@ class ClusterNode:
         self.store = ClusterStore(host.settings.data)
         self.incarnation = uuid.uuid4().hex
         self.registration = BrokerRegistration(
-            self.broker_id, host.settings.url, self.incarnation, True, int(time.time() * 1000), self._own_peer_url()
+            self.broker_id, host.settings.url, self.incarnation, True, int(time.time() * 1000), self._own_peer_url(),
+            advertised_endpoints(host.settings),
         )
         self.peer_headers = peer_headers(host.settings.inter_broker_secret)
         self.peer_ssl = _peer_ssl_context(host.settings)
@@ -138,7 +140,7 @@ class ClusterNode:
     async def start(self) -> None:
         """Register, then join: returns once this broker has a cluster image."""
         await asyncio.to_thread(self.store.register_broker, self.broker_id, self.settings.url, self.incarnation,
-                                self._own_peer_url())
+                                self._own_peer_url(), self.registration.endpoints)
         controller_id, epoch = await asyncio.to_thread(self.store.controller)
         if controller_id in (NO_LEADER, self.broker_id):
             await self._claim(epoch, presumed_dead=set())
@@ -246,7 +248,7 @@ class ClusterNode:
             raise NotController("no controller has been elected yet")
         body: dict[str, Any] = {
             "broker_id": self.broker_id, "url": self.settings.url, "broker_url": self._own_peer_url(),
-            "incarnation": self.incarnation,
+            "incarnation": self.incarnation, "endpoints": self.registration.endpoints,
             "leos": self.leos(), "known_version": self.image.version,
         }
         if controller_id == self.broker_id:

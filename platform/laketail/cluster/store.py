@@ -40,6 +40,7 @@ BROKERS_SCHEMA = pa.schema([
     ("registered_ms", pa.int64()),
     ("updated_ms", pa.int64()),
     ("broker_url", pa.string()),  # the inter-broker listener's URL; null when it is ``url``
+    ("endpoints", pa.string()),  # other advertised listeners, NAME://host:port,... (Kafka's protocol)
 ])
 CONTROLLER_SCHEMA = pa.schema([
     ("controller_id", pa.int32()),
@@ -154,12 +155,14 @@ class ClusterStore:
         _, rows = self._rows(self.brokers_uri, BROKERS_SCHEMA)
         return {
             r["broker_id"]: BrokerRegistration(
-                r["broker_id"], r["url"], r["incarnation"], r["alive"], r["registered_ms"], r.get("broker_url") or ""
+                r["broker_id"], r["url"], r["incarnation"], r["alive"], r["registered_ms"], r.get("broker_url") or "",
+                r.get("endpoints") or "",
             )
             for r in rows
         }
 
-    def register_broker(self, broker_id: int, url: str, incarnation: str, broker_url: str = "") -> None:
+    def register_broker(self, broker_id: int, url: str, incarnation: str, broker_url: str = "",
+                        endpoints: str = "") -> None:
         now = _now_ms()
 
         def change(rows: list[dict]) -> list[dict]:
@@ -167,6 +170,7 @@ class ClusterStore:
             return others + [{
                 "broker_id": broker_id, "url": url, "incarnation": incarnation, "alive": True,
                 "registered_ms": now, "updated_ms": now, "broker_url": broker_url or None,
+                "endpoints": endpoints or None,
             }]
 
         self.mutate(self.brokers_uri, BROKERS_SCHEMA, change)

@@ -1,14 +1,22 @@
-"""Kafka's group and cluster admin APIs: DeleteGroups, OffsetDelete, DescribeCluster.
+"""Kafka's group, topic and cluster admin APIs: DeleteGroups, OffsetDelete,
+CreatePartitions, DescribeCluster.
 
 * DeleteGroups v0-2 calls ``GroupCoordinator.delete``: NON_EMPTY_GROUP while the group
   has members; its offsets are tombstoned and the group forgotten.
 * OffsetDelete v0 tombstones a group's offsets (``OffsetStore.delete``), refusing
   (GROUP_SUBSCRIBED_TO_TOPIC) a topic a member is subscribed to.
-* DescribeCluster v0-1: the brokers Metadata lists (this one); the controller endpoint
-  type (2) is UNSUPPORTED_ENDPOINT_TYPE.
+* CreatePartitions v0-3 calls ``Broker.create_partitions`` (the controller adds the
+  partitions, as v3's ``PATCH .../partitions_count`` does): INVALID_PARTITIONS for a
+  count not above the topic's or past the partition limits, UNKNOWN_TOPIC_OR_PARTITION
+  for a topic that does not exist, INVALID_REQUEST for a topic named twice and for
+  explicit replica assignments (not served, as in CreateTopics); ``validate_only``
+  checks and adds nothing.
+* DescribeCluster v0-1: the brokers Metadata lists and the controller; the controller
+  endpoint type (2) is UNSUPPORTED_ENDPOINT_TYPE.
 
 Authorization, as Kafka's ``AclAuthorizer``: DeleteGroups Delete on each group;
-OffsetDelete Delete on the group and Read on each topic; DescribeCluster needs nothing,
+OffsetDelete Delete on the group and Read on each topic; CreatePartitions Alter on each
+topic; DescribeCluster needs nothing,
 its authorized operations (KIP-430) need Describe on the cluster.
 
 The config APIs are in :mod:`laketail.kafka.configs`, the ACL APIs in
@@ -25,11 +33,13 @@ from laketail.kafka.acl_codes import (
 )
 from laketail.kafka.apis import (
     GROUP_AUTHORIZATION_FAILED,
+    INVALID_REQUEST,
     NOT_COORDINATOR,
     TOPIC_AUTHORIZATION_FAILED,
     ApiPart,
     Session,
     error_code,
+    error_message,
 )
 from laketail.kafka.protocol import Request
 from laketail.security.acl import (
@@ -49,7 +59,8 @@ class AdminApis(ApiPart):
 
     @property
     def handlers(self) -> dict[int, Callable[[Request, Session], Awaitable[dict]]]:
-        return {42: self.delete_groups, 47: self.offset_delete, 60: self.describe_cluster}
+        return {37: self.create_partitions, 42: self.delete_groups, 47: self.offset_delete,
+                60: self.describe_cluster}
 
     async def delete_groups(self, request: Request, session: Session) -> dict:
         results = []
@@ -102,12 +113,34 @@ class AdminApis(ApiPart):
             return answer(error_code(exc), {})
         return answer(0, codes)
 
+    # -- topics ----------------------------------------------------------------------------------
+
+    async def create_partitions(self, request: Request, session: Session) -> dict:
+        body = request.body
+        names = [t.name for t in body.topics]
+        results = []
+        for t in body.topics:
+            out: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
+            if names.count(t.name) > 1:
+                out.update(error_code=INVALID_REQUEST, error_message="Duplicate topic in request.")
+            elif not self._allowed(session, Op.ALTER, R.TOPIC, t.name):
+                out["error_code"] = TOPIC_AUTHORIZATION_FAILED
+            elif t.assignments is not None:
+                out.update(error_code=INVALID_REQUEST, error_message="explicit replica assignments are not served")
+            else:
+                try:
+                    await self.broker.create_partitions(t.name, t.count, validate_only=body.validate_only)
+                except Exception as exc:  # noqa: BLE001 - answered as the topic's error code
+                    out.update(error_code=error_code(exc), error_message=error_message(exc))
+            results.append(out)
+        return {"throttle_time": 0, "results": results}
+
     # -- cluster ---------------------------------------------------------------------------------
 
     async def describe_cluster(self, request: Request, session: Session) -> dict:
         body = request.body
         out: dict[str, Any] = {"throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
-                               "cluster_id": self.broker.cluster_id or "", "controller_id": self.broker.broker_id,
+                               "cluster_id": self.broker.cluster_id or "", "controller_id": self.controller_id(),
                                "brokers": [{k if k != "node_id" else "broker_id": v for k, v in b.items()}
                                            for b in self.brokers()],
                                "cluster_authorized_operations": NOT_ASKED}

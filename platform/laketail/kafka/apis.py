@@ -12,9 +12,10 @@ joined here is the group v3 describes.
 
 Differences from Kafka's broker, on purpose or not yet done:
 
-* Metadata names this broker as the leader of every partition (it forwards produce and
-  fetch to the real leader, as its HTTP routes do); only this broker is listed, since
-  other brokers' Kafka listeners are not registered yet.
+* Metadata lists the live brokers at their registered Kafka listener of the same name
+  (``BrokerRegistration.endpoints``) and each partition's leader, replicas, ISR and
+  leader epoch from the cluster image; Produce and Fetch of a partition led elsewhere
+  answer NOT_LEADER_OR_FOLLOWER (:mod:`laketail.kafka.leadership`).
 * The group coordinator assigns partitions itself (docs/architecture.md §9): JoinGroup
   gives the leader the members' subscriptions so the client runs, but SyncGroup answers
   every member the coordinator's assignment and ignores the leader's.
@@ -26,9 +27,9 @@ Differences from Kafka's broker, on purpose or not yet done:
   :mod:`laketail.kafka.txn`, over the same transaction coordinator as ``/v1``.
 * The admin APIs for configs, groups and the cluster, and ACLs are in
   :mod:`laketail.kafka.configs`, :mod:`laketail.kafka.admin` and
-  :mod:`laketail.kafka.acls`; CreatePartitions is not served.
+  :mod:`laketail.kafka.acls`; CreatePartitions is in :mod:`laketail.kafka.admin`.
 * Group and transaction coordination only on the controller (this broker alone, or the
-  cluster's controller); elsewhere FindCoordinator answers COORDINATOR_NOT_AVAILABLE.
+  cluster's controller): FindCoordinator names the controller, whichever broker is asked.
 """
 
 from __future__ import annotations
@@ -42,10 +43,13 @@ from kio.index import load_entity_schema
 from kio.serial import entity_reader
 from kio.static.constants import EntityType
 
+from laketail.cluster.metadata import NO_LEADER
+from laketail.coordinator.assignors import ASSIGNORS
 from laketail.coordinator.offsets import CommittedOffset
 from laketail.errors import InconsistentGroupProtocol, LaketailError, ProducerFenced
 from laketail.kafka import records, sasl
 from laketail.kafka.acl_codes import NOT_ASKED, authorized_operations
+from laketail.kafka.leadership import LeaderGate
 from laketail.kafka.protocol import API_VERSIONS, SUPPORTED, Request, build, ms
 from laketail.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from laketail.security.principal import KafkaPrincipal
@@ -62,6 +66,7 @@ Op, R = AclOperation, ResourceType
 UNKNOWN_SERVER_ERROR = -1
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
 INVALID_REQUIRED_ACKS = 21
@@ -109,6 +114,7 @@ class ApiPart:
         self.authorizer = apis.authorizer
         self.coordinates = apis.coordinates
         self.brokers = apis.brokers
+        self.controller_id = apis.controller_id
 
     def _allowed(self, session: Session, op: AclOperation, rtype: ResourceType, name: str = CLUSTER_NAME) -> bool:
         return self.authorizer.authorize(session.principal, session.host, op, rtype, name)
@@ -116,12 +122,16 @@ class ApiPart:
 
 class KafkaApis:
     """Answers Kafka requests for one broker; ``advertised`` is the Kafka listener's
-    (host, port), what Metadata and FindCoordinator answer. Event loop thread only."""
+    (host, port), what Metadata and FindCoordinator answer for this broker, and
+    ``listener_name`` its name: other brokers are listed at their listener of that name,
+    as Kafka's Metadata does. Event loop thread only."""
 
-    def __init__(self, broker: "Broker", authorizer: "Authorizer", advertised: tuple[str, int]) -> None:
+    def __init__(self, broker: "Broker", authorizer: "Authorizer", advertised: tuple[str, int],
+                 listener_name: str = "KAFKA") -> None:
         self.broker = broker
         self.authorizer = authorizer
         self.host, self.port = advertised
+        self.listener_name = listener_name
         self.handlers: dict[int, Callable[[Request, Session], Awaitable[dict | None]]] = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata, 8: self.offset_commit,
             9: self.offset_fetch, 10: self.find_coordinator, 11: self.join_group, 12: self.heartbeat,
@@ -136,6 +146,8 @@ class KafkaApis:
         for part in (TransactionApis(self), ConfigApis(self), AdminApis(self), AclApis(self)):
             self.handlers.update(part.handlers)
         self.handlers.update(sasl.AFTER_AUTHENTICATION)  # the SASL exchange itself is sasl.SaslGate's
+        gate = LeaderGate(self)  # Produce and Fetch only on the partition's leader
+        self.handlers[0], self.handlers[1] = gate.produce(self.handlers[0]), gate.fetch(self.handlers[1])
         assert set(self.handlers) == set(SUPPORTED), "every served API has a handler and only those"
 
     async def handle(self, request: Request, session: Session) -> Any:
@@ -155,8 +167,23 @@ class KafkaApis:
         return {"error_code": code, "api_keys": keys, "throttle_time": 0}
 
     def brokers(self) -> list[dict]:
-        """The brokers Metadata and DescribeCluster list: this one, at its Kafka listener."""
-        return [{"node_id": self.broker.broker_id, "host": self.host, "port": self.port, "rack": None}]
+        """The brokers Metadata and DescribeCluster list: the live ones with a Kafka
+        listener of this one's name, at its advertised address (this broker always)."""
+        out = []
+        for b in self.broker.brokers():
+            if b.broker_id == self.broker.broker_id:
+                out.append({"node_id": b.broker_id, "host": self.host, "port": self.port, "rack": None})
+            elif self.listener_name in b.endpoints:
+                host, port = b.endpoints[self.listener_name]
+                out.append({"node_id": b.broker_id, "host": host, "port": port, "rack": None})
+        if not any(b["node_id"] == self.broker.broker_id for b in out):
+            out.append({"node_id": self.broker.broker_id, "host": self.host, "port": self.port, "rack": None})
+        return out
+
+    def controller_id(self) -> int:
+        """The cluster's controller (this broker when alone or before the first image)."""
+        controller = self.broker.controller_id
+        return controller if controller != NO_LEADER else self.broker.broker_id
 
     async def metadata(self, request: Request, session: Session) -> dict:
         body = request.body
@@ -167,9 +194,10 @@ class KafkaApis:
                                                   audit_denied=False)]
         else:
             names = [t.name for t in body.topics]
-        topics = [await self._topic_metadata(name, session, allow_create) for name in names]
+        listed = {b["node_id"] for b in self.brokers()}
+        topics = [await self._topic_metadata(name, session, allow_create, listed) for name in names]
         out = {"throttle_time": 0, "brokers": self.brokers(), "cluster_id": self.broker.cluster_id or None,
-               "controller_id": self.broker.broker_id, "topics": topics, "cluster_authorized_operations": NOT_ASKED}
+               "controller_id": self.controller_id(), "topics": topics, "cluster_authorized_operations": NOT_ASKED}
         if getattr(body, "include_topic_authorized_operations", False):  # KIP-430 (v8+)
             for t in topics:
                 t["topic_authorized_operations"] = 0 if t["error_code"] else authorized_operations(
@@ -180,7 +208,7 @@ class KafkaApis:
                 session, Op.DESCRIBE, R.CLUSTER) else 0
         return out
 
-    async def _topic_metadata(self, name: str, session: Session, allow_create: bool) -> dict:
+    async def _topic_metadata(self, name: str, session: Session, allow_create: bool, listed: set[int]) -> dict:
         out: dict[str, Any] = {"name": name, "error_code": 0, "is_internal": False, "partitions": []}
         if not self._allowed(session, Op.DESCRIBE, R.TOPIC, name):
             out["error_code"] = TOPIC_AUTHORIZATION_FAILED
@@ -198,13 +226,23 @@ class KafkaApis:
             out["error_code"] = error_code(exc)
             return out
         out["is_internal"] = info.internal
-        for p in range(info.partitions):
-            state = self.broker.partition_state(name, p)
-            me = self.broker.broker_id
-            out["partitions"].append({"error_code": 0, "partition_index": p, "leader_id": me,
-                                      "leader_epoch": state.leader_epoch, "replica_nodes": [me], "isr_nodes": [me],
-                                      "offline_replicas": []})
+        out["partitions"] = [self._partition_metadata(name, p, listed) for p in range(info.partitions)]
         return out
+
+    def _partition_metadata(self, topic: str, partition: int, listed: set[int]) -> dict:
+        """One partition as the cluster image has it. A partition without a leader, or
+        whose leader has no listener Metadata lists, is LEADER_NOT_AVAILABLE (leader -1),
+        as Kafka's KRaft metadata cache answers; a broker without a cluster image (no
+        replica registered yet) names itself."""
+        state = self.broker.partition_state(topic, partition)
+        me = self.broker.broker_id
+        leader, replicas, isr = state.leader, state.replicas, state.isr
+        if leader == NO_LEADER and not replicas:
+            leader, replicas, isr = me, [me], [me]
+        code = 0 if leader in listed else LEADER_NOT_AVAILABLE
+        return {"error_code": code, "partition_index": partition, "leader_id": leader if code == 0 else NO_LEADER,
+                "leader_epoch": state.leader_epoch, "replica_nodes": replicas, "isr_nodes": isr,
+                "offline_replicas": [r for r in replicas if r not in listed]}
 
     # -- Produce ---------------------------------------------------------------------------------
 
@@ -411,15 +449,20 @@ class KafkaApis:
     async def find_coordinator(self, request: Request, session: Session) -> dict:
         body = request.body
         key_type = getattr(body, "key_type", 0)
-        out = {"throttle_time": 0, "error_code": 0, "error_message": None, "node_id": self.broker.broker_id,
-               "host": self.host, "port": self.port}
+        coordinator = self.controller_id()  # groups and transactions are coordinated on the controller
+        found = next((b for b in self.brokers() if b["node_id"] == coordinator), None)
+        out: dict[str, Any] = {"throttle_time": 0, "error_code": 0, "error_message": None, "node_id": -1,
+                               "host": "", "port": -1}
+        if found is not None:
+            out.update(node_id=coordinator, host=found["host"], port=found["port"])
         if key_type == 0 and not self._allowed(session, Op.DESCRIBE, R.GROUP, body.key):
             out.update(error_code=GROUP_AUTHORIZATION_FAILED, node_id=-1, host="", port=-1)
         elif key_type == 1 and not self._allowed(session, Op.DESCRIBE, R.TRANSACTIONAL_ID, body.key):
             out.update(error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED, node_id=-1, host="", port=-1)
-        elif key_type not in (0, 1) or not self.coordinates():
+        elif key_type not in (0, 1) or found is None or (coordinator == self.broker.broker_id
+                                                          and not self.coordinates()):
             out.update(error_code=COORDINATOR_NOT_AVAILABLE, node_id=-1, host="", port=-1,
-                       error_message="this broker does not coordinate groups or transactions")
+                       error_message="the coordinator (the cluster's controller) has no Kafka listener known here")
         return out
 
     async def join_group(self, request: Request, session: Session) -> dict:
@@ -432,10 +475,12 @@ class KafkaApis:
             return {**out, "error_code": INCONSISTENT_GROUP_PROTOCOL}
         try:
             topics, owned = _subscription(body.protocols[0].metadata)
+            offered = [p.name for p in body.protocols]
             session_ms = ms(body.session_timeout)
             rebalance_ms = ms(body.rebalance_timeout) if request.api_version >= 1 else session_ms
             result = await self.broker.groups.join(
-                body.group_id, body.member_id, topics=topics, strategies=[p.name for p in body.protocols],
+                body.group_id, body.member_id, topics=topics,
+                strategies=list(dict.fromkeys(_strategy(name) for name in offered)),
                 client_id=request.client_id or "kafka", client_host=session.host,
                 session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
                 owned=owned or None,
@@ -449,7 +494,9 @@ class KafkaApis:
                 member = group.members.get(member_id)
                 members.append({"member_id": member_id, "group_instance_id": None,
                                 "metadata": _encode_subscription(member.topics if member else [])})
-        return {**out, "generation_id": result.generation_id, "protocol_name": result.protocol,
+        # the client's own name for the strategy the coordinator chose (its assignor looks it up)
+        protocol = next((name for name in offered if _strategy(name) == result.protocol), result.protocol)
+        return {**out, "generation_id": result.generation_id, "protocol_name": protocol,
                 "leader": result.leader_id, "member_id": result.member_id, "members": members}
 
     async def sync_group(self, request: Request, session: Session) -> dict:
@@ -584,6 +631,18 @@ class KafkaApis:
 # -- the consumer protocol's embedded bytes (ConsumerProtocolSubscription / Assignment) ----------
 
 _SUBSCRIPTION_VERSIONS = 3
+#: Assignor names of clients that do not use the Java client's names, as the
+#: coordinator's strategy they mean (kafkajs); any other unknown name is "range".
+_CLIENT_ASSIGNORS = {"RoundRobinAssigner": "roundrobin"}
+
+
+def _strategy(protocol_name: str) -> str:
+    """The coordinator strategy (``laketail.coordinator.assignors.ASSIGNORS``) for a
+    JoinGroup protocol name: the coordinator assigns, whatever assignor the client runs
+    (docs/architecture.md §9.2), so a name it does not know still joins."""
+    if protocol_name in ASSIGNORS:
+        return protocol_name
+    return _CLIENT_ASSIGNORS.get(protocol_name, "range")
 
 
 def _subscription(metadata: bytes) -> tuple[list[str], list[tuple[str, int]]]:

@@ -51,7 +51,7 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     14: ("SyncGroup", 0, 5),
     15: ("DescribeGroups", 0, 5),
     16: ("ListGroups", 0, 4),
-    17: ("SaslHandshake", 1, 1),  # v0's raw tokens are not served (laketail.kafka.sasl)
+    17: ("SaslHandshake", 0, 1),  # v0: raw tokens follow (laketail.kafka.sasl)
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 5),
@@ -68,6 +68,7 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
     36: ("SaslAuthenticate", 0, 2),
+    37: ("CreatePartitions", 0, 3),
     42: ("DeleteGroups", 0, 2),
     44: ("IncrementalAlterConfigs", 0, 1),
     47: ("OffsetDelete", 0, 0),

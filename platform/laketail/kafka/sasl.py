@@ -6,9 +6,13 @@ A ``SASL_PLAINTEXT`` or ``SASL_SSL`` Kafka listener gives every connection a
 any of them:
 
 * ApiVersions passes (a client asks for versions before the handshake);
-* SaslHandshake (v1) names a mechanism of ``sasl.enabled.mechanisms``; any other is
+* SaslHandshake (v0-v1) names a mechanism of ``sasl.enabled.mechanisms``; any other is
   answered UNSUPPORTED_SASL_MECHANISM with the enabled list, and the connection closes;
-* SaslAuthenticate (v0-v2) carries the mechanism's tokens:
+* after v1, SaslAuthenticate (v0-v2) carries the mechanism's tokens; after v0 (clients
+  before Kafka 1.0, KIP-152) the tokens travel raw: each frame after the handshake is
+  a size-prefixed token without a request header, answered by a size-prefixed token
+  (:meth:`SaslGate.raw_token`), and a failure closes the connection without an
+  answer, as Kafka's broker does for v0. The tokens are:
 
   - ``PLAIN`` (RFC 4616): ``authzid NUL user NUL password``, checked against the
     user's SCRAM credentials as HTTP Basic is
@@ -30,8 +34,7 @@ never says whether the user exists, after ``connection.failed.authentication.del
 is closed. Re-authentication (KIP-368) is not offered: ``session_lifetime_ms`` is 0.
 After success the connection's :class:`~laketail.kafka.apis.Session` carries
 ``User:<name>``, the principal the HTTP listeners give the same user, so the same
-ACLs apply. SaslHandshake v0 (raw tokens outside Kafka's framing, clients before
-Kafka 1.0) is not served.
+ACLs apply.
 
 One gate per connection; event loop thread only.
 """
@@ -84,12 +87,14 @@ class SaslGate:
         self.mechanism: str | None = None
         self.scram: ScramExchange | None = None
         self.authenticated = False
+        #: after a SaslHandshake v0: the next frames are raw SASL tokens, not requests
+        self.raw = False
 
     async def answer(self, request: Request) -> Answer:
         if request.api_key == API_VERSIONS:
             return Answer(None)
         if request.api_key == SASL_HANDSHAKE and self.mechanism is None:
-            return self._handshake(request.body.mechanism)
+            return self._handshake(request.body.mechanism, request.api_version)
         if request.api_key == SASL_AUTHENTICATE and self.mechanism is not None:
             try:
                 token = await self._authenticate(bytes(request.body.auth_bytes))
@@ -101,11 +106,22 @@ class SaslGate:
             return Answer({"error_code": 0, "error_message": None, "auth_bytes": token, "session_lifetime": 0})
         raise CloseConnection(f"API key {request.api_key} before SASL authentication completed")
 
-    def _handshake(self, mechanism: str) -> Answer:
+    async def raw_token(self, token: bytes) -> bytes:
+        """After SaslHandshake v0: the server's next raw token for the client's ``token``;
+        :class:`SaslAuthenticationFailed` (logged on ``laketail.audit``) ends the exchange."""
+        try:
+            return await self._authenticate(token)
+        except SaslAuthenticationFailed as exc:
+            audit.info("principal=- host=%s operation=Authenticate resource=Listener:%s result=denied "
+                       "reason=%s", self.session.host, self.listener, exc.detail)
+            raise
+
+    def _handshake(self, mechanism: str, version: int) -> Answer:
         enabled = self.authenticator.mechanisms
         if mechanism not in enabled:
             return Answer({"error_code": UNSUPPORTED_SASL_MECHANISM, "mechanisms": enabled}, close=True)
         self.mechanism = mechanism
+        self.raw = version == 0
         return Answer({"error_code": 0, "mechanisms": enabled})
 
     async def _authenticate(self, token: bytes) -> bytes:

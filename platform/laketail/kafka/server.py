@@ -11,11 +11,13 @@ A connection is closed, and only that connection, when:
   more is read: a client that lies about a huge size costs 4 bytes);
 * a frame does not decode (:class:`~laketail.kafka.protocol.CloseConnection`: unknown
   API key, unsupported version, malformed header or body, trailing bytes);
-* no request starts within ``connections.max.idle.ms``, or a started frame is not
+* no request starts within ``laketail.kafka.connections.max.idle.ms`` (Kafka's
+  ``connections.max.idle.ms`` and default, 10 minutes), or a started frame is not
   complete within ``laketail.request.body.timeout.ms`` (a slow or half-open client);
 * on a ``SASL_*`` listener, a request other than ApiVersions, SaslHandshake and
   SaslAuthenticate arrives before authentication, or authentication fails (answered
-  first); on ``SSL``/``SASL_SSL``, the TLS handshake fails or a client certificate's
+  first, except after SaslHandshake v0, whose raw tokens have no error frame); on
+  ``SSL``/``SASL_SSL``, the TLS handshake fails or a client certificate's
   subject matches no ``ssl.principal.mapping.rules`` rule
   (:mod:`laketail.kafka.security`, :mod:`laketail.kafka.sasl`).
 
@@ -31,6 +33,7 @@ import logging
 import struct
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence
 
+from laketail.errors import SaslAuthenticationFailed
 from laketail.kafka.apis import KafkaApis, Session
 from laketail.kafka.protocol import CloseConnection, build, decode_request, encode_response
 from laketail.kafka.security import ListenerSecurity
@@ -63,7 +66,7 @@ class KafkaListener:
         self.apis = apis
         self.security = security or ListenerSecurity(listener, settings, None)
         self.max_request_bytes = settings.socket_request_max_bytes
-        self.idle_s = settings.connections_max_idle_ms / 1000
+        self.idle_s = settings.kafka_connections_max_idle_ms / 1000
         self.frame_s = settings.request_body_timeout_ms / 1000
         self.server: asyncio.Server | None = None
         self.connections: set[asyncio.Task] = set()
@@ -115,10 +118,14 @@ class KafkaListener:
         while True:
             head = await asyncio.wait_for(reader.readexactly(4), self.idle_s)
             (size,) = _SIZE.unpack(head)
-            if size < 8 or size > self.max_request_bytes:
+            raw = gate is not None and gate.raw and not gate.authenticated  # SaslHandshake v0: raw tokens
+            if size < (0 if raw else 8) or size > self.max_request_bytes:
                 raise CloseConnection(f"a request of {size} bytes (socket.request.max.bytes="
                                       f"{self.max_request_bytes})")
             frame = await asyncio.wait_for(reader.readexactly(size), self.frame_s)
+            if raw:
+                await self._raw_sasl_token(gate, frame, writer)
+                continue
             request = decode_request(frame)
             if gate is not None and not gate.authenticated:  # SASL: nothing but the exchange until it succeeds
                 answer = await gate.answer(request)
@@ -136,6 +143,19 @@ class KafkaListener:
                 await writer.drain()
 
 
+    async def _raw_sasl_token(self, gate: Any, token: bytes, writer: asyncio.StreamWriter) -> None:
+        """One raw SASL token after SaslHandshake v0, answered by the server's raw token;
+        a failure closes the connection unanswered (v0 has no error frame), after
+        Kafka's failed-authentication delay."""
+        try:
+            reply = await gate.raw_token(token)
+        except SaslAuthenticationFailed:
+            await self.security.before_failure_answer()
+            raise CloseConnection("SASL authentication failed") from None
+        writer.write(_SIZE.pack(len(reply)) + reply)
+        await writer.drain()
+
+
 def kafka_listeners(app: Any, settings: "BrokerSettings") -> list[KafkaListener]:
     """The Kafka listeners of ``settings`` over the app's broker and authorizer (built
     once the broker has started: its cluster id and groups are ready)."""
@@ -146,7 +166,7 @@ def kafka_listeners(app: Any, settings: "BrokerSettings") -> list[KafkaListener]
     authenticator = None
     for lst in listener_plan(settings).kafka:
         host, _, port = lst.advertised_url.removeprefix("kafka://").rpartition(":")
-        apis = KafkaApis(app.state.broker, app.state.authorizer, (host.strip("[]"), int(port)))
+        apis = KafkaApis(app.state.broker, app.state.authorizer, (host.strip("[]"), int(port)), lst.name)
         if (lst.sasl or lst.tls) and authenticator is None:
             authenticator = Authenticator(settings)  # one credential snapshot for every Kafka listener
         out.append(KafkaListener(lst, apis, settings, ListenerSecurity(lst, settings, authenticator)))

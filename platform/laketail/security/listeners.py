@@ -207,6 +207,15 @@ def _kafka_listeners(entries: list[tuple[str, str, int]], protocols: dict[str, s
     return tuple(out)
 
 
+def advertised_endpoints(settings: "BrokerSettings") -> str:
+    """The Kafka-protocol listeners' advertised addresses in Kafka's ``NAME://host:port``
+    form: what a broker registers so that every broker's Metadata can list it."""
+    if not settings.listeners:
+        return ""
+    kafka = listener_plan(settings).kafka
+    return ",".join(f"{lst.name}://{lst.advertised_url.removeprefix('kafka://')}" for lst in kafka)
+
+
 def is_loopback(host: str) -> bool:
     """Whether ``host`` (a listener's bind address) is reachable from this machine only."""
     if host == "localhost":

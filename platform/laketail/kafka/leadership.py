@@ -1,0 +1,132 @@
+"""Produce and Fetch are the partition leader's, as on Kafka's brokers.
+
+Metadata names each partition's leader (from the cluster image), and a Kafka client
+sends a partition's Produce and Fetch there. A request that reaches another broker
+(the client's metadata is stale: an election moved the leader) is answered
+NOT_LEADER_OR_FOLLOWER for that partition, which makes the client refresh its
+metadata and retry at the new leader; Fetch v12 also carries the leader it knows
+(``current_leader``, KIP-595's hint). The HTTP routes forward such requests to the
+leader instead (§8); the Kafka listener answers as Kafka does, so clients learn where
+to go rather than paying a forward on every request.
+
+:class:`LeaderGate` wraps the Produce and Fetch handlers of
+:class:`~laketail.kafka.apis.KafkaApis`: it takes the partitions this broker does not
+lead out of the request, lets the handler answer the rest, and adds the refusals to
+its answer. A partition the cluster image gives this broker (an election it has not
+opened its replica for yet), an unknown one and an unauthorized one go to the handler,
+which answers them as before. A broker that leads everything (alone, the common case)
+costs one lookup per partition. ``acks=0`` produce is never refused: that client reads
+no answer, so the broker forwards it as the REST path does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from laketail.cluster.metadata import NO_LEADER
+from laketail.kafka.protocol import Request
+
+if TYPE_CHECKING:
+    from laketail.kafka.apis import KafkaApis, Session
+
+NOT_LEADER_OR_FOLLOWER = 6
+Handler = Callable[[Request, "Session"], Awaitable[Any]]
+
+
+class LeaderGate:
+    """Refuses Produce and Fetch partitions led elsewhere (see the module docstring).
+    Stateless; event loop thread only."""
+
+    def __init__(self, apis: "KafkaApis") -> None:
+        self.broker = apis.broker
+
+    def leader_elsewhere(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """``(leader id, leader epoch)`` when another broker leads the partition (or none
+        does), None when this broker leads it, is about to, or does not know it."""
+        if self.broker.leads(topic, partition):
+            return None
+        try:
+            state = self.broker.partition_state(topic, partition)
+        except Exception:  # noqa: BLE001 - unknown topic or partition: the handler answers it
+            return None
+        if state.leader == self.broker.broker_id or (state.leader == NO_LEADER and not state.replicas):
+            return None  # elected here a moment ago, or a broker without a cluster image
+        return state.leader, state.leader_epoch
+
+    def produce(self, handler: Handler) -> Handler:
+        async def gated(request: Request, session: "Session") -> Any:
+            body = request.body
+            if body.acks == 0:
+                return await handler(request, session)
+            refused: dict[str, list[dict]] = {}
+            kept = []
+            for topic in body.topic_data:
+                parts = []
+                for part in topic.partition_data:
+                    if self.leader_elsewhere(topic.name, part.index) is None:
+                        parts.append(part)
+                    else:
+                        refused.setdefault(topic.name, []).append(
+                            {"index": part.index, "error_code": NOT_LEADER_OR_FOLLOWER, "base_offset": -1,
+                             "log_start_offset": -1, "record_errors": [],
+                             "error_message": "this broker does not lead the partition"})
+                if parts:
+                    kept.append(dataclasses.replace(topic, partition_data=tuple(parts)))
+            if not refused:
+                return await handler(request, session)
+            answer: dict = {"responses": [], "throttle_time": 0}
+            if kept:
+                answer = await handler(_with_body(request, dataclasses.replace(body, topic_data=tuple(kept))),
+                                       session)
+            return _merge(answer, refused, "responses", "name", "partition_responses")
+
+        return gated
+
+    def fetch(self, handler: Handler) -> Handler:
+        async def gated(request: Request, session: "Session") -> Any:
+            body = request.body
+            if body.session_id != 0:
+                return await handler(request, session)
+            refused: dict[str, list[dict]] = {}
+            kept = []
+            for topic in body.topics:
+                parts = []
+                for part in topic.partitions:
+                    elsewhere = self.leader_elsewhere(topic.topic, part.partition)
+                    if elsewhere is None:
+                        parts.append(part)
+                    else:
+                        refused.setdefault(topic.topic, []).append(
+                            {"partition_index": part.partition, "error_code": NOT_LEADER_OR_FOLLOWER,
+                             "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
+                             "aborted_transactions": [], "preferred_read_replica": -1, "records": b"",
+                             "current_leader": {"leader_id": elsewhere[0], "leader_epoch": elsewhere[1]}})
+                if parts:
+                    kept.append(dataclasses.replace(topic, partitions=tuple(parts)))
+            if not refused:
+                return await handler(request, session)
+            answer: dict = {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": []}
+            if kept:  # an error answer makes Kafka's fetch complete at once: no long poll for the rest
+                answer = await handler(_with_body(request, dataclasses.replace(body, topics=tuple(kept),
+                                                                               max_wait=datetime.timedelta(0))),
+                                       session)
+            return _merge(answer, refused, "responses", "topic", "partitions")
+
+        return gated
+
+
+def _with_body(request: Request, body: Any) -> Request:
+    return dataclasses.replace(request, body=body)
+
+
+def _merge(answer: dict, refused: dict[str, list[dict]], key: str, name: str, parts: str) -> dict:
+    """``answer`` with the refused partitions added under their topics."""
+    topics = {t[name]: t for t in answer[key]}
+    for topic, entries in refused.items():
+        if topic in topics:
+            topics[topic][parts] = list(topics[topic][parts]) + entries
+        else:
+            answer[key].append({name: topic, parts: entries})
+    return answer

@@ -1,0 +1,188 @@
+"""Kafka clients against a three-broker cluster: Metadata names the real brokers and
+leaders, a broker that does not lead a partition refuses its Produce and Fetch with
+NOT_LEADER_OR_FOLLOWER, and a confluent-kafka producer with ``acks=all`` loses no
+acknowledged record when the leader is killed -9 under it (the client finds the new
+leader through Metadata on its own)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from laketail.kafka import records
+from tests.conftest import free_port
+from tests.kafka_listener.test_listener import _call
+from tests.replication.support import Cluster, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.fault]
+
+QUIET = {"log_level": 0}
+
+
+class KafkaCluster(Cluster):
+    """A :class:`Cluster` whose brokers each have a Kafka listener too."""
+
+    def __init__(self, base_dir: Path) -> None:
+        super().__init__(base_dir, env={"LAKETAIL_GROUP_INITIAL_REBALANCE_DELAY_MS": "0"})
+        self.kafka_ports: dict[int, int] = {}
+        for broker_id, b in self.brokers.items():
+            port = self.kafka_ports[broker_id] = free_port()
+            b.extra_env.update({"LAKETAIL_LISTENERS": f"KAFKA://127.0.0.1:{port}",
+                                "LAKETAIL_LISTENER_SECURITY_PROTOCOL_MAP": "KAFKA:PLAINTEXT"})
+
+    def bootstrap(self, *ids: int) -> str:
+        return ",".join(f"127.0.0.1:{self.kafka_ports[i]}" for i in ids or self.brokers)
+
+
+def _running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    started = KafkaCluster(tmp_path_factory.mktemp("kafka-cluster"))
+    ok = False
+    try:
+        started.start()
+        yield started
+        ok = True
+    finally:
+        if not ok:
+            print(started.output())
+        started.close()
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """One cluster for the tests that kill nothing."""
+    yield from _running(tmp_path_factory)
+
+
+@pytest.fixture
+def killable_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    yield from _running(tmp_path_factory)
+
+
+def _metadata(bootstrap: str, topic: str | None):
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    return admin.list_topics(topic, timeout=30)
+
+
+def test_metadata_lists_every_broker_and_the_leaders_the_cluster_elected(kafka_cluster):
+    topic = kafka_cluster.make_topic(f"meta-{uuid.uuid4().hex[:8]}", 3, 3, {"min.insync.replicas": "2"})
+    rest_view = kafka_cluster.partitions(topic)
+    for asked in kafka_cluster.brokers:  # every broker answers the same
+        md = _metadata(kafka_cluster.bootstrap(asked), topic)
+        assert {b.id: (b.host, b.port) for b in md.brokers.values()} == {
+            i: ("127.0.0.1", port) for i, port in kafka_cluster.kafka_ports.items()}
+        assert md.controller_id in kafka_cluster.brokers
+        parts = md.topics[topic].partitions
+        assert {p: parts[p].leader for p in parts} == {p: rest_view[p]["leader"] for p in rest_view}
+        for part in parts.values():
+            assert sorted(part.replicas) == [0, 1, 2] and sorted(part.isrs) == [0, 1, 2]
+    # the leaders are spread: the old answer (every broker names itself) could not pass this
+    assert len({part["leader"] for part in rest_view.values()}) > 1
+
+
+def test_describe_cluster_names_every_broker_and_the_controller(kafka_cluster):
+    admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap(2), **QUIET})
+    described = admin.describe_cluster().result(timeout=30)
+    assert sorted((n.id, n.port) for n in described.nodes) == sorted(kafka_cluster.kafka_ports.items())
+    # every broker names the same controller (the old answer: each named itself)
+    controllers = {_metadata(kafka_cluster.bootstrap(i), None).controller_id for i in kafka_cluster.brokers}
+    assert controllers == {described.controller.id}
+
+
+def test_produce_and_fetch_to_a_follower_are_not_leader_or_follower(kafka_cluster):
+    topic = kafka_cluster.make_topic(f"follower-{uuid.uuid4().hex[:8]}", 1, 3)
+    leader = kafka_cluster.leader(topic, 0)
+    follower = next(i for i in kafka_cluster.brokers if i != leader)
+    batch = records.encode_batch(0, [0], [1000], [None], [b"v"], [None])
+    with socket.create_connection(("127.0.0.1", kafka_cluster.kafka_ports[follower]), timeout=30) as sock:
+        answer = _call(sock, 0, 9, {"acks": -1, "timeout": 30_000, "transactional_id": None,
+                                    "topic_data": [{"name": topic, "partition_data": [{"index": 0,
+                                                                                       "records": batch}]}]})
+        assert int(answer.responses[0].partition_responses[0].error_code) == 6
+        fetched = _call(sock, 1, 12, {
+            "max_wait": 100, "min_bytes": 1, "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [],
+            "topics": [{"topic": topic, "partitions": [{"partition": 0, "fetch_offset": 0,
+                                                        "partition_max_bytes": 1 << 20}]}]}, correlation_id=8)
+        part = fetched.responses[0].partitions[0]
+        assert int(part.error_code) == 6
+        assert part.current_leader.leader_id == leader  # KIP-595's hint
+    assert kafka_cluster.partitions(topic)[0]["leader"] == leader
+    # nothing was written through the follower
+    assert kafka_cluster.get(kafka_cluster[leader], f"/topics/{topic}/partitions/0/offsets").json()["end_offset"] == 0
+
+
+class Stream(threading.Thread):
+    """Produces unique values with acks=all until told to stop; records each delivery."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                                  "linger.ms": 5, "message.timeout.ms": 120_000, **QUIET})
+        self.topic = topic
+        self.halt = threading.Event()
+        self.acked: dict[bytes, tuple[int, int]] = {}
+        self.failed: list[tuple[bytes, str]] = []
+        self.sent = 0
+
+    def _report(self, err, msg) -> None:
+        if err is None:
+            self.acked[msg.value()] = (msg.partition(), msg.offset())
+        else:
+            self.failed.append((msg.value(), str(err)))
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            value = b"v-%06d" % self.sent
+            self.producer.produce(self.topic, value=value, key=value, on_delivery=self._report)
+            self.sent += 1
+            self.producer.poll(0)
+            time.sleep(0.005)
+        self.producer.flush(180)
+
+
+@pytest.mark.timeout(600)
+def test_acks_all_through_a_leader_kill_loses_no_acknowledged_record(killable_cluster):
+    kafka_cluster = killable_cluster
+    topic = kafka_cluster.make_topic(f"kill-{uuid.uuid4().hex[:8]}", 2, 3, {"min.insync.replicas": "2"})
+    stream = Stream(kafka_cluster.bootstrap(), topic)
+    stream.start()
+    try:
+        wait_until(lambda: len(stream.acked) >= 200, "200 acknowledged records before the kill")
+        victim = kafka_cluster.leader(topic, 0)
+        kafka_cluster[victim].kill9()
+        acked_at_kill = len(stream.acked)
+        kafka_cluster.wait_new_leaders(topic, [0], victim, time.monotonic())
+        # the client moves to the new leader on its own: acknowledgements go on for both partitions
+        wait_until(lambda: len(stream.acked) >= acked_at_kill + 300, "300 more acknowledged records after the kill")
+    finally:
+        stream.halt.set()
+        stream.join(240)
+    assert not stream.is_alive()
+    assert stream.failed == [], stream.failed[:5]
+    assert len(stream.acked) == stream.sent  # idempotent acks=all: every record delivered once
+
+    survivor = next(i for i in kafka_cluster.live_ids())
+    consumer = Consumer({"bootstrap.servers": kafka_cluster.bootstrap(survivor), "group.id": f"g-{uuid.uuid4().hex}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False, **QUIET})
+    consumer.assign([TopicPartition(topic, p, 0) for p in (0, 1)])
+    got: dict[bytes, tuple[int, int]] = {}
+    deadline = time.monotonic() + 120
+    try:
+        while len(got) < len(stream.acked) and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is None or msg.error():
+                continue
+            assert msg.value() not in got, f"{msg.value()!r} read twice"
+            got[msg.value()] = (msg.partition(), msg.offset())
+    finally:
+        consumer.close()
+    lost = {v: at for v, at in stream.acked.items() if got.get(v) != at}
+    assert not lost, f"{len(lost)} acknowledged records missing or moved, e.g. {list(lost.items())[:5]}"
+    assert set(got) == set(stream.acked)
