@@ -14,9 +14,10 @@ v2 content types follow Confluent's grammar and negotiation rule:
 or none); the less specific ``application/vnd.kafka.v2+json``,
 ``application/vnd.kafka+json``, ``application/json`` and ``application/octet-stream``
 are accepted, and whenever the embedded format is omitted it is ``binary``. Avro,
-Protobuf and JSON Schema need a schema registry and are refused with 415, as is any
-other ``application/vnd.kafka`` type. The v2 GET routes answer an Accept that allows
-no JSON answer with 406 (:func:`check_accept`).
+Protobuf and JSON Schema (``avro``, ``protobuf``, ``jsonschema``) are produced and
+consumed through the broker's schema registry (:mod:`laketail.api.embedded_schemas`,
+:func:`schema_format_of`); any other ``application/vnd.kafka`` type is refused with 415.
+The v2 GET routes answer an Accept that allows no JSON answer with 406 (:func:`check_accept`).
 
 Header values are always base64 (v3's rule, and laketail's for fetch responses).
 
@@ -93,6 +94,14 @@ def format_of(media_type: str) -> EmbeddedFormat | None:
             f"embedded format '{fmt}' needs a schema registry; laketail takes binary or json"
         )
     return fmt  # type: ignore[return-value]
+
+
+def schema_format_of(content_type: str | None) -> str | None:
+    """The schema'd embedded format (``avro``, ``jsonschema``, ``protobuf``) a v2
+    Content-Type names, else None (:mod:`laketail.api.embedded_schemas` serves them)."""
+    match = _KAFKA_TYPE.fullmatch(_media_type(content_type))
+    fmt = match.group(1) if match is not None else None
+    return fmt if fmt in _SCHEMA_FORMATS else None
 
 
 def request_format(content_type: str | None) -> EmbeddedFormat:

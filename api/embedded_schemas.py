@@ -1,0 +1,194 @@
+"""The REST Proxy's schema'd embedded formats: ``avro``, ``jsonschema``, ``protobuf``.
+
+Produce resolves the key's and the value's schema as kafka-rest's ``SchemaManagerImpl``
+does, through the broker's registry (:mod:`laketail.schemas`):
+
+* a schema id (v2 ``value_schema_id``, v3 ``schema_id``): that schema; its subject is
+  the one named (v3 ``subject``) or the topic's (TopicNameStrategy: ``<topic>-key`` /
+  ``<topic>-value``), which must hold it;
+* a schema version (v3 ``schema_version``): that version of the subject;
+* a schema text (v2 ``value_schema``, v3 ``schema``): parsed as the format's type, then
+  looked up in the subject and registered there when absent (so the subject's
+  compatibility rules apply);
+* nothing (v3 only, with a ``type``): the subject's latest version.
+
+Records are then encoded by :mod:`laketail.schemas.wire` into Confluent's wire format;
+a null key or value stays null (kafka-rest with
+``null.request.body.always.publish.empty.record``). Errors are kafka-rest's: a key or
+value without a schema is 42201 / 42202, a schema text that is not one 42205, JSON the
+schema does not take 42203, and the registry's refusals (unknown id, subject or version,
+an incompatible schema) 42207 with the registry's message. Registering needs Write on
+the ``Subject``, reading a schema Read (40301 otherwise).
+
+Consumers of these formats decode each record by the schema id it carries
+(:func:`decode`). The registry runs beside the coordinators: a broker that does not run
+them answers NOT_COORDINATOR (503, retriable) to a produce in these formats
+(limitation: it does not ask the controller's registry).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from starlette.requests import Request
+
+from laketail.api.authz import may
+from laketail.schemas import SchemaRegistry, wire
+from laketail.schemas.errors import (
+    InvalidEmbeddedSchema,
+    InvalidSchema,
+    KeySchemaMissing,
+    SchemaRegistryError,
+    SchemaSerialization,
+    SubjectAuthorizationFailed,
+    ValueSchemaMissing,
+)
+from laketail.security.acl import AclOperation, ResourceType
+
+SchemaFormat = Literal["avro", "jsonschema", "protobuf"]
+#: The registry's ``schemaType`` of each embedded format (and of v3's ``type``).
+SCHEMA_TYPES: dict[str, str] = {"avro": "AVRO", "jsonschema": "JSON", "protobuf": "PROTOBUF"}
+
+
+@dataclass(frozen=True)
+class ResolvedSchema:
+    subject: str
+    schema_id: int
+    version: int
+    codec: wire.Codec
+
+    def encode(self, doc: Any) -> bytes | None:
+        return None if doc is None else wire.frame(self.schema_id, self.codec.encode(doc))
+
+
+def registry_of(request: Request) -> SchemaRegistry:
+    broker = request.app.state.broker
+    broker.check_coordinating()
+    return broker.schemas
+
+
+def subject_for(topic: str, is_key: bool) -> str:
+    """TopicNameStrategy, Confluent's default."""
+    return f"{topic}-{'key' if is_key else 'value'}"
+
+
+def _check(request: Request, operation: AclOperation, subject: str) -> None:
+    if not may(request, operation, ResourceType.SUBJECT, subject):
+        raise SubjectAuthorizationFailed(f"not authorized to {operation.name.title()} subject '{subject}'")
+
+
+def _codec_of(registry: SchemaRegistry, schema_id: int) -> wire.Codec:
+    stored = registry.schema(schema_id)
+    refs = tuple(registry.schema(registry.version(s, str(n), deleted=True).id).schema
+                 for _, s, n in stored.references)
+    return wire.codec(stored.schema_type, stored.schema, refs)
+
+
+def _version_holding(registry: SchemaRegistry, subject: str, schema_id: int) -> int:
+    for v in reversed(registry.versions_of_subject(subject)):
+        if v.id == schema_id and not v.deleted:
+            return v.version
+    raise SchemaSerialization(f"Error when fetching schema version. subject = {subject}, "
+                              f"schemaId = {schema_id}: Subject '{subject}' does not hold schema {schema_id}")
+
+
+async def resolve(
+    request: Request,
+    topic: str,
+    schema_type: str | None,
+    is_key: bool,
+    *,
+    text: Any = None,
+    schema_id: Any = None,
+    subject: Any = None,
+    version: Any = None,
+) -> ResolvedSchema:
+    """The schema a produce names for the key or the value (see the module docstring).
+    ``schema_type`` is the registry's type of the format, None when the request names
+    none (v3 with only an id or a version)."""
+    registry = registry_of(request)
+    if subject is not None and (type(subject) is not str or not subject):
+        raise InvalidEmbeddedSchema(f"subject must be a non-empty string, got {subject!r}")
+    name = subject if subject is not None else subject_for(topic, is_key)
+    try:
+        if schema_id is not None:
+            if type(schema_id) is not int:
+                raise InvalidEmbeddedSchema(f"a schema id is an integer, got {schema_id!r}")
+            _check(request, AclOperation.READ, name)
+            try:
+                codec = _codec_of(registry, schema_id)
+            except SchemaRegistryError as exc:
+                raise SchemaSerialization(f"Error when fetching schema by id. schemaId = {schema_id}: "
+                                          f"{exc.message}") from exc
+            return ResolvedSchema(name, schema_id, _version_holding(registry, name, schema_id), codec)
+        if version is not None:
+            if type(version) is not int:
+                raise InvalidEmbeddedSchema(f"schema_version is an integer, got {version!r}")
+            _check(request, AclOperation.READ, name)
+            return _at_version(registry, name, str(version))
+        if text is not None:
+            if type(text) is not str or schema_type is None:
+                raise InvalidEmbeddedSchema(f"a schema is a string of a format's schema type, got {text!r}")
+            body: dict[str, Any] = {"schema": text}
+            if schema_type != "AVRO":
+                body["schemaType"] = schema_type
+            try:
+                wire.codec(schema_type, text)
+            except InvalidSchema as exc:
+                raise InvalidEmbeddedSchema(exc.message) from exc
+            try:
+                if not may(request, AclOperation.READ, ResourceType.SUBJECT, name):
+                    raise SchemaSerialization("not looked up")  # registering answers the id
+                found = registry.lookup(name, body)
+                new_id, new_version = int(found["id"]), int(found["version"])
+            except (SchemaRegistryError, SchemaSerialization):
+                _check(request, AclOperation.WRITE, name)
+                try:
+                    new_id = await registry.register(name, body)
+                except SchemaRegistryError as exc:
+                    raise SchemaSerialization(f"Error when registering schema. subject = {name}: "
+                                              f"{exc.message}") from exc
+                new_version = _version_holding(registry, name, new_id)
+            return ResolvedSchema(name, new_id, new_version, _codec_of(registry, new_id))
+        _check(request, AclOperation.READ, name)
+        return _at_version(registry, name, "latest")
+    except InvalidEmbeddedSchema:
+        raise
+    except SchemaSerialization:
+        raise
+    except SchemaRegistryError as exc:
+        raise SchemaSerialization(exc.message) from exc
+
+
+def _at_version(registry: SchemaRegistry, subject: str, version: str) -> ResolvedSchema:
+    try:
+        v = registry.version(subject, version)
+    except SchemaRegistryError as exc:
+        raise SchemaSerialization(f"Error when fetching schema version. subject = {subject}, "
+                                  f"version = {version}: {exc.message}") from exc
+    return ResolvedSchema(subject, v.id, v.version, _codec_of(registry, v.id))
+
+
+def encode_column(docs: list[Any], schema: ResolvedSchema | None, is_key: bool) -> list[bytes | None]:
+    """Each record's key or value JSON in the wire format; null stays null.
+    KEY_SCHEMA_MISSING / VALUE_SCHEMA_MISSING when one is not null and there is no schema."""
+    if schema is None:
+        if any(d is not None for d in docs):
+            raise (KeySchemaMissing("Request includes keys but does not include key schema") if is_key
+                   else ValueSchemaMissing("Request includes values but does not include value schema"))
+        return [None] * len(docs)
+    return [schema.encode(d) for d in docs]
+
+
+def decode(registry: SchemaRegistry, data: bytes | None) -> Any:
+    """Framed bytes back to JSON by the schema id they carry (:class:`wire.NotDecodable`
+    when they are not framed, name an unknown id, or do not decode)."""
+    if data is None:
+        return None
+    schema_id = wire.schema_id_of(data)
+    try:
+        codec = _codec_of(registry, schema_id)
+    except SchemaRegistryError as exc:
+        raise wire.NotDecodable(f"schema id {schema_id}: {exc.message}") from exc
+    return codec.decode(data[5:])
