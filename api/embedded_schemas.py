@@ -31,9 +31,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
+import pyarrow as pa
 from starlette.requests import Request
 
 from laketail.api.authz import may
+from laketail.api.fetch_body import encode_records
+from laketail.errors import RecordDeserializationError
 from laketail.schemas import SchemaRegistry, wire
 from laketail.schemas.errors import (
     InvalidEmbeddedSchema,
@@ -192,3 +196,22 @@ def decode(registry: SchemaRegistry, data: bytes | None) -> Any:
     except SchemaRegistryError as exc:
         raise wire.NotDecodable(f"schema id {schema_id}: {exc.message}") from exc
     return codec.decode(data[5:])
+
+
+def schema_rows(registry: SchemaRegistry, topic: str, table: pa.Table) -> list:
+    """One partition's rows for a v2 consumer of a schema'd format (a piece of
+    :func:`laketail.api.fetch_body.body`): key and value decoded to JSON. A record that
+    does not decode is RECORD_DESERIALIZATION_ERROR naming it (the consumer stays on it)."""
+    records, _ = encode_records(topic, table, "binary")  # offsets, timestamps, headers
+    for field in ("key", "value"):
+        for record, data in zip(records, table.column(field).to_pylist()):
+            try:
+                record[field] = decode(registry, data)
+            except wire.NotDecodable as exc:
+                partition, offset = record["partition"], record["offset"]
+                raise RecordDeserializationError(
+                    f"the {field} of the record at offset {offset} of {topic}-{partition} does not "
+                    f"decode ({exc}); the consumer stays on it: seek past it, or read it as binary",
+                    topic=topic, partition=partition, offset=offset, field=field,
+                ) from exc
+    return [orjson.dumps(records)[1:-1] + b","] if records else []

@@ -154,3 +154,85 @@ def test_an_incompatible_schema_is_refused_by_the_subject(broker, client, topic:
     assert "40901" in resp.json()["message"] or "incompatible" in resp.json()["message"]
     assert broker.rest.offsets(topic, 0) == (0, 1)
     assert client.get_versions(f"{topic}-value") == [1]
+
+
+# -- v2 consumers of the schema'd formats -------------------------------------------------------
+
+
+def _consumer(broker, topic: str, fmt: str):
+    from tests.groups.support import V2Consumer
+
+    consumer = V2Consumer(broker.url, f"g-{topic}", "c", format=fmt, **{"auto.offset.reset": "earliest"})
+    assert consumer.post("/assignments", {"partitions": [{"topic": topic, "partition": 0}]}).status_code == 204
+    return consumer
+
+
+def _read(consumer, accept: str, count: int) -> list[dict]:
+    seen: list[dict] = []
+    for _ in range(30):  # each poll waits up to 2 s for records
+        if len(seen) >= count:
+            break
+        resp = consumer.records_response(timeout_ms=2000, accept=accept)
+        assert resp.status_code == 200, resp.text
+        seen.extend(resp.json())
+    assert len(seen) >= count, seen
+    return seen
+
+
+def test_an_avro_consumer_reads_the_proxys_and_the_serializers_records(broker, client, topic: str) -> None:
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+
+    resp = _produce(broker, topic, AVRO, {"key_schema": KEY_AVRO, "value_schema": ORDER_AVRO, "records": [
+        {"key": "k1", "value": {"id": "o-1", "amount": 1.5, "note": {"string": "gift"}}}]})
+    assert resp.status_code == 200, resp.text
+    # a Kafka client's serializer writes the same format; the consumer reads both
+    data = AvroSerializer(client, ORDER_AVRO)({"id": "o-2", "amount": 2.0, "note": None},
+                                                SerializationContext(topic, MessageField.VALUE))
+    assert broker.rest.produce_binary(topic, [{"value": data}]).status_code == 200
+    consumer = _consumer(broker, topic, "avro")
+    try:
+        records = _read(consumer, AVRO, 2)
+        assert [(r["offset"], r["key"], r["value"]) for r in records] == [
+            (0, "k1", {"id": "o-1", "amount": 1.5, "note": {"string": "gift"}}),
+            (1, None, {"id": "o-2", "amount": 2.0, "note": None}),
+        ]
+        # the instance answers its format only (kafka-rest's 40601)
+        mismatch = consumer.records_response(timeout_ms=0, accept=JSONSCHEMA)
+        assert mismatch.status_code == 406
+    finally:
+        consumer.delete()
+        consumer.close()
+
+
+@pytest.mark.parametrize(("fmt", "content_type", "schema", "value"), [
+    ("jsonschema", JSONSCHEMA, ORDER_JSON, {"id": "o-1", "amount": 7}),
+    ("protobuf", PROTOBUF, ORDER_PROTO, {"id": "o-1", "amount": 2.5, "tags": ["a"]}),
+])
+def test_jsonschema_and_protobuf_consumers_decode(broker, topic: str, fmt: str, content_type: str,
+                                                  schema: str, value: dict) -> None:
+    resp = _produce(broker, topic, content_type, {"value_schema": schema, "records": [{"value": value}]})
+    assert resp.status_code == 200, resp.text
+    consumer = _consumer(broker, topic, fmt)
+    try:
+        [record] = _read(consumer, content_type, 1)
+        assert record["value"] == value
+    finally:
+        consumer.delete()
+        consumer.close()
+
+
+def test_a_record_without_the_wire_format_stops_the_consumer_on_it(broker, topic: str) -> None:
+    resp = _produce(broker, topic, AVRO, {"value_schema": ORDER_AVRO, "records": [
+        {"value": {"id": "o-1", "amount": 1.0, "note": None}}]})
+    assert resp.status_code == 200, resp.text
+    assert broker.rest.produce_binary(topic, [{"value": b"plain bytes"}]).status_code == 200
+    consumer = _consumer(broker, topic, "avro")
+    try:
+        first = _read(consumer, AVRO, 1)
+        assert [r["offset"] for r in first] == [0]
+        refused = consumer.records_response(timeout_ms=500, accept=AVRO)
+        assert (refused.status_code, refused.json()["error_code"]) == (422, 42203), refused.text
+        assert "offset 1" in refused.json()["message"]
+    finally:
+        consumer.delete()
+        consumer.close()
