@@ -7,7 +7,9 @@ response its *embedded format*. laketail speaks:
 * v2 ``json`` (``application/vnd.kafka.json.v2+json``): any JSON value, stored as its
   UTF-8 JSON text; JSON ``null`` is a null key / a null value (tombstone);
 * v3 ``{"type": "BINARY" | "JSON" | "STRING", "data": ...}``: base64, JSON, UTF-8 text.
-  No ``type`` means ``BINARY``, as in Confluent's v3 produce.
+  No ``type`` means ``BINARY``, as in Confluent's v3 produce; ``AVRO``, ``JSONSCHEMA``
+  and ``PROTOBUF`` (with ``schema``, ``schema_id``, ``schema_version``, ``subject``) are
+  encoded by :mod:`laketail.api.embedded_schemas` before :func:`decode_typed`.
 
 v2 content types follow Confluent's grammar and negotiation rule:
 ``application/vnd.kafka[.embedded_format][.api_version]+json`` (api_version v1 or v2,
@@ -308,9 +310,7 @@ def decode_typed(doc: Any, what: str) -> tuple[bytes | None, str | None]:
         if type(data) is not str:
             raise InvalidRecord(f"{what}.data must be a string for type STRING")
         return data.encode("utf-8"), kind
-    if kind in ("AVRO", "PROTOBUF", "JSONSCHEMA"):
-        raise InvalidRecord(f"{what}.type {kind} needs a schema registry; use BINARY, JSON or STRING")
-    raise InvalidRecord(f"{what}.type must be BINARY, JSON or STRING, got {kind!r}")
+    raise InvalidRecord(f"{what}.type must be BINARY, JSON, STRING, AVRO, JSONSCHEMA or PROTOBUF, got {kind!r}")
 
 
 def decode_headers(items: Any, name_field: str, what: str) -> list[tuple[str, bytes | None]] | None:

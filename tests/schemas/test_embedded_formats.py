@@ -236,3 +236,56 @@ def test_a_record_without_the_wire_format_stops_the_consumer_on_it(broker, topic
     finally:
         consumer.delete()
         consumer.close()
+
+
+# -- v3 produce -------------------------------------------------------------------------------
+
+
+def _v3(broker, topic: str, record: dict):
+    return broker.rest.http.post(broker.rest.v3(f"/topics/{topic}/records"), json=record)
+
+
+def test_v3_produce_with_a_schema_then_by_id_version_and_latest(broker, client, topic: str) -> None:
+    first = _v3(broker, topic, {"value": {"type": "AVRO", "schema": ORDER_AVRO,
+                                          "data": {"id": "o-1", "amount": 1.0, "note": None}}})
+    assert first.status_code == 200, first.text
+    report = first.json()["value"]
+    registered = client.get_latest_version(f"{topic}-value")
+    assert report == {"type": "AVRO", "subject": f"{topic}-value", "schema_id": registered.schema_id,
+                      "schema_version": 1, "size": report["size"]}
+    for how in ({"schema_id": registered.schema_id}, {"schema_version": 1}, {"type": "AVRO"},
+                {"subject": f"{topic}-value", "schema_version": 1}):
+        resp = _v3(broker, topic, {"key": {"type": "STRING", "data": "k"},
+                                   "value": {**how, "data": {"id": "o-2", "amount": 2.0, "note": {"string": "x"}}}})
+        assert resp.status_code == 200, (how, resp.text)
+        assert resp.json()["value"]["schema_id"] == registered.schema_id
+        assert resp.json()["key"] == {"type": "STRING", "size": 1}
+    stored = broker.rest.fetch(topic, 0, 0).json()
+    assert len(stored) == 5
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    assert AvroDeserializer(client)(_bytes(stored[4]["value"]), ctx) == {"id": "o-2", "amount": 2.0, "note": "x"}
+
+
+def test_v3_jsonschema_and_protobuf(broker, client, topic: str) -> None:
+    js = _v3(broker, topic, {"value": {"type": "JSONSCHEMA", "schema": ORDER_JSON, "data": {"id": "a", "amount": 1}}})
+    assert js.status_code == 200, js.text
+    assert js.json()["value"]["type"] == "JSONSCHEMA"
+    value_id = js.json()["value"]["schema_id"]
+    key = _v3(broker, topic, {"key": {"type": "PROTOBUF", "schema": ORDER_PROTO, "data": {"id": "k"}},
+                              "value": {"schema_id": value_id, "data": {"id": "b", "amount": 2}}})
+    assert key.status_code == 200, key.text
+    assert (key.json()["key"]["type"], key.json()["key"]["subject"]) == ("PROTOBUF", f"{topic}-key")
+    assert key.json()["value"]["type"] == "JSONSCHEMA"
+
+
+@pytest.mark.parametrize(("value", "status", "code"), [
+    ({"type": "AVRO", "schema": ORDER_AVRO, "data": {"id": 5}}, 422, 42203),
+    ({"type": "AVRO", "schema": "not a schema", "data": {}}, 422, 42205),
+    ({"schema_id": 987654, "data": {}}, 422, 42207),
+    ({"type": "AVRO", "schema_id": 1, "data": {}}, 400, 40002),  # kafka-rest: an id takes no type
+    ({"schema": ORDER_AVRO, "data": {}}, 400, 40002),  # a schema needs its type
+])
+def test_v3_refusals_write_nothing(broker, topic: str, value: dict, status: int, code: int) -> None:
+    resp = _v3(broker, topic, {"value": value})
+    assert (resp.status_code, resp.json()["error_code"]) == (status, code), resp.text
+    assert broker.rest.offsets(topic, 0) == (0, 0)
