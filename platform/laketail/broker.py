@@ -73,6 +73,7 @@ from laketail.records import (
     IsolationLevel,
 )
 from laketail.schemas import SCHEMAS_TOPIC, SchemaRegistry
+from laketail.schemas.validation import SchemaValidation
 from laketail.storage.block_cache import BLOCKS
 from laketail.storage.log_manager import LogManager
 from laketail.storage.partition_log import PartitionLog, ProducerBatch
@@ -193,8 +194,15 @@ class Broker:
         )
         # Confluent Schema Registry, its state in __schemas; beside the coordinators
         self.schemas = SchemaRegistry(self, settings.transaction_state_log_replication_factor)
+        validation = SchemaValidation(self.schemas)
+
+        def schema_validation() -> SchemaValidation:
+            self.check_coordinating()  # the registry runs beside the coordinators
+            return validation
+
         self.produce_path = ProducePath(
-            settings, self.clock, self.cluster, self.tierer, self.transactions, self._runtime, self.check_partition
+            settings, self.clock, self.cluster, self.tierer, self.transactions, self._runtime, self.check_partition,
+            schema_validation=schema_validation,
         )
         self.fetch_path = FetchPath(settings, self.logs, self.tables, self.cluster, self.leads, self.check_partition,
                                     self._sibling_log)

@@ -10,7 +10,8 @@ idempotent/transactional producer state).
 Parts (passed in by the broker, the composition root): settings and clock, the cluster
 node (leadership, ISR, forwarding), the tierer (woken when a partition has
 ``table.flush.bytes`` waiting), the transaction coordinator (checks of transactional
-and idempotent producers) and two lookups of the broker's topics.
+and idempotent producers), two lookups of the broker's topics, and the schema
+registry's checks of topics that validate schemas (:mod:`laketail.schemas.validation`).
 
 Hot path (``api/hot_routes.py``): one frame per request in the common case, no thread
 hop before the append; keep it that way. Thread-safety: event loop thread only.
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from laketail.clock import Clock
     from laketail.cluster.node import ClusterNode
     from laketail.coordinator.transactions import TransactionCoordinator
+    from laketail.schemas.validation import SchemaValidation
     from laketail.storage.tierer import Tierer
 
 #: What one record costs against ``max.message.bytes`` besides its key, value and
@@ -195,6 +197,7 @@ class ProducePath:
         transactions: "TransactionCoordinator",
         runtime: Callable[[str], TopicRuntime],
         check_partition: Callable[[str, int], TopicInfo],
+        schema_validation: "Callable[[], SchemaValidation] | None" = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -205,6 +208,24 @@ class ProducePath:
         self._runtime = runtime
         #: the topic of an existing partition; UNKNOWN_TOPIC_OR_PARTITION otherwise
         self.check_partition = check_partition
+        #: the registry's checks for topics with confluent.*.schema.validation (raises
+        #: NOT_COORDINATOR where the registry does not run)
+        self.schema_validation = schema_validation
+
+    def _check_schemas(self, topic: str, batch: pa.RecordBatch | pa.Table) -> None:
+        """INVALID_RECORD when a validating topic gets a key or value its subject does
+        not take (:mod:`laketail.schemas.validation`); before anything is planned."""
+        config = self._runtime(topic).config
+        if not (config.confluent_value_schema_validation or config.confluent_key_schema_validation):
+            return
+        if self.schema_validation is None:
+            raise InvalidRequest(f"topic '{topic}' validates schemas and this broker has no schema registry")
+        validation = self.schema_validation()
+        names = batch.schema.names
+        if config.confluent_value_schema_validation and "value" in names:
+            validation.check(topic, batch.column("value"), is_key=False)
+        if config.confluent_key_schema_validation and "key" in names:
+            validation.check(topic, batch.column("key"), is_key=True)
 
     async def produce(
         self,
@@ -234,6 +255,7 @@ class ProducePath:
         """
         if not internal_topics_allowed:
             check_not_internal(topic, "append to")
+            self._check_schemas(topic, batch)
         if producer is not None and producer.producer_id >= 0:
             if producer.transactional:
                 partition = self._single_partition(topic, batch)
@@ -295,6 +317,7 @@ class ProducePath:
 
         The caller keeps the returned task referenced until it ends."""
         check_not_internal(topic, "append to")  # only clients produce with acks=0
+        self._check_schemas(topic, batch)
         plan = self._plan_produce(topic, batch)
         return asyncio.get_running_loop().create_task(self._execute(plan, "0"))
 

@@ -64,6 +64,11 @@ class Codec:
     def decode(self, payload: bytes) -> Any:
         raise NotImplementedError
 
+    def check(self, payload: bytes) -> None:
+        """:class:`NotDecodable` unless the payload reads as the schema's data (broker-side
+        validation: Avro reads to its last byte, JSON parses, Protobuf parses)."""
+        self.decode(payload)
+
 
 class AvroCodec(Codec):
     def __init__(self, parsed: Any) -> None:
@@ -87,6 +92,15 @@ class AvroCodec(Codec):
         except Exception as exc:
             raise NotDecodable(f"not Avro of its schema: {type(exc).__name__}: {exc}") from exc
         return orjson.loads(out.getvalue())
+
+    def check(self, payload: bytes) -> None:
+        buffer = io.BytesIO(payload)
+        try:
+            fastavro.schemaless_reader(buffer, self.parsed, None)
+        except Exception as exc:
+            raise NotDecodable(f"not Avro of its schema: {type(exc).__name__}: {exc}") from exc
+        if buffer.tell() != len(payload):
+            raise NotDecodable(f"{len(payload) - buffer.tell()} bytes after the Avro datum")
 
 
 class JsonSchemaCodec(Codec):
