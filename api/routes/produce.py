@@ -3,7 +3,10 @@
 Body ``{"records": [{"key", "value", "partition"?, "headers"?}]}`` in the embedded
 format the Content-Type names (see :mod:`laketail.api.encoding`); ``headers`` is an
 optional laketail (and Strimzi bridge) extension: ``[{"key": str, "value": base64}]``.
-The answer is ``{"key_schema_id": null, "value_schema_id": null, "offsets": [...]}``
+In ``avro``, ``jsonschema`` and ``protobuf`` keys and values are JSON encoded by the
+schemas the body names (``key_schema``/``key_schema_id``, ``value_schema``/
+``value_schema_id``: :mod:`laketail.api.embedded_schemas`).
+The answer is ``{"key_schema_id": null, "value_schema_id": null, "offsets": [...]}`` (the ids in those formats)
 with one ``{partition, offset, error_code: null, error: null}`` per record in request
 order; with ``acks=0`` offsets are null (unknown when the answer leaves). A request
 with any record that does not decode is refused whole (4xx) and writes nothing. A record
