@@ -138,7 +138,7 @@ class ProtobufCodec(Codec):
             raise JsonConversion(str(exc)) from exc
 
     def decode(self, payload: bytes) -> Any:
-        indexes, at = _read_indexes(payload)
+        indexes, at = read_indexes(payload)
         nested = self.messages
         descriptor = None
         for i in indexes:
@@ -154,7 +154,7 @@ class ProtobufCodec(Codec):
         return json_format.MessageToDict(message, always_print_fields_with_no_presence=True)
 
 
-def _read_indexes(data: bytes) -> tuple[list[int], int]:
+def read_indexes(data: bytes) -> tuple[list[int], int]:
     count, at = _zigzag(data, 0)
     if count == 0:
         return [0], at
