@@ -194,15 +194,10 @@ class Broker:
         )
         # Confluent Schema Registry, its state in __schemas; beside the coordinators
         self.schemas = SchemaRegistry(self, settings.transaction_state_log_replication_factor)
-        validation = SchemaValidation(self.schemas)
-
-        def schema_validation() -> SchemaValidation:
-            self.check_coordinating()  # the registry runs beside the coordinators
-            return validation
-
         self.produce_path = ProducePath(
             settings, self.clock, self.cluster, self.tierer, self.transactions, self._runtime, self.check_partition,
-            schema_validation=schema_validation,
+            # the registry runs beside the coordinators; other brokers follow __schemas
+            schema_validation=SchemaValidation(self.schemas, lambda: self.coordinators_loaded, self, self.clock),
         )
         self.fetch_path = FetchPath(settings, self.logs, self.tables, self.cluster, self.leads, self.check_partition,
                                     self._sibling_log)

@@ -197,7 +197,7 @@ class ProducePath:
         transactions: "TransactionCoordinator",
         runtime: Callable[[str], TopicRuntime],
         check_partition: Callable[[str, int], TopicInfo],
-        schema_validation: "Callable[[], SchemaValidation] | None" = None,
+        schema_validation: "SchemaValidation | None" = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -208,24 +208,22 @@ class ProducePath:
         self._runtime = runtime
         #: the topic of an existing partition; UNKNOWN_TOPIC_OR_PARTITION otherwise
         self.check_partition = check_partition
-        #: the registry's checks for topics with confluent.*.schema.validation (raises
-        #: NOT_COORDINATOR where the registry does not run)
+        #: the registry's checks of topics with confluent.*.schema.validation
         self.schema_validation = schema_validation
 
-    def _check_schemas(self, topic: str, batch: pa.RecordBatch | pa.Table) -> None:
+    def _validates(self, topic: str) -> tuple[bool, bool]:
+        config = self._runtime(topic).config
+        return config.confluent_value_schema_validation, config.confluent_key_schema_validation
+
+    async def _check_schemas(self, topic: str, batch: pa.RecordBatch | pa.Table) -> None:
         """INVALID_RECORD when a validating topic gets a key or value its subject does
         not take (:mod:`laketail.schemas.validation`); before anything is planned."""
-        config = self._runtime(topic).config
-        if not (config.confluent_value_schema_validation or config.confluent_key_schema_validation):
+        values, keys = self._validates(topic)
+        if not (values or keys):
             return
         if self.schema_validation is None:
             raise InvalidRequest(f"topic '{topic}' validates schemas and this broker has no schema registry")
-        validation = self.schema_validation()
-        names = batch.schema.names
-        if config.confluent_value_schema_validation and "value" in names:
-            validation.check(topic, batch.column("value"), is_key=False)
-        if config.confluent_key_schema_validation and "key" in names:
-            validation.check(topic, batch.column("key"), is_key=True)
+        await self.schema_validation.check(topic, batch, values, keys)
 
     async def produce(
         self,
@@ -255,7 +253,7 @@ class ProducePath:
         """
         if not internal_topics_allowed:
             check_not_internal(topic, "append to")
-            self._check_schemas(topic, batch)
+            await self._check_schemas(topic, batch)
         if producer is not None and producer.producer_id >= 0:
             if producer.transactional:
                 partition = self._single_partition(topic, batch)
@@ -317,9 +315,14 @@ class ProducePath:
 
         The caller keeps the returned task referenced until it ends."""
         check_not_internal(topic, "append to")  # only clients produce with acks=0
-        self._check_schemas(topic, batch)
+        if any(self._validates(topic)):  # checked in the task: a refused request is dropped
+            return asyncio.get_running_loop().create_task(self._checked_nowait(topic, batch))
         plan = self._plan_produce(topic, batch)
         return asyncio.get_running_loop().create_task(self._execute(plan, "0"))
+
+    async def _checked_nowait(self, topic: str, batch: pa.RecordBatch | pa.Table) -> ProduceResult:
+        await self._check_schemas(topic, batch)
+        return await self._execute(self._plan_produce(topic, batch), "0")
 
     def _plan_produce(
         self, topic: str, batch: pa.RecordBatch | pa.Table, producer: ProducerBatch | None = None
