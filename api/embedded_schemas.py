@@ -21,15 +21,18 @@ an incompatible schema) 42207 with the registry's message. Registering needs Wri
 the ``Subject``, reading a schema Read (40301 otherwise).
 
 Consumers of these formats decode each record by the schema id it carries
-(:func:`decode`). The registry runs beside the coordinators: a broker that does not run
-them answers NOT_COORDINATOR (503, retriable) to a produce in these formats
-(limitation: it does not ask the controller's registry).
+(:func:`decode`). The registry runs beside the coordinators (on the controller of a
+cluster); a broker elsewhere resolves schemas in a follower's copy of ``__schemas``,
+refreshed when it lacks what a request names (at most once a second: a schema
+registered through another broker a moment ago may be 42207 until then), and
+registers through the controller.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import quote
 
 import orjson
 import pyarrow as pa
@@ -61,15 +64,55 @@ class ResolvedSchema:
     schema_id: int
     version: int
     codec: wire.Codec
+    schema_type: str = "AVRO"  # the registry's schemaType
 
     def encode(self, doc: Any) -> bytes | None:
         return None if doc is None else wire.frame(self.schema_id, self.codec.encode(doc))
 
 
 def registry_of(request: Request) -> SchemaRegistry:
+    """The registry where it runs (a v2 consumer's poll: instances live beside it)."""
     broker = request.app.state.broker
     broker.check_coordinating()
     return broker.schemas
+
+
+class _Registry:
+    """The registry as a produce uses it: the broker's own where it runs; elsewhere a
+    follower's copy of ``__schemas`` (:class:`laketail.schemas.validation.SchemaValidation`,
+    refreshed when it has not seen an id or subject) for reads, and the controller's
+    registry, over the cluster's link, to register."""
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.broker = request.app.state.broker
+        self.here = self.broker.coordinators_loaded or len(self.broker.cluster.image.brokers) <= 1
+        self.state: SchemaRegistry = self.broker.schemas
+
+    async def view(self, fresh: bool = False, force: bool = False) -> SchemaRegistry:
+        if self.here:
+            self.broker.check_coordinating()
+            return self.broker.schemas
+        self.state = await self.broker.produce_path.schema_validation.follower(fresh, force)
+        return self.state
+
+    async def register(self, subject: str, body: dict[str, Any]) -> int:
+        if self.here:
+            return await self.broker.schemas.register(subject, body)
+        from laketail.security.peers import peer_headers
+
+        principal = self.request.scope.get("state", {}).get("principal")
+        client = self.request.scope.get("client")
+        headers = {"Content-Type": "application/vnd.schemaregistry.v1+json",
+                   **peer_headers("", principal, client[0] if client else None)}
+        resp = await self.broker.cluster.call_controller_raw(
+            "POST", f"/subjects/{quote(subject, safe='')}/versions", headers=headers, content=orjson.dumps(body))
+        doc = resp.json() if resp.content else {}
+        if resp.status_code != 200:
+            raise SchemaSerialization(f"Error when registering schema. subject = {subject}: "
+                                      f"{doc.get('message', resp.text)}; error code: {doc.get('error_code')}")
+        await self.view(force=True)  # the new version, for the lookups that follow
+        return int(doc["id"])
 
 
 def subject_for(topic: str, is_key: bool) -> str:
@@ -111,7 +154,8 @@ async def resolve(
     """The schema a produce names for the key or the value (see the module docstring).
     ``schema_type`` is the registry's type of the format, None when the request names
     none (v3 with only an id or a version)."""
-    registry = registry_of(request)
+    access = _Registry(request)
+    registry = await access.view()
     if subject is not None and (type(subject) is not str or not subject):
         raise InvalidEmbeddedSchema(f"subject must be a non-empty string, got {subject!r}")
     name = subject if subject is not None else subject_for(topic, is_key)
@@ -121,15 +165,20 @@ async def resolve(
                 raise InvalidEmbeddedSchema(f"a schema id is an integer, got {schema_id!r}")
             _check(request, AclOperation.READ, name)
             try:
+                if not access.here and schema_id not in {v.id for v in registry.versions_of_subject(name)}:
+                    registry = await access.view(fresh=True)  # registered since the copy was loaded?
                 codec = _codec_of(registry, schema_id)
             except SchemaRegistryError as exc:
                 raise SchemaSerialization(f"Error when fetching schema by id. schemaId = {schema_id}: "
                                           f"{exc.message}") from exc
-            return ResolvedSchema(name, schema_id, _version_holding(registry, name, schema_id), codec)
+            return ResolvedSchema(name, schema_id, _version_holding(registry, name, schema_id), codec,
+                                  registry.schema(schema_id).schema_type)
         if version is not None:
             if type(version) is not int:
                 raise InvalidEmbeddedSchema(f"schema_version is an integer, got {version!r}")
             _check(request, AclOperation.READ, name)
+            if not access.here:
+                registry = await access.view(fresh=True)
             return _at_version(registry, name, str(version))
         if text is not None:
             if type(text) is not str or schema_type is None:
@@ -149,13 +198,16 @@ async def resolve(
             except (SchemaRegistryError, SchemaSerialization):
                 _check(request, AclOperation.WRITE, name)
                 try:
-                    new_id = await registry.register(name, body)
+                    new_id = await access.register(name, body)
                 except SchemaRegistryError as exc:
                     raise SchemaSerialization(f"Error when registering schema. subject = {name}: "
                                               f"{exc.message}") from exc
+                registry = access.state
                 new_version = _version_holding(registry, name, new_id)
-            return ResolvedSchema(name, new_id, new_version, _codec_of(registry, new_id))
+            return ResolvedSchema(name, new_id, new_version, _codec_of(registry, new_id), schema_type)
         _check(request, AclOperation.READ, name)
+        if not access.here:
+            registry = await access.view(fresh=True)
         return _at_version(registry, name, "latest")
     except InvalidEmbeddedSchema:
         raise
@@ -171,7 +223,7 @@ def _at_version(registry: SchemaRegistry, subject: str, version: str) -> Resolve
     except SchemaRegistryError as exc:
         raise SchemaSerialization(f"Error when fetching schema version. subject = {subject}, "
                                   f"version = {version}: {exc.message}") from exc
-    return ResolvedSchema(subject, v.id, v.version, _codec_of(registry, v.id))
+    return ResolvedSchema(subject, v.id, v.version, _codec_of(registry, v.id), registry.schema(v.id).schema_type)
 
 
 def encode_column(docs: list[Any], schema: ResolvedSchema | None, is_key: bool) -> list[bytes | None]:
@@ -268,5 +320,4 @@ async def v3_data(request: Request, topic: str, doc: Any, is_key: bool) -> V3Dat
         request, topic, V3_TYPES.get(named or ""), is_key, text=doc.get("schema"),
         schema_id=doc.get("schema_id"), subject=doc.get("subject"), version=doc.get("schema_version"),
     )
-    stored_type = registry_of(request).schema(resolved.schema_id).schema_type
-    return V3Data(resolved.encode(doc.get("data")), _V3_NAMES[stored_type], resolved)
+    return V3Data(resolved.encode(doc.get("data")), _V3_NAMES[resolved.schema_type], resolved)

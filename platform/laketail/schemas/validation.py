@@ -64,24 +64,25 @@ class SchemaValidation:
             for column, is_key in columns:
                 check_column(self.registry, topic, column, is_key)
             return
-        follower = await self._load(fresh=False)
+        follower = await self.follower(fresh=False)
         try:
             for column, is_key in columns:
                 check_column(follower, topic, column, is_key)
         except InvalidRecord:
-            refreshed = await self._load(fresh=True)
+            refreshed = await self.follower(fresh=True)
             if refreshed is follower:
                 raise
             for column, is_key in columns:
                 check_column(refreshed, topic, column, is_key)
 
-    async def _load(self, fresh: bool) -> SchemaRegistry:
+    async def follower(self, fresh: bool, force: bool = False) -> SchemaRegistry:
         """The follower's copy: loaded when there is none, or (``fresh``) when the last
-        load is older than ``refresh_interval_ms``."""
+        load is older than ``refresh_interval_ms``, or (``force``) now -- after this
+        broker had the registry write something."""
         async with self._refreshing:
             now = self.clock.now_ms()
             stale = self._loaded_at_ms is None or now - self._loaded_at_ms >= self.refresh_interval_ms
-            if self._follower is None or (fresh and stale):
+            if self._follower is None or force or (fresh and stale):
                 copy = SchemaRegistry(self.internal_log)
                 await copy.load()
                 self._follower, self._loaded_at_ms = copy, now
