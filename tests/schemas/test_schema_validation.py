@@ -111,3 +111,14 @@ def test_the_configs_are_described_as_topic_configs(kafka_broker) -> None:
     found = {c["name"]: c["value"] for c in resp.json()["data"]}
     assert found["confluent.value.schema.validation"] == "true"
     assert found["confluent.key.schema.validation"] == "false"
+
+
+def test_acks_0_drops_a_refused_request(kafka_broker) -> None:
+    """acks=0 answers before the append; a request validation refuses is then dropped."""
+    topic = _topic(kafka_broker, **{"confluent.value.schema.validation": "true"})
+    _, good = _register(kafka_broker, topic)
+    rest = kafka_broker.rest
+    fired = rest.produce_binary(topic, [{"value": b"not framed"}], acks="0")
+    assert fired.status_code == 200 and fired.json()["offsets"][0]["offset"] is None, fired.text
+    assert rest.produce_binary(topic, [{"value": good}]).json()["offsets"][0]["offset"] == 0
+    assert rest.offsets(topic, 0) == (0, 1)
