@@ -315,8 +315,13 @@ class ProducePath:
 
         The caller keeps the returned task referenced until it ends."""
         check_not_internal(topic, "append to")  # only clients produce with acks=0
-        if any(self._validates(topic)):  # checked in the task: a refused request is dropped
-            return asyncio.get_running_loop().create_task(self._checked_nowait(topic, batch))
+        values, keys = self._validates(topic)
+        if values or keys:
+            if self.schema_validation is None:
+                raise InvalidRequest(f"topic '{topic}' validates schemas and this broker has no schema registry")
+            if not self.schema_validation.check_here(topic, batch, values, keys):
+                # the follower's copy may need loading: checked in the task, a refused request dropped
+                return asyncio.get_running_loop().create_task(self._checked_nowait(topic, batch))
         plan = self._plan_produce(topic, batch)
         return asyncio.get_running_loop().create_task(self._execute(plan, "0"))
 

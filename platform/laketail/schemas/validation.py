@@ -52,17 +52,20 @@ class SchemaValidation:
         self._loaded_at_ms: int | None = None
         self._refreshing: asyncio.Lock = asyncio.Lock()
 
+    def check_here(self, topic: str, batch: pa.RecordBatch | pa.Table, values: bool, keys: bool) -> bool:
+        """:meth:`check` at once where the registry runs (True); False elsewhere, where
+        only :meth:`check` can (it may load the follower's copy)."""
+        if not self.registry_here():
+            return False
+        for column, is_key in _columns(batch, values, keys):
+            check_column(self.registry, topic, column, is_key)
+        return True
+
     async def check(self, topic: str, batch: pa.RecordBatch | pa.Table, values: bool, keys: bool) -> None:
         """INVALID_RECORD for the first record whose value (``values``) or key (``keys``)
         the topic's subject does not take."""
-        names = batch.schema.names
-        columns = [(batch.column(n), n == "key") for n, on in (("value", values), ("key", keys))
-                   if on and n in names]
-        if not columns:
-            return
-        if self.registry_here():
-            for column, is_key in columns:
-                check_column(self.registry, topic, column, is_key)
+        columns = _columns(batch, values, keys)
+        if not columns or self.check_here(topic, batch, values, keys):
             return
         follower = await self.follower(fresh=False)
         try:
@@ -87,6 +90,11 @@ class SchemaValidation:
                 await copy.load()
                 self._follower, self._loaded_at_ms = copy, now
             return self._follower
+
+
+def _columns(batch: pa.RecordBatch | pa.Table, values: bool, keys: bool) -> list[tuple[pa.Array, bool]]:
+    names = batch.schema.names
+    return [(batch.column(n), n == "key") for n, on in (("value", values), ("key", keys)) if on and n in names]
 
 
 def check_column(registry: SchemaRegistry, topic: str, column: pa.Array | pa.ChunkedArray, is_key: bool) -> None:
