@@ -108,6 +108,18 @@ def _record_schema(embedded: str) -> dict:
     }
 
 
+def _schemad_record_schema() -> dict:
+    """A body in avro/jsonschema/protobuf: JSON records and the schemas that encode them."""
+    doc = _record_schema("json")
+    doc["properties"].update({
+        "key_schema": {"type": "string", "description": "the key's schema text (registered under <topic>-key)"},
+        "key_schema_id": {"type": "integer", "description": "or the id of a registered schema"},
+        "value_schema": {"type": "string", "description": "the value's schema text (<topic>-value)"},
+        "value_schema_id": {"type": "integer", "description": "or the id of a registered schema"},
+    })
+    return doc
+
+
 _PRODUCE_OPENAPI = {
     "requestBody": {
         "required": True,
@@ -115,6 +127,7 @@ _PRODUCE_OPENAPI = {
             V2_BINARY: {"schema": _record_schema("binary")},
             V2_EMBEDDED_JSON: {"schema": _record_schema("json")},
             "application/json": {"schema": _record_schema("binary")},
+            **{f"application/vnd.kafka.{fmt}.v2+json": {"schema": _schemad_record_schema()} for fmt in SCHEMA_TYPES},
         },
     },
     "responses": {

@@ -289,3 +289,42 @@ def test_v3_refusals_write_nothing(broker, topic: str, value: dict, status: int,
     resp = _v3(broker, topic, {"value": value})
     assert (resp.status_code, resp.json()["error_code"]) == (status, code), resp.text
     assert broker.rest.offsets(topic, 0) == (0, 0)
+
+
+@pytest.mark.parametrize("body", [
+    {"value_schema": 5, "records": [{"value": {}}]},
+    {"value_schema_id": "1", "records": [{"value": {}}]},
+    {"value_schema_id": True, "records": [{"value": {}}]},
+    {"value_schema": ORDER_AVRO, "value_schema_id": 1, "records": [{"value": {}}]},
+    {"value_schema": ORDER_AVRO, "records": [{"value": [1, 2]}]},
+    {"value_schema": ORDER_AVRO, "records": [{"value": "text"}]},
+    {"value_schema": ORDER_AVRO, "records": ["not a record"]},
+    {"value_schema": ORDER_AVRO, "records": []},
+    {"value_schema": "", "records": [{"value": {}}]},
+    {"value_schema": ORDER_AVRO, "records": [{"value": {"id": "x", "amount": 1e400}}]},
+    {"value_schema": json.dumps({"type": "bytes"}), "records": [{"value": "\u0100"}]},
+])
+def test_malformed_schemad_bodies_are_4xx_and_write_nothing(broker, topic: str, body: dict) -> None:
+    for content_type in (AVRO, JSONSCHEMA, PROTOBUF):
+        resp = _produce(broker, topic, content_type, body)
+        assert 400 <= resp.status_code < 500, (content_type, resp.status_code, resp.text)
+        assert isinstance(resp.json()["error_code"], int)
+    assert broker.rest.offsets(topic, 0) == (0, 0)
+
+
+@pytest.mark.parametrize("value", [
+    {"type": "AVRO", "schema": 5, "data": {}},
+    {"schema_id": "1", "data": {}},
+    {"schema_version": "latest", "data": {}},
+    {"subject": 5, "schema_version": 1, "data": {}},
+    {"subject": "", "schema_version": 1, "data": {}},
+    {"type": "AVRO", "subject_name_strategy": "RECORD_NAME", "schema": ORDER_AVRO, "data": {}},
+    {"schema_id": 1, "schema_version": 1, "data": {}},
+    {"type": 5, "data": {}},
+    {"type": "PROTOBUF", "schema": "message {", "data": {}},
+])
+def test_malformed_v3_schemad_values_are_4xx_and_write_nothing(broker, topic: str, value: dict) -> None:
+    resp = _v3(broker, topic, {"value": value})
+    assert 400 <= resp.status_code < 500, resp.text
+    assert isinstance(resp.json()["error_code"], int)
+    assert broker.rest.offsets(topic, 0) == (0, 0)
