@@ -7,16 +7,19 @@ response its *embedded format*. laketail speaks:
 * v2 ``json`` (``application/vnd.kafka.json.v2+json``): any JSON value, stored as its
   UTF-8 JSON text; JSON ``null`` is a null key / a null value (tombstone);
 * v3 ``{"type": "BINARY" | "JSON" | "STRING", "data": ...}``: base64, JSON, UTF-8 text.
-  No ``type`` means ``BINARY``, as in Confluent's v3 produce.
+  No ``type`` means ``BINARY``, as in Confluent's v3 produce; ``AVRO``, ``JSONSCHEMA``
+  and ``PROTOBUF`` (with ``schema``, ``schema_id``, ``schema_version``, ``subject``) are
+  encoded by :mod:`laketail.api.embedded_schemas` before :func:`decode_typed`.
 
 v2 content types follow Confluent's grammar and negotiation rule:
 ``application/vnd.kafka[.embedded_format][.api_version]+json`` (api_version v1 or v2,
 or none); the less specific ``application/vnd.kafka.v2+json``,
 ``application/vnd.kafka+json``, ``application/json`` and ``application/octet-stream``
 are accepted, and whenever the embedded format is omitted it is ``binary``. Avro,
-Protobuf and JSON Schema need a schema registry and are refused with 415, as is any
-other ``application/vnd.kafka`` type. The v2 GET routes answer an Accept that allows
-no JSON answer with 406 (:func:`check_accept`).
+Protobuf and JSON Schema (``avro``, ``protobuf``, ``jsonschema``) are produced and
+consumed through the broker's schema registry (:mod:`laketail.api.embedded_schemas`,
+:func:`schema_format_of`); any other ``application/vnd.kafka`` type is refused with 415.
+The v2 GET routes answer an Accept that allows no JSON answer with 406 (:func:`check_accept`).
 
 Header values are always base64 (v3's rule, and laketail's for fetch responses).
 
@@ -93,6 +96,14 @@ def format_of(media_type: str) -> EmbeddedFormat | None:
             f"embedded format '{fmt}' needs a schema registry; laketail takes binary or json"
         )
     return fmt  # type: ignore[return-value]
+
+
+def schema_format_of(content_type: str | None) -> str | None:
+    """The schema'd embedded format (``avro``, ``jsonschema``, ``protobuf``) a v2
+    Content-Type names, else None (:mod:`laketail.api.embedded_schemas` serves them)."""
+    match = _KAFKA_TYPE.fullmatch(_media_type(content_type))
+    fmt = match.group(1) if match is not None else None
+    return fmt if fmt in _SCHEMA_FORMATS else None
 
 
 def request_format(content_type: str | None) -> EmbeddedFormat:
@@ -299,9 +310,7 @@ def decode_typed(doc: Any, what: str) -> tuple[bytes | None, str | None]:
         if type(data) is not str:
             raise InvalidRecord(f"{what}.data must be a string for type STRING")
         return data.encode("utf-8"), kind
-    if kind in ("AVRO", "PROTOBUF", "JSONSCHEMA"):
-        raise InvalidRecord(f"{what}.type {kind} needs a schema registry; use BINARY, JSON or STRING")
-    raise InvalidRecord(f"{what}.type must be BINARY, JSON or STRING, got {kind!r}")
+    raise InvalidRecord(f"{what}.type must be BINARY, JSON, STRING, AVRO, JSONSCHEMA or PROTOBUF, got {kind!r}")
 
 
 def decode_headers(items: Any, name_field: str, what: str) -> list[tuple[str, bytes | None]] | None:

@@ -92,7 +92,7 @@ def test_generic_content_types_mean_binary(client, topic, content_type):
     assert unb64(got[0]["value"]) == b"raw"
 
 
-@pytest.mark.parametrize("content_type", ["application/vnd.kafka.avro.v2+json", "text/plain"])
+@pytest.mark.parametrize("content_type", ["application/vnd.kafka.cbor.v2+json", "text/plain"])
 def test_unsupported_content_type_is_415(client, topic, content_type):
     resp = client.post(f"/topics/{topic}", content='{"records": [{"value": "AA=="}]}',
                        headers={"Content-Type": content_type})

@@ -33,7 +33,7 @@ def topic(client):
 # Confluent's grammar application/vnd.kafka[.embedded_format][.api_version]+json (API
 # reference, "Content Types"; API versions v1 and v2; "if the embedded format is
 # omitted, binary is assumed"); the peer suite's valid_headers, less its avro one
-# (laketail has no schema registry: 415).
+# (which needs a schema: tests/schemas/test_embedded_formats.py).
 VALID_CONTENT_TYPES = [
     ("application/vnd.kafka.v1+json", "binary"),
     ("application/vnd.kafka.binary.v1+json", "binary"),

@@ -40,6 +40,7 @@ Describe, as Kafka's metadata answer lists only those.
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
@@ -51,10 +52,19 @@ from laketail.api import authz, fetch_body
 from laketail.api import consumer_schemas as bodies
 from laketail.api.consumer_instances import ConsumerInstance, ConsumerInstances
 from laketail.api.deps import broker_of, json_response, parse_json, query_int, read_body
-from laketail.api.encoding import MEDIA_TYPES, V2_JSON, EmbeddedFormat, acceptable, format_of, v2_accept
+from laketail.api.embedded_schemas import SCHEMA_TYPES, registry_of, schema_rows
+from laketail.api.encoding import (
+    MEDIA_TYPES,
+    V2_JSON,
+    acceptable,
+    format_of,
+    schema_format_of,
+    v2_accept,
+)
 from laketail.api.routes.clusters import base_url
 from laketail.bounds import int32, int64
 from laketail.coordinator.instance_config import ConsumerInstanceNotFound, InstanceConfig
+from laketail.coordinator.instance_config import EmbeddedFormat as ConsumerFormat
 from laketail.errors import (
     InvalidRequest,
     InvalidRequestBody,
@@ -301,12 +311,16 @@ async def seek_to_end(request: Request, group: str, instance: str) -> Response:
 # -- records ------------------------------------------------------------------------------------
 
 
-def accepted_format(accept: str | None, instance_format: EmbeddedFormat) -> EmbeddedFormat:
+def accepted_format(accept: str | None, instance_format: ConsumerFormat) -> ConsumerFormat:
     """The instance's format when the Accept header allows it, else NOT_ACCEPTABLE."""
     if not accept:
         return instance_format
     for part in accept.split(","):
         media = part.split(";", 1)[0].strip().lower()
+        if schema_format_of(media) is not None:
+            if schema_format_of(media) == instance_format:
+                return instance_format
+            continue
         try:
             fmt = format_of(media)
         except UnsupportedMediaType:
@@ -315,8 +329,12 @@ def accepted_format(accept: str | None, instance_format: EmbeddedFormat) -> Embe
             return instance_format
     raise NotAcceptable(
         "Consumer format does not match the embedded format requested by the Accept header: "
-        f"this instance answers {MEDIA_TYPES[instance_format]}"
+        f"this instance answers {_media_of(instance_format)}"
     )
+
+
+def _media_of(fmt: ConsumerFormat) -> str:
+    return MEDIA_TYPES.get(fmt, f"application/vnd.kafka.{fmt}.v2+json")  # type: ignore[call-overload]
 
 
 @router.get(INSTANCE + "/records", summary="Fetch records of the assigned partitions (a poll)",
@@ -326,15 +344,19 @@ async def read_records(request: Request, group: str, instance: str) -> Response:
     for topic in {t for t, _ in consumer.assignment} | set(consumer.subscription()):
         authz.check(request, Op.READ, R.TOPIC, topic)  # Fetch: Read on each topic polled
     fmt = accepted_format(request.headers.get("accept"), consumer.config.format)
+    if fmt in SCHEMA_TYPES:  # decoded by the schema id each record carries
+        registry = registry_of(request)
+        encode = functools.partial(schema_rows, registry)
+    else:
+        encode = functools.partial(fetch_body.rows, embedded=fmt)
     batches = await consumer.records(
-        query_int(request, "timeout", None), query_int(request, "max_bytes", None),
-        encode=lambda topic, table: fetch_body.rows(topic, table, fmt),
+        query_int(request, "timeout", None), query_int(request, "max_bytes", None), encode=encode,
     )
     parts: list = []
     for topic, pieces in batches:
         authz.check(request, Op.READ, R.TOPIC, topic)  # a pattern may have added a topic meanwhile
         parts.extend(pieces)
-    return Response(fetch_body.body(parts), media_type=MEDIA_TYPES[fmt])
+    return Response(fetch_body.body(parts), media_type=_media_of(fmt))
 
 
 # -- offsets ------------------------------------------------------------------------------------

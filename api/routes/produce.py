@@ -3,7 +3,10 @@
 Body ``{"records": [{"key", "value", "partition"?, "headers"?}]}`` in the embedded
 format the Content-Type names (see :mod:`laketail.api.encoding`); ``headers`` is an
 optional laketail (and Strimzi bridge) extension: ``[{"key": str, "value": base64}]``.
-The answer is ``{"key_schema_id": null, "value_schema_id": null, "offsets": [...]}``
+In ``avro``, ``jsonschema`` and ``protobuf`` keys and values are JSON encoded by the
+schemas the body names (``key_schema``/``key_schema_id``, ``value_schema``/
+``value_schema_id``: :mod:`laketail.api.embedded_schemas`).
+The answer is ``{"key_schema_id": null, "value_schema_id": null, "offsets": [...]}`` (the ids in those formats)
 with one ``{partition, offset, error_code: null, error: null}`` per record in request
 order; with ``acks=0`` offsets are null (unknown when the answer leaves). A request
 with any record that does not decode is refused whole (4xx) and writes nothing. A record
@@ -47,6 +50,7 @@ from laketail.api.deps import (
     read_body,
     refuse_producer,
 )
+from laketail.api.embedded_schemas import SCHEMA_TYPES, encode_column, resolve
 from laketail.api.encoding import (
     V2_BINARY,
     V2_EMBEDDED_JSON,
@@ -57,6 +61,7 @@ from laketail.api.encoding import (
     decode_headers,
     format_of,
     request_format,
+    schema_format_of,
 )
 from laketail.bounds import INT32_MAX, INT32_MIN, int32
 from laketail.errors import InvalidRecord, InvalidRequest, InvalidRequestBody, LaketailError
@@ -103,6 +108,18 @@ def _record_schema(embedded: str) -> dict:
     }
 
 
+def _schemad_record_schema() -> dict:
+    """A body in avro/jsonschema/protobuf: JSON records and the schemas that encode them."""
+    doc = _record_schema("json")
+    doc["properties"].update({
+        "key_schema": {"type": "string", "description": "the key's schema text (registered under <topic>-key)"},
+        "key_schema_id": {"type": "integer", "description": "or the id of a registered schema"},
+        "value_schema": {"type": "string", "description": "the value's schema text (<topic>-value)"},
+        "value_schema_id": {"type": "integer", "description": "or the id of a registered schema"},
+    })
+    return doc
+
+
 _PRODUCE_OPENAPI = {
     "requestBody": {
         "required": True,
@@ -110,6 +127,7 @@ _PRODUCE_OPENAPI = {
             V2_BINARY: {"schema": _record_schema("binary")},
             V2_EMBEDDED_JSON: {"schema": _record_schema("json")},
             "application/json": {"schema": _record_schema("binary")},
+            **{f"application/vnd.kafka.{fmt}.v2+json": {"schema": _schemad_record_schema()} for fmt in SCHEMA_TYPES},
         },
     },
     "responses": {
@@ -191,8 +209,8 @@ def values_only_records(body: bytes, fixed_partition: int | None) -> Records | N
     return None
 
 
-#: The fields of a v2 produce body (the schema fields Confluent's takes beside
-#: ``records`` are accepted and ignored: there is no schema registry) and of a record
+#: The fields of a v2 produce body (the schema fields are read in the schema'd formats,
+#: :mod:`laketail.api.embedded_schemas`, and ignored in binary and json) and of a record
 #: (``headers``: laketail's and Strimzi's extension).
 _BODY_FIELDS = frozenset({"records", "key_schema", "key_schema_id", "value_schema", "value_schema_id"})
 _RECORD_FIELDS = frozenset({"key", "value", "partition", "headers"})
@@ -296,6 +314,9 @@ async def _produce_v2(request: Request, topic: str, partition: int | None) -> Re
     else:
         producer = producer_of(request)
     content_type = request.headers.get("content-type")
+    schema_format = schema_format_of(content_type)
+    if schema_format is not None:
+        return await _produce_v2_with_schemas(request, topic, partition, acks, producer, schema_format, started)
     embedded = request_format(content_type)
     state = request.app.state
     body = await read_body(request)
@@ -313,28 +334,62 @@ async def _produce_v2(request: Request, topic: str, partition: int | None) -> Re
     if result is not None and result.dense is not None:
         body = _dense_v2_answer(*result.dense, len(records))
     else:
-        if result is None:
-            parts = records.partitions or [None] * len(records)
-            offsets: list[dict[str, Any]] = [
-                {"partition": p, "offset": None, "error_code": None, "error": None} for p in parts
-            ]
-        elif result.errors is None:
-            offsets = [
-                {"partition": p, "offset": o, "error_code": None, "error": None}
-                for p, o in zip(result.partitions, result.offsets)
-            ]
-        else:
-            offsets = [
-                {"partition": p, "offset": o, "error_code": None, "error": None} if e is None
-                else {"partition": None if p < 0 else p, "offset": None,
-                      "error_code": v2_record_error_code(e), "error": e.message}
-                for p, o, e in zip(result.partitions, result.offsets, result.errors)
-            ]
-        body = _dumps({"key_schema_id": None, "value_schema_id": None, "offsets": offsets})
+        body = _v2_answer(result, records, None, None)
     state.metrics.observe_produce(
         "v2", topic, len(records), records.payload_bytes(), perf_counter() - started
     )
     return Response(body, media_type=V2_JSON)
+
+
+def _v2_answer(result: Any, records: Records, key_schema_id: int | None, value_schema_id: int | None) -> bytes:
+    if result is None:
+        parts = records.partitions or [None] * len(records)
+        offsets: list[dict[str, Any]] = [
+            {"partition": p, "offset": None, "error_code": None, "error": None} for p in parts
+        ]
+    elif result.errors is None:
+        offsets = [
+            {"partition": p, "offset": o, "error_code": None, "error": None}
+            for p, o in zip(result.partitions, result.offsets)
+        ]
+    else:
+        offsets = [
+            {"partition": p, "offset": o, "error_code": None, "error": None} if e is None
+            else {"partition": None if p < 0 else p, "offset": None,
+                  "error_code": v2_record_error_code(e), "error": e.message}
+            for p, o, e in zip(result.partitions, result.offsets, result.errors)
+        ]
+    return _dumps({"key_schema_id": key_schema_id, "value_schema_id": value_schema_id, "offsets": offsets})
+
+
+async def _produce_v2_with_schemas(request: Request, topic: str, partition: int | None, acks: Any,
+                                   producer: Any, schema_format: str, started: float) -> Response:
+    """A body in ``avro``/``jsonschema``/``protobuf``: its records' keys and values are
+    JSON, encoded by the schemas the body names (:mod:`laketail.api.embedded_schemas`)."""
+    body = await read_body(request)
+    doc = parse_json(body, nested_values=True)
+    check_exact_integers(body)
+    records = decode_records(doc, "json", partition)  # the body's shape, fields and partitions
+    items = doc["records"]
+    schema_type = SCHEMA_TYPES[schema_format]
+    resolved = []
+    for is_key, prefix in ((True, "key"), (False, "value")):
+        text, schema_id = doc.get(f"{prefix}_schema"), doc.get(f"{prefix}_schema_id")
+        if text is not None and schema_id is not None:
+            raise InvalidRequest(f"name either {prefix}_schema or {prefix}_schema_id, not both")
+        resolved.append(None if text is None and schema_id is None else
+                        await resolve(request, topic, schema_type, is_key, text=text, schema_id=schema_id))
+    key_schema, value_schema = resolved
+    keys = encode_column([it.get("key") for it in items], key_schema, True)
+    records.keys = keys if any(k is not None for k in keys) else None
+    records.values = encode_column([it.get("value") for it in items], value_schema, False)
+    state = request.app.state
+    await state.broker.topic_for_produce(topic)
+    result = await produce(request, topic, records, acks, producer, per_record_errors=True)
+    answer = _v2_answer(result, records, key_schema and key_schema.schema_id,
+                        value_schema and value_schema.schema_id)
+    state.metrics.observe_produce("v2", topic, len(records), records.payload_bytes(), perf_counter() - started)
+    return Response(answer, media_type=V2_JSON)
 
 
 def _with_format_hint(error: InvalidRecord, content_type: str | None) -> InvalidRecord:

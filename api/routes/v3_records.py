@@ -49,6 +49,7 @@ from laketail.api.deps import (
     read_body,
     record_error,
 )
+from laketail.api.embedded_schemas import V3Data, v3_data
 from laketail.api.encoding import WIDE_INTEGER_DIGITS, decode_headers, decode_typed, iso_ms, parse_timestamp
 from laketail.api.errors import STREAMED_BODY
 from laketail.bounds import int32
@@ -71,6 +72,8 @@ class V3Record:
     headers: list[tuple[str, bytes | None]] | None
     partition: int | None
     timestamp: int | None
+    key_schema: V3Data | None = None
+    value_schema: V3Data | None = None
 
     def size(self) -> int:
         size = (len(self.key) if self.key else 0) + (len(self.value) if self.value else 0)
@@ -79,8 +82,11 @@ class V3Record:
         return size
 
 
-def prepare(doc: Any, fixed_partition: int | None) -> V3Record:
-    """One v3 record object, decoded; raises INVALID_RECORD."""
+def prepare(doc: Any, fixed_partition: int | None,
+            schemas: tuple[V3Data | None, V3Data | None] = (None, None)) -> V3Record:
+    """One v3 record object, decoded (its key and value already encoded when
+    ``schemas`` holds them: :func:`laketail.api.embedded_schemas.v3_data`); raises
+    INVALID_RECORD."""
     if type(doc) is not dict:
         raise InvalidRequest("a record must be a JSON object")
     check_json_depth(doc, "the record")
@@ -89,13 +95,17 @@ def prepare(doc: Any, fixed_partition: int | None) -> V3Record:
         partition = fixed_partition
     elif partition is not None:
         int32(partition, "partition_id", InvalidRecord)
-    key, key_type = decode_typed(doc.get("key"), "key")
-    value, value_type = decode_typed(doc.get("value"), "value")
+    key_schema, value_schema = schemas
+    key, key_type = (key_schema.data, key_schema.v3_type) if key_schema else decode_typed(doc.get("key"), "key")
+    value, value_type = ((value_schema.data, value_schema.v3_type) if value_schema
+                         else decode_typed(doc.get("value"), "value"))
     return V3Record(
         key=key,
         value=value,
         key_type=key_type,
         value_type=value_type,
+        key_schema=key_schema,
+        value_schema=value_schema,
         headers=decode_headers(doc.get("headers"), "name", "headers"),
         partition=partition,
         timestamp=parse_timestamp(doc.get("timestamp"), "timestamp"),
@@ -106,7 +116,9 @@ def error_report(err: LaketailError) -> dict:
     return err.to_body(v3=True)
 
 
-def _data(kind: str | None, data: bytes | None) -> dict | None:
+def _data(kind: str | None, data: bytes | None, schema: V3Data | None = None) -> dict | None:
+    if schema is not None:
+        return schema.report()
     return None if kind is None else {"type": kind, "size": len(data) if data else 0}
 
 
@@ -123,7 +135,11 @@ async def produce_many(
     slots: list[V3Record | LaketailError] = []
     for doc in items:
         try:
-            slots.append(prepare(doc, fixed_partition))
+            schemas = (None, None)
+            if type(doc) is dict and (type(doc.get("key")) is dict or type(doc.get("value")) is dict):
+                schemas = (await v3_data(request, topic, doc.get("key"), True),
+                           await v3_data(request, topic, doc.get("value"), False))
+            slots.append(prepare(doc, fixed_partition, schemas))
         except LaketailError as err:
             if raise_single:
                 raise
@@ -183,8 +199,8 @@ async def produce_many(
             "timestamp": iso_ms(result.timestamps_ms[j]) if result else (
                 iso_ms(slot.timestamp) if slot.timestamp is not None else None
             ),
-            "key": _data(slot.key_type, slot.key),
-            "value": _data(slot.value_type, slot.value),
+            "key": _data(slot.key_type, slot.key, slot.key_schema),
+            "value": _data(slot.value_type, slot.value, slot.value_schema),
         })
         j += 1
     return reports

@@ -73,6 +73,7 @@ from laketail.records import (
     IsolationLevel,
 )
 from laketail.schemas import SCHEMAS_TOPIC, SchemaRegistry
+from laketail.schemas.validation import SchemaValidation
 from laketail.security.listeners import advertised_endpoints, parse_entries
 from laketail.storage.block_cache import BLOCKS
 from laketail.storage.log_manager import LogManager
@@ -201,7 +202,9 @@ class Broker:
         # Confluent Schema Registry, its state in __schemas; beside the coordinators
         self.schemas = SchemaRegistry(self, settings.transaction_state_log_replication_factor)
         self.produce_path = ProducePath(
-            settings, self.clock, self.cluster, self.tierer, self.transactions, self._runtime, self.check_partition
+            settings, self.clock, self.cluster, self.tierer, self.transactions, self._runtime, self.check_partition,
+            # the registry runs beside the coordinators; other brokers follow __schemas
+            schema_validation=SchemaValidation(self.schemas, lambda: self.coordinators_loaded, self, self.clock),
         )
         self.fetch_path = FetchPath(settings, self.logs, self.tables, self.cluster, self.leads, self.check_partition,
                                     self._sibling_log)

@@ -120,6 +120,11 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = {
                   _at_least(10)),
         ConfigKey("table.flush.bytes", int, 67_108_864,
                   "laketail: tier early when this many bytes wait in a partition.", _at_least(1024)),
+        ConfigKey("confluent.value.schema.validation", bool, False,
+                  "Confluent Server's: refuse (INVALID_RECORD) a value not in Confluent's wire format "
+                  "of a schema registered under <topic>-value (laketail.schemas.validation)."),
+        ConfigKey("confluent.key.schema.validation", bool, False,
+                  "Confluent Server's: the same for keys, under <topic>-key."),
     ]
 }
 
@@ -145,6 +150,8 @@ class TopicConfig:
     local_retention_bytes: int = -2
     table_flush_interval_ms: int = 1000
     table_flush_bytes: int = 67_108_864
+    confluent_value_schema_validation: bool = False
+    confluent_key_schema_validation: bool = False
 
     @classmethod
     def from_kafka(

@@ -10,7 +10,8 @@ idempotent/transactional producer state).
 Parts (passed in by the broker, the composition root): settings and clock, the cluster
 node (leadership, ISR, forwarding), the tierer (woken when a partition has
 ``table.flush.bytes`` waiting), the transaction coordinator (checks of transactional
-and idempotent producers) and two lookups of the broker's topics.
+and idempotent producers), two lookups of the broker's topics, and the schema
+registry's checks of topics that validate schemas (:mod:`laketail.schemas.validation`).
 
 Hot path (``api/hot_routes.py``): one frame per request in the common case, no thread
 hop before the append; keep it that way. Thread-safety: event loop thread only.
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from laketail.clock import Clock
     from laketail.cluster.node import ClusterNode
     from laketail.coordinator.transactions import TransactionCoordinator
+    from laketail.schemas.validation import SchemaValidation
     from laketail.storage.tierer import Tierer
 
 #: What one record costs against ``max.message.bytes`` besides its key, value and
@@ -195,6 +197,7 @@ class ProducePath:
         transactions: "TransactionCoordinator",
         runtime: Callable[[str], TopicRuntime],
         check_partition: Callable[[str, int], TopicInfo],
+        schema_validation: "SchemaValidation | None" = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -205,6 +208,22 @@ class ProducePath:
         self._runtime = runtime
         #: the topic of an existing partition; UNKNOWN_TOPIC_OR_PARTITION otherwise
         self.check_partition = check_partition
+        #: the registry's checks of topics with confluent.*.schema.validation
+        self.schema_validation = schema_validation
+
+    def _validates(self, topic: str) -> tuple[bool, bool]:
+        config = self._runtime(topic).config
+        return config.confluent_value_schema_validation, config.confluent_key_schema_validation
+
+    async def _check_schemas(self, topic: str, batch: pa.RecordBatch | pa.Table) -> None:
+        """INVALID_RECORD when a validating topic gets a key or value its subject does
+        not take (:mod:`laketail.schemas.validation`); before anything is planned."""
+        values, keys = self._validates(topic)
+        if not (values or keys):
+            return
+        if self.schema_validation is None:
+            raise InvalidRequest(f"topic '{topic}' validates schemas and this broker has no schema registry")
+        await self.schema_validation.check(topic, batch, values, keys)
 
     async def produce(
         self,
@@ -234,6 +253,7 @@ class ProducePath:
         """
         if not internal_topics_allowed:
             check_not_internal(topic, "append to")
+            await self._check_schemas(topic, batch)
         if producer is not None and producer.producer_id >= 0:
             if producer.transactional:
                 partition = self._single_partition(topic, batch)
@@ -295,8 +315,19 @@ class ProducePath:
 
         The caller keeps the returned task referenced until it ends."""
         check_not_internal(topic, "append to")  # only clients produce with acks=0
+        values, keys = self._validates(topic)
+        if values or keys:
+            if self.schema_validation is None:
+                raise InvalidRequest(f"topic '{topic}' validates schemas and this broker has no schema registry")
+            if not self.schema_validation.check_here(topic, batch, values, keys):
+                # the follower's copy may need loading: checked in the task, a refused request dropped
+                return asyncio.get_running_loop().create_task(self._checked_nowait(topic, batch))
         plan = self._plan_produce(topic, batch)
         return asyncio.get_running_loop().create_task(self._execute(plan, "0"))
+
+    async def _checked_nowait(self, topic: str, batch: pa.RecordBatch | pa.Table) -> ProduceResult:
+        await self._check_schemas(topic, batch)
+        return await self._execute(self._plan_produce(topic, batch), "0")
 
     def _plan_produce(
         self, topic: str, batch: pa.RecordBatch | pa.Table, producer: ProducerBatch | None = None

@@ -64,7 +64,8 @@ def test_config_takes_v2_keys_and_refuses_bad_values():
     })
     assert config == InstanceConfig("json", "earliest", False, 10, 500, "read_uncommitted")
     assert InstanceConfig.from_request({}) == InstanceConfig()
-    for bad in ({"format": "avro"}, {"auto.offset.reset": "sometimes"}, {"auto.commit.enable": "yes"},
+    assert InstanceConfig.from_request({"format": "AVRO"}).format == "avro"  # decoded by its schema id
+    for bad in ({"format": "cbor"}, {"auto.offset.reset": "sometimes"}, {"auto.commit.enable": "yes"},
                 {"fetch.min.bytes": "lots"}, {"enable.auto.commit": "false"}):
         with pytest.raises(InvalidConsumerConfig) as err:
             InstanceConfig.from_request(bad)

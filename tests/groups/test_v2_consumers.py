@@ -163,8 +163,8 @@ def test_bad_requests(groups_broker: Any, make_topic: Any) -> None:
     http = groups_broker.rest.http
     bad_config = http.post(f"/consumers/{group}", json={"name": "c", "auto.offset.reset": "sometimes"})
     assert error_of(bad_config) == (422, 42204)
-    avro = http.post(f"/consumers/{group}", json={"format": "avro"})
-    assert error_of(avro) == (422, 42204)
+    cbor = http.post(f"/consumers/{group}", json={"format": "cbor"})
+    assert error_of(cbor) == (422, 42204)
     assert error_of(http.get(f"/consumers/{group}/instances/nobody/assignments")) == (404, 40403)
     consumer = V2Consumer(groups_broker.url, group, "c")
     assert error_of(consumer.records_response(timeout_ms=0)) == (409, 40903)  # neither subscribed nor assigned

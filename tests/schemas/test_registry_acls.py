@@ -43,3 +43,27 @@ def test_subject_acls(tmp_path) -> None:
         resp = gw.admin("POST", "/topics/__schemas", json=body,
                         headers={"Content-Type": "application/vnd.kafka.binary.v2+json"})
         assert resp.status_code >= 400, resp.text
+
+
+def test_a_schemad_produce_needs_write_on_the_subject_to_register(tmp_path) -> None:
+    """The proxy's avro produce registers as the client: Write on the topic is not enough."""
+    avro = {"Content-Type": "application/vnd.kafka.avro.v2+json"}
+    body = json.dumps({"value_schema": SCHEMA, "records": [{"value": {"a": "x"}}]})
+    with authz_gateway(tmp_path) as gw:
+        acls = f"/v3/clusters/{gw.cluster_id}/acls"
+        created = gw.admin("POST", f"/v3/clusters/{gw.cluster_id}/topics",
+                           json={"topic_name": "orders", "partitions_count": 1})
+        assert created.status_code in (200, 201), created.text
+        for resource, name, op in (("TOPIC", "orders", "WRITE"), ("SUBJECT", "orders-value", "READ")):
+            resp = gw.admin("POST", acls, json={
+                "resource_type": resource, "resource_name": name, "pattern_type": "LITERAL",
+                "principal": "User:carol", "host": "*", "operation": op, "permission": "ALLOW"})
+            assert resp.status_code == 201, resp.text
+        refused = gw.as_("User:carol", "POST", "/topics/orders", content=body, headers=avro)
+        assert (refused.status_code, refused.json()["error_code"]) == (403, 40301), refused.text
+        assert gw.admin("GET", "/subjects").json() == []
+        # registered by someone who may: carol's Read now finds it, and her produce goes through
+        assert gw.admin("POST", "/subjects/orders-value/versions", json={"schema": SCHEMA}).status_code == 200
+        ok = gw.as_("User:carol", "POST", "/topics/orders", content=body, headers=avro)
+        assert ok.status_code == 200, ok.text
+        assert ok.json()["offsets"][0]["offset"] == 0

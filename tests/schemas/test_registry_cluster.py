@@ -57,3 +57,32 @@ def test_one_registry_for_the_cluster_surviving_its_controller(tmp_path: Path) -
             "copy-value", "orders-value"]
     finally:
         cluster.close()
+
+
+@pytest.mark.timeout(600)
+def test_schemad_produce_and_validation_through_a_broker_without_the_registry(tmp_path: Path) -> None:
+    """A broker other than the controller registers through it, resolves ids in its copy
+    of __schemas, and validates a validating topic's records against that copy."""
+    cluster = Cluster(tmp_path).start()
+    try:
+        controller = controller_of(cluster)
+        via = cluster.others(controller)[0]
+        topic = cluster.make_topic("checked", 1, 3, {"confluent.value.schema.validation": "true"})
+        produce = httpx.post(f"{via.url}/topics/{topic}", timeout=60.0, content=json.dumps({
+            "value_schema": SCHEMA, "records": [{"value": {"a": "x"}}]}),
+            headers={"Content-Type": "application/vnd.kafka.avro.v2+json"})
+        assert produce.status_code == 200, produce.text
+        schema_id = produce.json()["value_schema_id"]
+        assert latest(cluster[controller].url, f"{topic}-value")["id"] == schema_id  # registered there
+        by_id = httpx.post(f"{via.url}/topics/{topic}", timeout=60.0, content=json.dumps({
+            "value_schema_id": schema_id, "records": [{"value": {"a": "y"}}]}),
+            headers={"Content-Type": "application/vnd.kafka.avro.v2+json"})
+        assert by_id.status_code == 200, by_id.text
+        raw = httpx.post(f"{via.url}/topics/{topic}", timeout=60.0,
+                         json={"records": [{"value": "cGxhaW4="}]},
+                         headers={"Content-Type": "application/vnd.kafka.binary.v2+json"})
+        assert (raw.status_code, raw.json()["error_code"]) == (422, 42206), raw.text
+        end = httpx.get(f"{via.url}/topics/{topic}/partitions/0/offsets", timeout=60.0).json()["end_offset"]
+        assert end == 2
+    finally:
+        cluster.close()

@@ -24,7 +24,9 @@ from laketail.bounds import INT32_MAX, parse_int
 from laketail.errors import InvalidConfig, LaketailError
 from laketail.records import IsolationLevel
 
-EmbeddedFormat = Literal["binary", "json"]
+#: binary and json; avro, jsonschema and protobuf decode records by the schema id they
+#: carry, through the broker's schema registry (laketail.api.embedded_schemas).
+EmbeddedFormat = Literal["binary", "json", "avro", "jsonschema", "protobuf"]
 OffsetReset = Literal["earliest", "latest", "none"]
 
 
@@ -120,11 +122,9 @@ class InstanceConfig:
         unknown = sorted(set(doc) - _CREATE_KEYS)
         if unknown:
             raise InvalidConsumerConfig(f"unknown consumer setting(s): {', '.join(unknown)}")
-        fmt = _text(doc, "format")
-        if fmt is not None and fmt.lower() in ("avro", "jsonschema", "protobuf"):
-            raise InvalidConsumerConfig(f"format {fmt!r} needs a schema registry; use binary or json")
         return cls(
-            format=_choice(doc, "format", "binary", {"binary": "binary", "json": "json"}),  # type: ignore[arg-type]
+            format=_choice(doc, "format", "binary", {  # type: ignore[arg-type]
+                f: f for f in ("binary", "json", "avro", "jsonschema", "protobuf")}),
             auto_offset_reset=_choice(doc, "auto.offset.reset", "latest", {  # type: ignore[arg-type]
                 "earliest": "earliest", "smallest": "earliest", "latest": "latest",
                 "largest": "latest", "none": "none",

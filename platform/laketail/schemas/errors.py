@@ -10,7 +10,7 @@ own name (it labels ``/metrics``). The message is Confluent's text alone, withou
 
 from __future__ import annotations
 
-from laketail.errors import LaketailError
+from laketail.errors import InvalidRecord, LaketailError
 
 
 class SchemaRegistryError(LaketailError):
@@ -140,3 +140,61 @@ class SubjectAuthorizationFailed(LaketailError):
     kafka_name = "SUBJECT_AUTHORIZATION_FAILED"
     http_status = 403
     rest_code = 40301
+
+
+# -- the REST Proxy's embedded schema formats (kafka-rest's ``Errors``) --------------------
+
+class KeySchemaMissing(LaketailError):
+    """A record with a key, and no ``key_schema`` nor ``key_schema_id`` (kafka-rest 42201)."""
+
+    kafka_name = "KEY_SCHEMA_MISSING"
+    http_status = 422
+    rest_code = 42201
+
+
+class ValueSchemaMissing(LaketailError):
+    """A record with a value, and no ``value_schema`` nor ``value_schema_id`` (42202)."""
+
+    kafka_name = "VALUE_SCHEMA_MISSING"
+    http_status = 422
+    rest_code = 42202
+
+
+class JsonConversion(InvalidRecord):
+    """A record's JSON that its schema does not take (kafka-rest's JSON_CONVERSION, 42203);
+    Kafka's INVALID_RECORD."""
+
+    kafka_name = "JSON_CONVERSION"
+    http_status = 422
+    rest_code = 42203
+
+    @property
+    def message(self) -> str:
+        return "Conversion of JSON to Object failed: " + self.detail
+
+
+class InvalidEmbeddedSchema(LaketailError):
+    """A ``key_schema``/``value_schema`` (or v3 ``schema``) that is not a schema of the
+    format (kafka-rest's INVALID_SCHEMA, 42205; the registry's own is 42201)."""
+
+    kafka_name = "INVALID_EMBEDDED_SCHEMA"
+    http_status = 422
+    rest_code = 42205
+
+    @property
+    def message(self) -> str:
+        return "Invalid schema: " + self.detail
+
+
+class SchemaSerialization(LaketailError):
+    """The registry refused or did not find a schema a produce names -- an unknown
+    ``value_schema_id``, a schema incompatible with the subject's (kafka-rest's
+    SERIALIZATION_EXCEPTION, 42207, with the registry's error in the message)."""
+
+    kafka_name = "SERIALIZATION_EXCEPTION"
+    http_status = 422
+    rest_code = 42207
+
+    @property
+    def message(self) -> str:
+        return "Error serializing message. " + self.detail

@@ -1,0 +1,293 @@
+"""A registered schema as Arrow columns: the typed value of a topic's table (issue 42).
+
+:func:`arrow_type` maps a schema (its :class:`~laketail.schemas.wire.Codec`) to the
+Arrow type of one decoded value, and :func:`decode_column` decodes a column of
+wire-format values into that type. They are the pure part of typed columns: the
+column a topic's Delta table would hold next to the raw ``value`` (named
+:data:`TYPED_VALUE_COLUMN`), written off the request path. Not wired into the tier
+pass yet (see the README's Schema Registry section).
+
+Types, as Spark's ``from_avro`` / ``from_protobuf`` map them where they can:
+
+* Avro: record -> struct; null, boolean, int, long, float, double, bytes, string ->
+  null, bool, int32, int64, float32, float64, binary, string; enum -> string; fixed ->
+  fixed-size binary; array -> list; map -> map<string, T>; a union of null and one
+  type -> that type (nullable); other unions -> struct ``member0..n`` (Spark's shape);
+  ``date`` -> date32, ``timestamp-millis``/``-micros`` -> timestamp (UTC),
+  ``decimal`` on bytes -> decimal128.
+* JSON Schema: object with ``properties`` -> struct; string, integer, number, boolean
+  -> string, int64, float64, bool; array with ``items`` -> list; ``["T", "null"]`` -> T;
+  anything else (no type, combinators) -> its JSON text as a string.
+* Protobuf: message -> struct by field name; the scalar types by width; enum ->
+  string (its name); repeated -> list; map -> map; a message type met again inside
+  itself (recursion) -> its JSON text.
+
+A value that is null stays null; one that does not decode (not framed, another
+schema's id, bytes that do not read) is null in the column and counted
+(``failures``), never refused here: refusing is broker-side validation's job.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from typing import Any
+
+import fastavro
+import orjson
+import pyarrow as pa
+from google.protobuf import message_factory
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+
+from laketail.schemas import wire
+
+TYPED_VALUE_COLUMN = "value_struct"
+
+_AVRO_PRIMITIVES = {
+    "null": pa.null(), "boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
+    "double": pa.float64(), "bytes": pa.binary(), "string": pa.string(),
+}
+_JSON_PRIMITIVES = {"string": pa.string(), "integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
+_F = FieldDescriptor
+_PROTO_SCALARS = {
+    _F.TYPE_DOUBLE: pa.float64(), _F.TYPE_FLOAT: pa.float32(), _F.TYPE_INT64: pa.int64(),
+    _F.TYPE_UINT64: pa.uint64(), _F.TYPE_INT32: pa.int32(), _F.TYPE_FIXED64: pa.uint64(),
+    _F.TYPE_FIXED32: pa.uint32(), _F.TYPE_BOOL: pa.bool_(), _F.TYPE_STRING: pa.string(),
+    _F.TYPE_BYTES: pa.binary(), _F.TYPE_UINT32: pa.uint32(), _F.TYPE_SFIXED32: pa.int32(),
+    _F.TYPE_SFIXED64: pa.int64(), _F.TYPE_SINT32: pa.int32(), _F.TYPE_SINT64: pa.int64(),
+}
+
+
+class UnsupportedSchema(ValueError):
+    """A schema with no Arrow shape here (a recursive Avro record)."""
+
+
+def arrow_type(codec: wire.Codec) -> pa.DataType:
+    if isinstance(codec, wire.AvroCodec):
+        return _avro(codec.parsed, codec.parsed.get("__named_schemas", {}) if isinstance(codec.parsed, dict) else {},
+                     frozenset())
+    if isinstance(codec, wire.JsonSchemaCodec):
+        return _json(codec.validator.schema)
+    if isinstance(codec, wire.ProtobufCodec):
+        return _proto(codec.messages[0], frozenset())
+    raise UnsupportedSchema(f"no Arrow type for {type(codec).__name__}")
+
+
+def _avro(schema: Any, names: dict[str, Any], seen: frozenset[str]) -> pa.DataType:
+    if isinstance(schema, str):
+        if schema in _AVRO_PRIMITIVES:
+            return _AVRO_PRIMITIVES[schema]
+        if schema in seen:
+            raise UnsupportedSchema(f"recursive Avro type {schema}")
+        return _avro(names[schema], names, seen)
+    if isinstance(schema, list):
+        branches = [b for b in schema if b != "null"]
+        if len(branches) == 1:
+            return _avro(branches[0], names, seen)
+        return pa.struct([pa.field(f"member{i}", _avro(b, names, seen)) for i, b in enumerate(branches)])
+    kind, logical = schema["type"], schema.get("logicalType")
+    if logical == "date" and kind == "int":
+        return pa.date32()
+    if logical == "timestamp-millis" and kind == "long":
+        return pa.timestamp("ms", tz="UTC")
+    if logical == "timestamp-micros" and kind == "long":
+        return pa.timestamp("us", tz="UTC")
+    if logical == "decimal" and kind == "bytes":
+        return pa.decimal128(int(schema["precision"]), int(schema.get("scale", 0)))
+    if kind == "record":
+        name = schema["name"]
+        if name in seen:
+            raise UnsupportedSchema(f"recursive Avro record {name}")
+        inner = seen | {name}
+        return pa.struct([pa.field(f["name"], _avro(f["type"], names, inner)) for f in schema["fields"]])
+    if kind == "enum":
+        return pa.string()
+    if kind == "fixed":
+        return pa.binary(int(schema["size"]))
+    if kind == "array":
+        return pa.list_(_avro(schema["items"], names, seen))
+    if kind == "map":
+        return pa.map_(pa.string(), _avro(schema["values"], names, seen))
+    return _avro(kind, names, seen)
+
+
+def _json(schema: Any) -> pa.DataType:
+    if not isinstance(schema, dict):
+        return pa.string()
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kinds = [k for k in kind if k != "null"]
+        kind = kinds[0] if len(kinds) == 1 else None
+    if kind == "object" and isinstance(schema.get("properties"), dict):
+        return pa.struct([pa.field(name, _json(sub)) for name, sub in schema["properties"].items()])
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        return pa.list_(_json(schema["items"]))
+    return _JSON_PRIMITIVES.get(kind, pa.string()) if isinstance(kind, str) else pa.string()
+
+
+def _proto(message: Descriptor, seen: frozenset[str]) -> pa.DataType:
+    inner = seen | {message.full_name}
+    return pa.struct([pa.field(f.name, _proto_field(f, inner)) for f in message.fields])
+
+
+def _proto_field(field: FieldDescriptor, seen: frozenset[str]) -> pa.DataType:
+    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        key, value = field.message_type.fields_by_name["key"], field.message_type.fields_by_name["value"]
+        return pa.map_(_proto_single(key, seen), _proto_single(value, seen))
+    single = _proto_single(field, seen)
+    return pa.list_(single) if _repeated(field) else single
+
+
+def _repeated(field: FieldDescriptor) -> bool:
+    if hasattr(field, "is_repeated"):  # protobuf 6+; ``label`` before
+        return bool(field.is_repeated)
+    return bool(field.label == _F.LABEL_REPEATED)
+
+
+def _proto_single(field: FieldDescriptor, seen: frozenset[str]) -> pa.DataType:
+    if field.type == _F.TYPE_ENUM:
+        return pa.string()
+    if field.type in (_F.TYPE_MESSAGE, _F.TYPE_GROUP):
+        if field.message_type.full_name in seen:
+            return pa.string()  # recursion: the JSON text
+        return _proto(field.message_type, seen)
+    return _PROTO_SCALARS[field.type]
+
+
+# -- decoding ----------------------------------------------------------------------------------
+
+
+def decode_column(values: pa.Array | pa.ChunkedArray, schema_id: int, codec: wire.Codec
+                  ) -> tuple[pa.Array, int]:
+    """``values`` (wire format of ``schema_id``) decoded into :func:`arrow_type`'s type;
+    the number of non-null values that did not decode (null in the column)."""
+    target = arrow_type(codec)
+    out: list[Any] = []
+    failures = 0
+    prefix = struct.pack(">bi", wire.MAGIC, schema_id)
+    for data in values.to_pylist():
+        if data is None:
+            out.append(None)
+            continue
+        try:
+            if data[:5] != prefix:
+                raise wire.NotDecodable("not this schema's wire format")
+            out.append(_native(codec, data[5:]))
+        except wire.NotDecodable:
+            out.append(None)
+            failures += 1
+    return pa.array(out, target), failures
+
+
+def _native(codec: wire.Codec, payload: bytes) -> Any:
+    if isinstance(codec, wire.AvroCodec):
+        buffer = io.BytesIO(payload)
+        try:
+            datum = fastavro.schemaless_reader(buffer, codec.parsed, None)
+        except Exception as exc:
+            raise wire.NotDecodable(str(exc)) from exc
+        return _avro_value(datum, codec.parsed, codec.parsed.get("__named_schemas", {}))
+    if isinstance(codec, wire.JsonSchemaCodec):
+        return _json_value(codec.decode(payload), codec.validator.schema)
+    if isinstance(codec, wire.ProtobufCodec):
+        indexes, at = wire.read_indexes(payload)
+        if indexes != [0]:
+            raise wire.NotDecodable("a message other than the first")
+        cls = message_factory.GetMessageClass(codec.messages[0])
+        try:
+            return _proto_value(cls.FromString(payload[at:]))
+        except Exception as exc:
+            raise wire.NotDecodable(str(exc)) from exc
+    raise wire.NotDecodable(type(codec).__name__)
+
+
+def _avro_value(datum: Any, schema: Any, names: dict[str, Any]) -> Any:
+    """fastavro's datum in the shape of :func:`_avro`'s type (unions of several types as
+    ``member<i>`` structs; maps as key/value pairs)."""
+    if datum is None:
+        return None
+    if isinstance(schema, str):
+        return _avro_value(datum, names[schema], names) if schema in names else datum
+    if isinstance(schema, list):
+        branches = [b for b in schema if b != "null"]
+        if len(branches) == 1:
+            return _avro_value(datum, branches[0], names)
+        index = _branch(datum, branches, names)
+        return {f"member{index}": _avro_value(datum, branches[index], names)}
+    kind = schema["type"]
+    if kind == "record":
+        return {f["name"]: _avro_value(datum.get(f["name"]), f["type"], names) for f in schema["fields"]}
+    if kind == "array":
+        return [_avro_value(d, schema["items"], names) for d in datum]
+    if kind == "map":
+        return [(k, _avro_value(v, schema["values"], names)) for k, v in datum.items()]
+    return datum
+
+
+_PYTHON_TYPES: dict[str, tuple[type, ...]] = {
+    "boolean": (bool,), "int": (int,), "long": (int,), "float": (float,), "double": (float,),
+    "bytes": (bytes,), "string": (str,), "record": (dict,), "map": (dict,), "array": (list,),
+    "enum": (str,), "fixed": (bytes,),
+}
+
+
+def _branch(datum: Any, branches: list[Any], names: dict[str, Any]) -> int:
+    """The union branch a decoded datum came from, by its Python type (the first that
+    fits; a record by its fields)."""
+    for i, branch in enumerate(branches):
+        resolved = names.get(branch, branch) if isinstance(branch, str) else branch
+        kind = resolved if isinstance(resolved, str) else resolved.get("type")
+        if isinstance(datum, bool) and kind != "boolean":
+            continue
+        if not isinstance(datum, _PYTHON_TYPES.get(kind, ())):
+            continue
+        fields = set(datum) if isinstance(datum, dict) else set()
+        if kind == "record" and fields != {f["name"] for f in resolved["fields"]}:
+            continue
+        return i
+    return 0
+
+
+def _json_value(doc: Any, schema: Any) -> Any:
+    target = _json(schema)
+    if doc is None:
+        return None
+    if pa.types.is_struct(target):
+        if not isinstance(doc, dict):
+            raise wire.NotDecodable("not an object")
+        return {name: _json_value(doc.get(name), sub) for name, sub in schema["properties"].items()}
+    if pa.types.is_list(target):
+        if not isinstance(doc, list):
+            raise wire.NotDecodable("not an array")
+        return [_json_value(d, schema["items"]) for d in doc]
+    if target == pa.string() and not isinstance(doc, str):
+        return orjson.dumps(doc).decode()
+    return doc
+
+
+def _proto_value(message: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field in message.DESCRIPTOR.fields:
+        value = getattr(message, field.name)
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            out[field.name] = [(k, _proto_single_value(field.message_type.fields_by_name["value"], v))
+                               for k, v in value.items()]
+        elif _repeated(field):
+            out[field.name] = [_proto_single_value(field, v) for v in value]
+        elif field.type in (_F.TYPE_MESSAGE, _F.TYPE_GROUP) and not message.HasField(field.name):
+            out[field.name] = None
+        else:
+            out[field.name] = _proto_single_value(field, value)
+    return out
+
+
+def _proto_single_value(field: FieldDescriptor, value: Any) -> Any:
+    if field.type == _F.TYPE_ENUM:
+        found = field.enum_type.values_by_number.get(value)
+        return found.name if found is not None else str(value)
+    if field.type in (_F.TYPE_MESSAGE, _F.TYPE_GROUP):
+        return _proto_value(value)
+    return value
+
+
+__all__ = ["TYPED_VALUE_COLUMN", "UnsupportedSchema", "arrow_type", "decode_column"]

@@ -1,0 +1,129 @@
+"""Broker-side schema validation: Confluent Server's ``confluent.value.schema.validation``
+and ``confluent.key.schema.validation`` topic configs.
+
+With the value's (or key's) validation on, every non-null value (key) of a produce must
+be in Confluent's wire format (:mod:`laketail.schemas.wire`) with a schema id that the
+topic's subject holds -- TopicNameStrategy, ``<topic>-value`` / ``<topic>-key``, a live
+version -- and a payload that reads as that schema's data. Otherwise the whole request
+is refused with Kafka's INVALID_RECORD (87; REST 422/42206) naming the first bad
+record, and nothing is written. Null keys and values (tombstones) pass.
+
+The check runs in :meth:`laketail.produce_path.ProducePath.produce` before anything
+is planned. Where the registry runs (beside the coordinators) it reads the registry's
+state; on the other brokers of a cluster it reads a follower's copy of ``__schemas``
+(a :class:`~laketail.schemas.SchemaRegistry` loaded from the topic, never written),
+loaded on first use and loaded again when a record fails -- a schema registered a
+moment ago is then seen -- at most once per ``refresh_interval_ms``, so records that
+keep failing do not keep re-reading the topic.
+
+Thread-safety: event loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Callable
+
+import pyarrow as pa
+
+from laketail.errors import InvalidRecord
+from laketail.schemas import wire
+from laketail.schemas.errors import SchemaRegistryError
+from laketail.schemas.registry import SchemaRegistry
+
+if TYPE_CHECKING:
+    from laketail.clock import Clock
+    from laketail.coordinator.ports import CoordinatorLog
+
+
+class SchemaValidation:
+    """Checks a produce's keys and values (see the module docstring). ``registry`` is the
+    broker's; ``registry_here()`` says whether it runs (and is loaded) on this broker;
+    ``internal_log`` is where a follower's copy reads ``__schemas``."""
+
+    def __init__(self, registry: SchemaRegistry, registry_here: Callable[[], bool],
+                 internal_log: "CoordinatorLog", clock: "Clock", refresh_interval_ms: int = 1000) -> None:
+        self.registry = registry
+        self.registry_here = registry_here
+        self.internal_log = internal_log
+        self.clock = clock
+        self.refresh_interval_ms = refresh_interval_ms
+        self._follower: SchemaRegistry | None = None
+        self._loaded_at_ms: int | None = None
+        self._refreshing: asyncio.Lock = asyncio.Lock()
+
+    def check_here(self, topic: str, batch: pa.RecordBatch | pa.Table, values: bool, keys: bool) -> bool:
+        """:meth:`check` at once where the registry runs (True); False elsewhere, where
+        only :meth:`check` can (it may load the follower's copy)."""
+        if not self.registry_here():
+            return False
+        for column, is_key in _columns(batch, values, keys):
+            check_column(self.registry, topic, column, is_key)
+        return True
+
+    async def check(self, topic: str, batch: pa.RecordBatch | pa.Table, values: bool, keys: bool) -> None:
+        """INVALID_RECORD for the first record whose value (``values``) or key (``keys``)
+        the topic's subject does not take."""
+        columns = _columns(batch, values, keys)
+        if not columns or self.check_here(topic, batch, values, keys):
+            return
+        follower = await self.follower(fresh=False)
+        try:
+            for column, is_key in columns:
+                check_column(follower, topic, column, is_key)
+        except InvalidRecord:
+            refreshed = await self.follower(fresh=True)
+            if refreshed is follower:
+                raise
+            for column, is_key in columns:
+                check_column(refreshed, topic, column, is_key)
+
+    async def follower(self, fresh: bool, force: bool = False) -> SchemaRegistry:
+        """The follower's copy: loaded when there is none, or (``fresh``) when the last
+        load is older than ``refresh_interval_ms``, or (``force``) now -- after this
+        broker had the registry write something."""
+        async with self._refreshing:
+            now = self.clock.now_ms()
+            stale = self._loaded_at_ms is None or now - self._loaded_at_ms >= self.refresh_interval_ms
+            if self._follower is None or force or (fresh and stale):
+                copy = SchemaRegistry(self.internal_log)
+                await copy.load()
+                self._follower, self._loaded_at_ms = copy, now
+            return self._follower
+
+
+def _columns(batch: pa.RecordBatch | pa.Table, values: bool, keys: bool) -> list[tuple[pa.Array, bool]]:
+    names = batch.schema.names
+    return [(batch.column(n), n == "key") for n, on in (("value", values), ("key", keys)) if on and n in names]
+
+
+def check_column(registry: SchemaRegistry, topic: str, column: pa.Array | pa.ChunkedArray, is_key: bool) -> None:
+    """INVALID_RECORD for the first value of ``column`` that ``<topic>-value`` (``-key``)
+    does not take, as ``registry`` knows it."""
+    subject = f"{topic}-{'key' if is_key else 'value'}"
+    what = "key" if is_key else "value"
+    live = {v.id for v in registry.versions_of_subject(subject) if not v.deleted}
+    codecs: dict[int, wire.Codec] = {}
+    for i, data in enumerate(column.to_pylist()):
+        if data is None:
+            continue
+        try:
+            schema_id = wire.schema_id_of(data)
+            if schema_id not in live:
+                raise wire.NotDecodable(f"schema id {schema_id} is not a version of subject '{subject}'")
+            codec = codecs.get(schema_id)
+            if codec is None:
+                codec = codecs[schema_id] = _codec(registry, schema_id)
+            codec.check(data[5:])
+        except wire.NotDecodable as exc:
+            raise InvalidRecord(f"record {i}: its {what} fails {topic}'s schema validation: {exc}") from exc
+
+
+def _codec(registry: SchemaRegistry, schema_id: int) -> wire.Codec:
+    try:
+        stored = registry.schema(schema_id)
+        refs = tuple(registry.schema(registry.version(s, str(n), deleted=True).id).schema
+                     for _, s, n in stored.references)
+    except SchemaRegistryError as exc:
+        raise wire.NotDecodable(f"schema id {schema_id}: {exc.message}") from exc
+    return wire.codec(stored.schema_type, stored.schema, refs)

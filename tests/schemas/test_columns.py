@@ -1,0 +1,101 @@
+"""Schemas as Arrow types, and wire-format values decoded into them (the typed value
+column's pure part): each type's mapping, unions, logical types, and values that do
+not decode becoming counted nulls."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import pyarrow as pa
+import pytest
+
+from laketail.schemas import wire
+from laketail.schemas.columns import UnsupportedSchema, arrow_type, decode_column
+
+ORDER = json.dumps({"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "id", "type": "string"},
+    {"name": "amount", "type": "double"},
+    {"name": "note", "type": ["null", "string"], "default": None},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "lines", "type": {"type": "array", "items": {"type": "record", "name": "Line", "fields": [
+        {"name": "sku", "type": "string"}, {"name": "qty", "type": "int"}]}}},
+    {"name": "tags", "type": {"type": "map", "values": "long"}},
+    {"name": "either", "type": ["null", "int", "string"], "default": None},
+    {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}},
+]})
+
+
+def _framed(codec: wire.Codec, schema_id: int, doc) -> bytes:
+    return wire.frame(schema_id, codec.encode(doc))
+
+
+def test_avro_types_and_values() -> None:
+    codec = wire.codec("AVRO", ORDER)
+    assert arrow_type(codec) == pa.struct([
+        ("id", pa.string()), ("amount", pa.float64()), ("note", pa.string()),
+        ("at", pa.timestamp("ms", tz="UTC")),
+        ("lines", pa.list_(pa.struct([("sku", pa.string()), ("qty", pa.int32())]))),
+        ("tags", pa.map_(pa.string(), pa.int64())),
+        ("either", pa.struct([("member0", pa.int32()), ("member1", pa.string())])),
+        ("kind", pa.string()),
+    ])
+    doc = {"id": "o-1", "amount": 9.5, "note": {"string": "gift"}, "at": 1_700_000_000_000,
+           "lines": [{"sku": "s", "qty": 2}], "tags": {"x": 1}, "either": {"string": "two"}, "kind": "B"}
+    values = pa.array([_framed(codec, 7, doc), None, b"not framed", _framed(codec, 8, doc)], pa.binary())
+    column, failures = decode_column(values, 7, codec)
+    assert failures == 2  # no magic byte; another schema id
+    rows = column.to_pylist()
+    assert rows[1] is None and rows[2] is None and rows[3] is None
+    assert rows[0]["id"] == "o-1" and rows[0]["amount"] == 9.5 and rows[0]["note"] == "gift"
+    assert rows[0]["at"] == datetime.datetime(2023, 11, 14, 22, 13, 20, tzinfo=datetime.timezone.utc)
+    assert rows[0]["lines"] == [{"sku": "s", "qty": 2}]
+    assert rows[0]["tags"] == [("x", 1)]
+    assert rows[0]["either"] == {"member0": None, "member1": "two"}
+    assert rows[0]["kind"] == "B"
+
+
+def test_json_schema_types_and_values() -> None:
+    schema = json.dumps({"type": "object", "properties": {
+        "id": {"type": "string"}, "amount": {"type": "number"}, "n": {"type": ["integer", "null"]},
+        "items": {"type": "array", "items": {"type": "string"}}, "free": {}}})
+    codec = wire.codec("JSON", schema)
+    assert arrow_type(codec) == pa.struct([("id", pa.string()), ("amount", pa.float64()), ("n", pa.int64()),
+                                           ("items", pa.list_(pa.string())), ("free", pa.string())])
+    values = pa.array([_framed(codec, 3, {"id": "a", "amount": 1, "n": None, "items": ["x"], "free": {"k": 1}})])
+    column, failures = decode_column(values, 3, codec)
+    assert failures == 0
+    assert column.to_pylist() == [{"id": "a", "amount": 1.0, "n": None, "items": ["x"], "free": '{"k":1}'}]
+
+
+def test_protobuf_types_and_values() -> None:
+    codec = wire.codec("PROTOBUF", """syntax = "proto3";
+package shop;
+message Order {
+  string id = 1;
+  int64 cents = 2;
+  repeated string tags = 3;
+  Kind kind = 4;
+  Line line = 5;
+  map<string, int32> counts = 6;
+  message Line { string sku = 1; }
+}
+enum Kind { A = 0; B = 1; }
+""")
+    assert arrow_type(codec) == pa.struct([
+        ("id", pa.string()), ("cents", pa.int64()), ("tags", pa.list_(pa.string())), ("kind", pa.string()),
+        ("line", pa.struct([("sku", pa.string())])), ("counts", pa.map_(pa.string(), pa.int32())),
+    ])
+    values = pa.array([_framed(codec, 4, {"id": "a", "cents": "12", "tags": ["t"], "kind": "B",
+                                          "counts": {"c": 2}}), b"\x00\x00\x00\x00\x04\x00\xff"])
+    column, failures = decode_column(values, 4, codec)
+    assert failures == 1
+    assert column.to_pylist()[0] == {"id": "a", "cents": 12, "tags": ["t"], "kind": "B", "line": None,
+                                     "counts": [("c", 2)]}
+
+
+def test_a_recursive_avro_record_has_no_arrow_type() -> None:
+    codec = wire.codec("AVRO", json.dumps({"type": "record", "name": "Node", "fields": [
+        {"name": "next", "type": ["null", "Node"]}]}))
+    with pytest.raises(UnsupportedSchema):
+        arrow_type(codec)
