@@ -40,6 +40,7 @@ from starlette.requests import Request
 
 from laketail.api.authz import may
 from laketail.api.fetch_body import encode_records
+from laketail.api.services import services_of
 from laketail.errors import RecordDeserializationError
 from laketail.schemas import SchemaRegistry, wire
 from laketail.schemas.errors import (
@@ -72,9 +73,8 @@ class ResolvedSchema:
 
 def registry_of(request: Request) -> SchemaRegistry:
     """The registry where it runs (a v2 consumer's poll: instances live beside it)."""
-    broker = request.app.state.broker
-    broker.check_coordinating()
-    return broker.schemas
+    request.app.state.broker.check_coordinating()
+    return services_of(request).schemas
 
 
 class _Registry:
@@ -86,26 +86,29 @@ class _Registry:
     def __init__(self, request: Request) -> None:
         self.request = request
         self.broker = request.app.state.broker
-        self.here = self.broker.coordinators_loaded or len(self.broker.cluster.image.brokers) <= 1
-        self.state: SchemaRegistry = self.broker.schemas
+        self.services = services_of(request)
+        self.here = self.broker.coordinators_loaded or len(self.services.cluster.image.brokers) <= 1
+        self.state: SchemaRegistry = self.services.schemas
 
     async def view(self, fresh: bool = False, force: bool = False) -> SchemaRegistry:
         if self.here:
             self.broker.check_coordinating()
-            return self.broker.schemas
-        self.state = await self.broker.produce_path.schema_validation.follower(fresh, force)
+            return self.services.schemas
+        copies = self.services.schema_copies
+        assert copies is not None, "a broker of a cluster validates against a copy of __schemas"
+        self.state = await copies.follower(fresh, force)
         return self.state
 
     async def register(self, subject: str, body: dict[str, Any]) -> int:
         if self.here:
-            return await self.broker.schemas.register(subject, body)
+            return await self.services.schemas.register(subject, body)
         from laketail.security.peers import peer_headers
 
         principal = self.request.scope.get("state", {}).get("principal")
         client = self.request.scope.get("client")
         headers = {"Content-Type": "application/vnd.schemaregistry.v1+json",
                    **peer_headers("", principal, client[0] if client else None)}
-        resp = await self.broker.cluster.call_controller_raw(
+        resp = await self.services.cluster.call_controller_raw(
             "POST", f"/subjects/{quote(subject, safe='')}/versions", headers=headers, content=orjson.dumps(body))
         doc = resp.json() if resp.content else {}
         if resp.status_code != 200:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from laketail.coordinator.offsets import CommittedOffset, TopicPartition
     from laketail.coordinator.transactions import SinkState, TxnMetadata, TxnState
     from laketail.schemas.registry import SchemaRegistry
+    from laketail.schemas.validation import SchemaValidation
     from laketail.storage.table_check import Damage
     from laketail.storage.tier_child import TierChild
 
@@ -154,6 +155,8 @@ class Services:
     topic_configs: TopicConfigService
     tier: TierService
     schemas: SchemaRegistry
+    #: a follower's copy of ``__schemas`` (schema'd produce and validation off the controller)
+    schema_copies: SchemaValidation | None
 
     @classmethod
     def of(cls, broker: Broker) -> Services:
@@ -167,6 +170,7 @@ class Services:
             topic_configs=broker.catalog,
             tier=broker.tierer,
             schemas=broker.schemas,
+            schema_copies=broker.produce_path.schema_validation,
         )
 
 
