@@ -264,6 +264,12 @@ class Broker:
             )
         raise NotCoordinator(f"broker {self.broker_id} does not run the coordinators now")
 
+    def coordinator_epoch(self) -> int:
+        """The controller epoch this broker runs the coordinators at (0 when it is not
+        the controller: a write stamped so is refused wherever a coordinator wrote)."""
+        controller = self.cluster.controller
+        return controller.epoch if controller is not None else 0
+
     async def check_coordinator_epoch(self) -> None:
         """NOT_COORDINATOR unless this broker still runs the coordinators: loaded here and,
         in a cluster, still the controller ``_system/controller`` names (a paused

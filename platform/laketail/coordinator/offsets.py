@@ -2,9 +2,11 @@
 
 Role: the durable home of every group's committed offsets, and their in-memory cache.
 A commit appends one batch to the ``__consumer_offsets`` partition of its group
-(``abs(java_hash(group)) % offsets.topic.num.partitions``, as Kafka places groups) and
-returns once it is on every in-sync replica and the broker has checked it still runs
-the coordinators (``fence``); the cache follows. When the broker takes the coordinators
+(``abs(java_hash(group)) % offsets.topic.num.partitions``, as Kafka places groups),
+conditional on the coordinators' epoch (the partition refuses it once a newer
+coordinator has written there), and returns once it is on every in-sync replica and the
+broker has checked it still runs the coordinators (``fence``, see
+:class:`~laketail.coordinator.ports.CoordinatorFence`); the cache follows. When the broker takes the coordinators
 over, the cache is rebuilt by reading every partition of the topic to the high
 watermark, table tier then hot tier, latest value per key.
 
@@ -43,7 +45,8 @@ import pyarrow as pa
 
 from laketail.bounds import INT64_MAX, bounded_int
 from laketail.coordinator.isolation import IsolatedPartitions
-from laketail.errors import OffsetMetadataTooLarge, UnknownTopicOrPartition
+from laketail.coordinator.ports import coordinator_batch
+from laketail.errors import InvalidProducerEpoch, NotCoordinator, OffsetMetadataTooLarge, UnknownTopicOrPartition
 
 if TYPE_CHECKING:
     from laketail.catalog import TopicInfo
@@ -315,7 +318,11 @@ class OffsetStore:
                 "partition": pa.array([partition] * len(keys), pa.int32()),
             }
         )
-        await self.internal_log.produce(OFFSETS_TOPIC, batch, acks="all", internal_topics_allowed=True)
+        try:  # conditional on this coordinator's epoch (see CoordinatorFence)
+            await self.internal_log.produce(OFFSETS_TOPIC, batch, acks="all", producer=coordinator_batch(self.fence),
+                                            internal_topics_allowed=True)
+        except InvalidProducerEpoch as exc:
+            raise NotCoordinator(f"a newer coordinator has written to {OFFSETS_TOPIC}-{partition}: {exc}") from exc
 
     async def expire(self, now_ms: int, retention_ms: int, active_groups: set[str]) -> int:
         """Kafka's ``offsets.retention.minutes``: a group with no members loses the

@@ -85,13 +85,16 @@ from laketail.coordinator.offsets import (
     check_commit,
     partition_for_group,
 )
+from laketail.coordinator.ports import coordinator_batch
 from laketail.errors import (
     ConcurrentTransactions,
     CoordinatorLoadInProgress,
+    InvalidProducerEpoch,
     InvalidProducerIdMapping,
     InvalidRequest,
     InvalidTxnState,
     LaketailError,
+    NotCoordinator,
     ProducerFenced,
     TransactionalIdNotFound,
     UnknownTopicOrPartition,
@@ -319,7 +322,11 @@ class TransactionCoordinator:
             "value": pa.array([value], pa.binary()),
             "partition": pa.array([partition_for_group(legacy_name(key), self.num_partitions)], pa.int32()),
         })
-        await self.internal_log.produce(TXN_TOPIC, batch, acks="all", internal_topics_allowed=True)
+        try:  # conditional on this coordinator's epoch (see CoordinatorFence)
+            await self.internal_log.produce(TXN_TOPIC, batch, acks="all", producer=coordinator_batch(self.fence),
+                                            internal_topics_allowed=True)
+        except InvalidProducerEpoch as exc:
+            raise NotCoordinator(f"a newer coordinator has written to {TXN_TOPIC}: {exc}") from exc
         if self.fence is not None:  # a deposed coordinator goes no further (the client retries at the new one)
             await self.fence.check_coordinator_epoch()
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from laketail.errors import InvalidProducerEpoch, OutOfOrderSequenceNumber
+from laketail.records import COORDINATOR_PRODUCER_ID
 
 MAX_CACHED_BATCHES = 5
 INT32_MAX = 2**31 - 1
@@ -226,6 +227,7 @@ class ProducerStateManager:
         gone = [
             pid for pid, e in self.producers.items()
             if e.txn_first_offset is None and now_ms - e.last_timestamp_ms > expiration_ms
+            and pid != COORDINATOR_PRODUCER_ID  # the coordinators' fence: kept however old
         ]
         for pid in gone:
             del self.producers[pid]

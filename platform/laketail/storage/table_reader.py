@@ -55,7 +55,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from laketail.catalog import remove_tree
 from laketail.errors import CorruptMessage
-from laketail.records import RECORD_SCHEMA, payload_bytes
+from laketail.records import COORDINATOR_PRODUCER_ID, RECORD_SCHEMA, payload_bytes
 from laketail.storage.block_cache import BLOCKS, NotCached
 from laketail.storage.producer_state import LearnedProducer, learned_producers, sequence_runs
 from laketail.storage.table_check import Damage, OffsetFacts, find_damage
@@ -623,11 +623,14 @@ class TableReader:
     def producers(self, topic: str, partition: int, below: int) -> dict[int, LearnedProducer]:
         """Each producer's last sequence runs in the table below ``below``
         (:func:`~laketail.storage.producer_state.sequence_runs`): what a hot log that
-        restarted above the table's end needs to continue a producer's sequences. Only
-        row groups whose statistics allow a producer's record are read, five columns."""
+        restarted above the table's end needs to continue a producer's sequences -- and
+        the coordinators' epoch (:data:`~laketail.records.COORDINATOR_PRODUCER_ID`, whose
+        writes carry no sequence), so the fence of their writes outlives the reset. Only
+        row groups whose statistics allow a producer's record are read, six columns."""
         uri = self.table_uri(topic)
         columns = ["offset", "producer_id", "producer_epoch", "sequence", "timestamp", "control"]
         runs: list = []
+        coordinator: tuple[int, int] | None = None  # (epoch, timestamp ms) of the coordinators' last write
         for data_file in self._files(topic, partition):
             if data_file.first_offset >= below:
                 break  # sorted by first offset
@@ -642,8 +645,15 @@ class TableReader:
             if not groups:
                 continue
             rows = pq.ParquetFile(f"{uri}/{data_file.path}", metadata=meta).read_row_groups(groups, columns=columns)
+            rows = rows.filter(pc.less(rows.column("offset"), below))
+            mine = rows.filter(pc.equal(rows.column("producer_id"), COORDINATOR_PRODUCER_ID))
+            if mine.num_rows:
+                last = pc.max(mine.column("offset")).as_py()
+                row = mine.filter(pc.equal(mine.column("offset"), last)).slice(0, 1).to_pylist()[0]
+                epoch = max(pc.max(mine.column("producer_epoch")).as_py(), coordinator[0] if coordinator else -1)
+                coordinator = (epoch, int(row["timestamp"].timestamp() * 1000))
             rows = rows.filter(pc.and_(
-                pc.and_(pc.less(rows.column("offset"), below), pc.is_null(rows.column("control"))),
+                pc.is_null(rows.column("control")),
                 pc.and_(pc.greater_equal(rows.column("producer_id"), 0), pc.greater_equal(rows.column("sequence"), 0)),
             ))
             if rows.num_rows:
@@ -654,7 +664,10 @@ class TableReader:
             if len(runs) > 100_000:  # keep what matters only: each producer's last runs
                 runs = [(pid, p.epoch, run, p.last_timestamp_ms)
                         for pid, p in learned_producers(runs).items() for run in p.runs]
-        return learned_producers(runs)
+        learned = learned_producers(runs)
+        if coordinator is not None:
+            learned[COORDINATOR_PRODUCER_ID] = LearnedProducer(coordinator[0], (), coordinator[1])
+        return learned
 
     def learn_transactions(self, topic: str, plog) -> int:
         """Give ``plog`` (a partition log whose producer state knows nothing below
