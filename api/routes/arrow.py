@@ -6,7 +6,13 @@ are a subset of ``PRODUCE_SCHEMA`` (``key``, ``value``, ``headers``, ``timestamp
 Kafka's ms, ``partition``; ``value`` required; compatible types such as ``string`` or
 ``large_binary`` are cast). The answer summarises where the records went, per
 partition: ``{"offsets": [{partition, base_offset, last_offset, count}]}`` (``null``
-with ``acks=0``). The per-partition endpoint also takes laketail's producer parameters
+with ``acks=0``). When the appends to some partitions of ``/v1/topics/{t}/records``
+failed and others succeeded (or a record alone is over ``max.message.bytes``), the
+answer is still 200, ``offsets`` summarises the records written, and ``records`` says
+per record, in request order, what was written or why not -- v2's ``offsets[i]``
+(``{partition, offset, error_code, error}``, :func:`laketail.api.routes.produce.record_offsets`)
+-- so a client retries only the records that failed; a request of which nothing was
+written is answered by its error, as a whole. The per-partition endpoint also takes laketail's producer parameters
 (``producer_id``, ``producer_epoch``, ``sequence``, ``transactional``; see
 :func:`laketail.api.deps.producer_of`): a retried batch gets its original offsets.
 
@@ -47,6 +53,7 @@ from laketail.api.deps import (
     refuse_producer,
 )
 from laketail.api.encoding import ARROW_STREAM
+from laketail.api.routes.produce import record_offsets
 from laketail.broker import PRODUCE_SCHEMA
 from laketail.errors import InvalidRecord, InvalidRequest, RecordTooLarge
 from laketail.ipc_bounds import IpcTooLarge, decoded_size
@@ -130,6 +137,8 @@ def summarise(result: ProduceResult) -> list[dict]:
                  "count": result.count}]
     spans: dict[int, list[int]] = {}
     for p, o in zip(result.partitions, result.offsets):
+        if o < 0:  # not written (its error is in the per-record answer)
+            continue
         span = spans.get(p)
         if span is None:
             spans[p] = [o, o, 1]
@@ -188,13 +197,18 @@ async def _produce_arrow(request: Request, topic: str, partition: int | None) ->
     limit = state.settings.socket_request_max_bytes
     table = to_produce_table(read_ipc(await read_body(request), limit), partition)
     await broker.topic_for_produce(topic)  # auto.create.topics.enable, once the body is good
-    result = await produce(request, topic, table, acks, producer)
+    # Across partitions, some appends may fail while others are written: answered per
+    # record then. One partition is answered as a whole (its clients retry the batch).
+    result = await produce(request, topic, table, acks, producer, per_record_errors=partition is None)
     nbytes = payload_bytes(table.column("value"))
     if "key" in table.column_names:
         nbytes += payload_bytes(table.column("key"))
     state.metrics.observe_produce("v1", topic, table.num_rows, nbytes, perf_counter() - started)
-    offsets = None if result is None else summarise(result)
-    return json_response({"offsets": offsets})
+    if result is None:
+        return json_response({"offsets": None})
+    if result.errors is None:
+        return json_response({"offsets": summarise(result)})
+    return json_response({"offsets": summarise(result), "records": record_offsets(result)})
 
 
 _TOPIC = path_param("topic", description="topic name")

@@ -30,7 +30,7 @@ import binascii
 import functools
 import json
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi import APIRouter, Request
@@ -65,6 +65,9 @@ from laketail.api.encoding import (
 )
 from laketail.bounds import INT32_MAX, INT32_MIN, int32
 from laketail.errors import InvalidRecord, InvalidRequest, InvalidRequestBody, LaketailError
+
+if TYPE_CHECKING:
+    from laketail.broker import ProduceResult
 
 router = APIRouter(tags=["v2 produce"])
 
@@ -347,18 +350,8 @@ def _v2_answer(result: Any, records: Records, key_schema_id: int | None, value_s
         offsets: list[dict[str, Any]] = [
             {"partition": p, "offset": None, "error_code": None, "error": None} for p in parts
         ]
-    elif result.errors is None:
-        offsets = [
-            {"partition": p, "offset": o, "error_code": None, "error": None}
-            for p, o in zip(result.partitions, result.offsets)
-        ]
     else:
-        offsets = [
-            {"partition": p, "offset": o, "error_code": None, "error": None} if e is None
-            else {"partition": None if p < 0 else p, "offset": None,
-                  "error_code": v2_record_error_code(e), "error": e.message}
-            for p, o, e in zip(result.partitions, result.offsets, result.errors)
-        ]
+        offsets = record_offsets(result)
     return _dumps({"key_schema_id": key_schema_id, "value_schema_id": value_schema_id, "offsets": offsets})
 
 
@@ -403,6 +396,22 @@ def _with_format_hint(error: InvalidRecord, content_type: str | None) -> Invalid
         f"{error.detail} (Content-Type '{media or 'none'}' names no embedded format, so values are binary: "
         f"base64 strings, as in Confluent's proxy; send JSON values with {V2_EMBEDDED_JSON})"
     )
+
+
+def record_offsets(result: ProduceResult) -> list[dict]:
+    """Per record, in request order, where it was written or why not: v2's ``offsets[i]``
+    (``{partition, offset, error_code, error}``; a record not written has a null offset,
+    and a null partition if it was never placed). The Arrow produce answers the same
+    list when some records failed."""
+    if result.errors is None:
+        return [{"partition": p, "offset": o, "error_code": None, "error": None}
+                for p, o in zip(result.partitions, result.offsets)]
+    return [
+        {"partition": p, "offset": o, "error_code": None, "error": None} if e is None
+        else {"partition": None if p < 0 else p, "offset": None,
+              "error_code": v2_record_error_code(e), "error": e.message}
+        for p, o, e in zip(result.partitions, result.offsets, result.errors)
+    ]
 
 
 def v2_record_error_code(error: LaketailError) -> int:

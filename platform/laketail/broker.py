@@ -274,6 +274,12 @@ class Broker:
             )
         raise NotCoordinator(f"broker {self.broker_id} does not run the coordinators now")
 
+    def coordinator_epoch(self) -> int:
+        """The controller epoch this broker runs the coordinators at (0 when it is not
+        the controller: a write stamped so is refused wherever a coordinator wrote)."""
+        controller = self.cluster.controller
+        return controller.epoch if controller is not None else 0
+
     async def check_coordinator_epoch(self) -> None:
         """NOT_COORDINATOR unless this broker still runs the coordinators: loaded here and,
         in a cluster, still the controller ``_system/controller`` names (a paused
@@ -314,16 +320,18 @@ class Broker:
                 log.info("the coordinators loaded their state (attempt %d)", failures + 1)
             self._first_load_attempt.set()
             break
-        # Damaged __consumer_offsets partitions were isolated (their groups refused):
-        # load each once its leader has repaired it.
-        while generation == self._coordinator_generation and self.offsets.unavailable:
+        # Damaged partitions of __consumer_offsets and __transaction_state were isolated
+        # (what hashes to them refused): load each once its leader has repaired it.
+        stores = (self.offsets, self.transactions)
+        while generation == self._coordinator_generation and any(s.unavailable for s in stores):
             await asyncio.sleep(max(backoff, self.settings.log_cleaner_backoff_ms / 1000 / 3))
-            try:
-                await self.offsets.load_unavailable()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.info("isolated partitions of %s still unreadable: %s", OFFSETS_TOPIC, exc)
+            for store in stores:
+                try:
+                    await store.load_unavailable()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.info("isolated partitions of %s still unreadable: %s", store.isolated.topic, exc)
 
     async def load_coordinators(self) -> None:
         """Rebuild the group and transaction coordinators from their internal topics, each

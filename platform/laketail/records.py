@@ -27,6 +27,12 @@ LOG_APPEND_TIME = 1
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
+#: The producer id of the coordinators' own writes to their internal topics
+#: (``__consumer_offsets``, ``__transaction_state``), never handed to a client: blocks
+#: start at 0 and never reach it. Its epoch is the coordinators' (the controller epoch
+#: they were taken over at), so a partition's producer state refuses the write of a
+#: coordinator older than one that has written there (:mod:`laketail.coordinator.ports`).
+COORDINATOR_PRODUCER_ID = 1 << 62
 _SEQUENCE_WRAP = 2**31
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))

@@ -101,6 +101,9 @@ def test_coordinator_requests_are_refused_while_loading_and_after_giving_up(tmp_
 class _Deposed:
     """A fence saying another broker has become the controller meanwhile."""
 
+    def coordinator_epoch(self) -> int:
+        return 1
+
     async def check_coordinator_epoch(self) -> None:
         raise NotCoordinator("broker 2 runs the coordinators now")
 

@@ -25,6 +25,7 @@ from laketail.broker import Broker
 from laketail.clock import ManualClock
 from laketail.config import load_settings
 from laketail.coordinator.offsets import OFFSETS_TOPIC, CommittedOffset, partition_for_group
+from laketail.coordinator.transactions import TXN_TOPIC
 from laketail.errors import CoordinatorLoadInProgress
 from laketail.maintenance.compaction import (
     CompactionAbandoned,
@@ -192,6 +193,75 @@ def test_a_partition_that_cannot_be_repaired_is_isolated_and_the_others_are_serv
             await broker.groups.commit(damaged_group, {("t", 1): CommittedOffset(99)})
         await broker.compact_topic(OFFSETS_TOPIC)  # cannot repair it: left alone, reported
         assert 0 in await broker.table_damage(OFFSETS_TOPIC)
+        await broker.close()
+
+    asyncio.run(restart())
+
+
+def _txn_id_on(partition: int, partitions: int) -> str:
+    return next(t for t in (f"txn{i}" for i in range(1000)) if partition_for_group(t, partitions) == partition)
+
+
+def test_a_damaged_transaction_state_partition_refuses_only_its_transactional_ids(tmp_path):
+    """A damaged ``__transaction_state`` partition is isolated like a ``__consumer_offsets``
+    one: its transactional ids get COORDINATOR_LOAD_IN_PROGRESS, every other one is served,
+    and once its leader repaired it, its state is loaded (the epoch goes on from where it
+    was). Before: the whole load failed, and every transactional id, every group too, was
+    refused COORDINATOR_LOAD_IN_PROGRESS until the repair."""
+    clock = ManualClock()
+    data = tmp_path / "data"
+    damaged_id, healthy_id = _txn_id_on(0, 2), _txn_id_on(1, 2)
+
+    def settings():
+        return load_settings(None, env={}, data=str(data), offsets_topic_num_partitions=1,
+                             transaction_state_log_num_partitions=2, tier_enabled=False)
+
+    async def damage() -> dict[str, tuple[int, int]]:
+        broker = Broker(settings(), clock=clock)
+        await broker.start()
+        await broker.create_topic("t", 1)
+        await broker.groups.commit("g", {("t", 0): CommittedOffset(7)})
+        sessions = {}
+        for round_ in range(2):
+            for txn_id in (damaged_id, healthy_id):
+                pid, epoch = await broker.transactions.init_producer_id(txn_id)
+                await broker.transactions.add_partitions(txn_id, pid, epoch, [("t", 0)])
+                await broker.transactions.end(txn_id, pid, epoch, commit=round_ == 1)
+                sessions[txn_id] = (pid, epoch)
+            await broker.tierer.tier_now(TXN_TOPIC)  # table files per round
+        uri = broker.tables.table_uri(TXN_TOPIC)
+        first = broker.tables.files_by_partition(TXN_TOPIC)[0][0]
+        _, add, _ = write_data_file(uri, 0, pq.read_table(f"{uri}/{first.path}"), clock.now_ms())
+        DeltaTable(uri).create_write_transaction([add], mode="append", schema=RECORD_SCHEMA,
+                                                 partition_by=["partition"])  # one range in two files
+        await broker.close()
+        for p in range(2):
+            shutil.rmtree(Path(broker.settings.hot_log_dir) / f"{TXN_TOPIC}-{p}")
+        return sessions
+
+    sessions = asyncio.run(damage())
+
+    async def restart() -> None:
+        broker = Broker(settings(), clock=clock)
+        await broker.start()
+        await broker._first_load_attempt.wait()
+        assert broker.coordinators_loaded  # before: the load failed on the damage, everything refused
+        assert broker.transactions.unavailable.keys() == {0}
+        assert broker.groups.committed("g", [("t", 0)])[("t", 0)].offset == 7
+        pid, epoch = sessions[healthy_id]
+        assert await broker.transactions.init_producer_id(healthy_id) == (pid, epoch + 1)
+        with pytest.raises(CoordinatorLoadInProgress):
+            await broker.transactions.init_producer_id(damaged_id)
+        with pytest.raises(CoordinatorLoadInProgress):
+            await broker.transactions.add_partitions(damaged_id, *sessions[damaged_id], [("t", 0)])
+        with pytest.raises(CoordinatorLoadInProgress):  # its producer id is not known: it may be one of those
+            await broker.transactions.check_transactional_produce(*sessions[damaged_id], "t", 0)
+        assert await broker.compact_topic(TXN_TOPIC) >= 1  # the leader repairs it
+        assert await broker.table_damage(TXN_TOPIC) == {}
+        while broker.transactions.unavailable:  # the broker loads it again by itself
+            await asyncio.sleep(0.05)
+        pid, epoch = sessions[damaged_id]
+        assert await broker.transactions.init_producer_id(damaged_id) == (pid, epoch + 1)
         await broker.close()
 
     asyncio.run(restart())

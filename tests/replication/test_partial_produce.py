@@ -10,7 +10,7 @@ Kafka error); Confluent's v3 answers each record of a batch with its own report.
 
 Here: three brokers, a topic with one replica per partition; the broker leading
 partition ``dead`` is killed -9 and the cluster sees the partition offline; then one
-v2 request (and one v3 batch) carries a record for ``dead`` and one for ``alive``.
+v2 request (and one v3 batch, and one Arrow stream) carries a record for ``dead`` and one for ``alive``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import base64
 
 import httpx
 import orjson
+import pyarrow as pa
 import pytest
 
 from .support import Cluster, b64
@@ -27,6 +28,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.fault]
 
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"
 V2 = "application/vnd.kafka.v2+json"
+ARROW = "application/vnd.apache.arrow.stream"
 
 
 def test_records_of_a_failed_partition_are_answered_per_record_and_the_rest_written(cluster: Cluster, unique) -> None:
@@ -60,11 +62,33 @@ def test_records_of_a_failed_partition_are_answered_per_record_and_the_rest_writ
     assert reports[0]["message"].startswith("LEADER_NOT_AVAILABLE"), reports
     assert reports[1]["error_code"] == 200 and reports[1]["offset"] == 1, reports
 
+    # Arrow across partitions: the written records summarised per partition, and per
+    # record what was written or why not. Before: 503 LEADER_NOT_AVAILABLE for the whole
+    # request, while the record for the live partition was written.
+    resp = httpx.post(f"{via.url}/v1/topics/{topic}/records", content=arrow_stream(
+        ["arrow-dead", "arrow-alive"], [dead, alive]), headers={"Content-Type": ARROW}, timeout=120.0)
+    assert resp.status_code == 200, resp.text
+    answer = resp.json()
+    assert answer["offsets"] == [{"partition": alive, "base_offset": 2, "last_offset": 2, "count": 1}], answer
+    failed, written = answer["records"]
+    assert failed["partition"] == dead and failed["offset"] is None and failed["error_code"] == 50003, failed
+    assert failed["error"].startswith("LEADER_NOT_AVAILABLE"), failed
+    assert written == {"partition": alive, "offset": 2, "error_code": None, "error": None}
+
     # the written records are there once each
     values = [base64.b64decode(r["value"]).decode()
               for r in httpx.get(f"{via.url}/topics/{topic}/partitions/{alive}/records",
                                  params={"offset": 0}, headers={"Accept": BINARY_V2}, timeout=60.0).json()]
-    assert values == ["to-alive", "v3-alive"]
+    assert values == ["to-alive", "v3-alive", "arrow-alive"]
+
+
+def arrow_stream(values: list[str], partitions: list[int]) -> bytes:
+    table = pa.table({"value": pa.array([v.encode() for v in values], pa.binary()),
+                      "partition": pa.array(partitions, pa.int32())})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
 
 
 def cluster_id(broker) -> str:

@@ -141,3 +141,46 @@ def test_sequences_wrap_past_int32_like_kafka(tmp_path, restart):
         await plog.close()
 
     asyncio.run(scenario())
+
+
+def test_sequence_runs_from_table_rows_are_what_a_restarted_log_learns():
+    """Rows of two interleaved producers, one of which bumped its epoch, in two row groups
+    out of order: per producer the last epoch's runs, adjacent ones joined; a retry inside
+    a run is a duplicate at its own offsets, the next sequence is taken, a gap is not."""
+    import numpy as np
+
+    from laketail.storage.producer_state import (
+        ProducerStateManager,
+        learned_producers,
+        sequence_runs,
+    )
+
+    # offset: pid/epoch/seq -- 0-2: p7 e0 s0-2; 3: p8 e0 s0; 4-5: p7 e0 s3-4; 6-7: p8 e1 s0-1; 8-9: p7 e0 s5-6
+    rows = [(0, 7, 0, 0), (1, 7, 0, 1), (2, 7, 0, 2), (3, 8, 0, 0), (4, 7, 0, 3), (5, 7, 0, 4),
+            (6, 8, 1, 0), (7, 8, 1, 1), (8, 7, 0, 5), (9, 7, 0, 6)]
+
+    def runs_of(part):
+        cols = [np.array(c, dtype=np.int64) for c in zip(*part)]
+        return sequence_runs(*cols, cols[0] * 10)
+
+    learned = learned_producers(runs_of(rows[5:]) + runs_of(rows[:5]))  # the later group read first
+    assert learned[8].epoch == 1 and [(r.first_seq, r.last_seq, r.base_offset) for r in learned[8].runs] == [(0, 1, 6)]
+    assert [(r.first_seq, r.last_seq, r.base_offset, r.count) for r in learned[7].runs] == [
+        (0, 2, 0, 3), (3, 4, 4, 2), (5, 6, 8, 2)]  # 3 and 4 were in two row groups: one run
+    assert learned[7].last_timestamp_ms == 90
+
+    state = ProducerStateManager()
+    state.markers_from = 10
+    state.learn([], [], learned)
+    assert state.check(7, 0, 5, 2).base_offset == 8  # the last batch retried
+    assert state.check(7, 0, 3, 1).base_offset == 4  # an older one inside the run
+    assert state.check(7, 0, 7, 1) is None  # the next sequence
+    with pytest.raises(OutOfOrderSequenceNumber):
+        state.check(7, 0, 9, 1)
+    assert state.check(8, 1, 2, 1) is None
+    restored = ProducerStateManager.restore(state.snapshot())  # a run stays a run in the snapshot
+    assert restored.check(7, 0, 4, 1).base_offset == 5
+
+    wrapping = sequence_runs(*(np.array(c, dtype=np.int64) for c in ([0, 1], [9, 9], [0, 0], [2**31 - 1, 0])),
+                             np.array([0, 0]))
+    assert [(r.first_seq, r.last_seq, r.count) for _, _, r, _ in wrapping] == [(2**31 - 1, 0, 2)]

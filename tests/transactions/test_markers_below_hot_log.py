@@ -77,3 +77,44 @@ def test_an_open_transaction_below_a_restarted_hot_log_still_holds_read_committe
     session = Session.adopt(http, session.transactional_id or "", session.producer_id, session.epoch)
     assert session.commit().status_code == 200
     assert read_values(http, topic, 0, "read_committed") == [b"plain-0", b"t1", b"t2", b"plain-1"]
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("stop", ["sigterm", "kill9"])
+def test_an_idempotent_producer_continues_its_sequences_above_a_restarted_hot_log(broker_factory, make_topic, stop):
+    """The producer's batches are only in the table after the restart: the hot log has no
+    frames to rebuild its sequences from. Before, its next batch was refused
+    OUT_OF_ORDER_SEQUENCE_NUMBER ("unknown here and its first sequence is 5, not 0"), a
+    fatal error for Kafka's idempotent producer; Kafka rebuilds the state from its log.
+    Now the leader learns each producer's last sequences from the table: the next batch
+    is appended and a retry of the last one is answered with its original offsets."""
+    broker = broker_factory(env=TXN_ENV)
+    topic = make_topic(broker=broker)
+    http = broker.rest.http
+    session = Session(http)
+    for values in ([b"a0", b"a1"], [b"b0", b"b1", b"b2"]):
+        assert session.produce(topic, 0, values).status_code == 200
+
+    def tiered() -> pa.Table | None:
+        table = DeltaTable(str(broker.table_path(topic))).to_pyarrow_table()
+        return table if table.num_rows == 5 else None
+
+    wait_until(tiered, "the 5 records in the Delta table")
+    if stop == "kill9":
+        broker.kill9()
+    else:
+        assert broker.stop() is not None  # SIGTERM: a clean stop, not killed after the timeout
+    _drop_hot_log(broker, topic)  # it restarts empty at the tiered offset 5
+    broker.restart()
+
+    http = broker.rest.http
+    session.http = http
+    retry = session.produce_at(topic, 0, [b"b0", b"b1", b"b2"], 2)  # the last batch again
+    assert retry.status_code == 200, retry.text
+    assert [o["offset"] for o in retry.json()["offsets"]] == [2, 3, 4]
+    following = session.produce_at(topic, 0, [b"c0"], 5)
+    assert following.status_code == 200, following.text
+    assert [o["offset"] for o in following.json()["offsets"]] == [5]
+    gap = session.produce_at(topic, 0, [b"x"], 9)
+    assert gap.status_code == 409 and "OUT_OF_ORDER_SEQUENCE_NUMBER" in gap.json()["message"], gap.text
+    assert read_values(http, topic, 0, "read_uncommitted") == [b"a0", b"a1", b"b0", b"b1", b"b2", b"c0"]

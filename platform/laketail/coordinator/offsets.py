@@ -2,9 +2,11 @@
 
 Role: the durable home of every group's committed offsets, and their in-memory cache.
 A commit appends one batch to the ``__consumer_offsets`` partition of its group
-(``abs(java_hash(group)) % offsets.topic.num.partitions``, as Kafka places groups) and
-returns once it is on every in-sync replica and the broker has checked it still runs
-the coordinators (``fence``); the cache follows. When the broker takes the coordinators
+(``abs(java_hash(group)) % offsets.topic.num.partitions``, as Kafka places groups),
+conditional on the coordinators' epoch (the partition refuses it once a newer
+coordinator has written there), and returns once it is on every in-sync replica and the
+broker has checked it still runs the coordinators (``fence``, see
+:class:`~laketail.coordinator.ports.CoordinatorFence`); the cache follows. When the broker takes the coordinators
 over, the cache is rebuilt by reading every partition of the topic to the high
 watermark, table tier then hot tier, latest value per key.
 
@@ -22,9 +24,10 @@ stay small.
 
 Loading is forgiving: a record whose key or value cannot be decoded is skipped, logged
 and counted (:attr:`OffsetStore.skipped_records`); it never stops a start. A partition
-whose table is damaged (CORRUPT_MESSAGE) is isolated (:attr:`OffsetStore.unavailable`):
-its groups are answered COORDINATOR_LOAD_IN_PROGRESS until :meth:`OffsetStore.load_unavailable`
-reads it whole, after its leader repaired it; the other groups are served. Only the
+whose table is damaged (CORRUPT_MESSAGE) is isolated (:attr:`OffsetStore.isolated`, the
+mechanism of :mod:`laketail.coordinator.isolation`): its groups are answered
+COORDINATOR_LOAD_IN_PROGRESS until :meth:`OffsetStore.load_unavailable` reads it whole,
+after its leader repaired it; the other groups are served. Only the
 coordinator writes the topic (clients get INVALID_TOPIC_EXCEPTION).
 
 Thread-safety: used from the event loop thread only.
@@ -41,7 +44,9 @@ import orjson
 import pyarrow as pa
 
 from laketail.bounds import INT64_MAX, bounded_int
-from laketail.errors import CoordinatorLoadInProgress, CorruptMessage, OffsetMetadataTooLarge, UnknownTopicOrPartition
+from laketail.coordinator.isolation import IsolatedPartitions
+from laketail.coordinator.ports import coordinator_batch
+from laketail.errors import InvalidProducerEpoch, NotCoordinator, OffsetMetadataTooLarge, UnknownTopicOrPartition
 
 if TYPE_CHECKING:
     from laketail.catalog import TopicInfo
@@ -159,8 +164,8 @@ class OffsetStore:
         #: Records of ``__consumer_offsets`` the last :meth:`load` could not decode.
         self.skipped_records = 0
         #: Partitions whose table is damaged (CORRUPT_MESSAGE): isolated, their groups
-        #: refused, reloaded by :meth:`load_unavailable` once repaired. Partition -> why.
-        self.unavailable: dict[int, str] = {}
+        #: refused, reloaded by :meth:`load_unavailable` once repaired.
+        self.isolated = IsolatedPartitions(OFFSETS_TOPIC)
 
     # -- the topic -----------------------------------------------------------------------------
 
@@ -181,6 +186,11 @@ class OffsetStore:
                 self.num_partitions = self.internal_log.topic(OFFSETS_TOPIC).partitions
             self._exists = True
 
+    @property
+    def unavailable(self) -> dict[int, str]:
+        """Isolated (damaged) partitions -> why; see :mod:`laketail.coordinator.isolation`."""
+        return self.isolated.unavailable
+
     async def load(self) -> None:
         """Rebuild the cache from the log (latest value per key wins; null deletes)."""
         if OFFSETS_TOPIC not in self.internal_log.list_topics():
@@ -188,28 +198,26 @@ class OffsetStore:
         self.num_partitions = self.internal_log.topic(OFFSETS_TOPIC).partitions
         self._exists = True
         cache: dict[str, dict[TopicPartition, CommittedOffset]] = {}
-        unavailable: dict[int, str] = {}
         skipped = 0
-        for partition in range(self.num_partitions):
-            try:
-                skipped += await self._load_partition(cache, partition)
-            except CorruptMessage as exc:
-                unavailable[partition] = str(exc)
-                log.error("%s-%d is damaged and isolated: its groups are answered COORDINATOR_LOAD_IN_PROGRESS "
-                          "until it is repaired (%s)", OFFSETS_TOPIC, partition, exc)
+
+        async def load_partition(partition: int) -> None:
+            nonlocal skipped
+            skipped += await self._load_partition(cache, partition)
+
+        await self.isolated.load(range(self.num_partitions), load_partition)
         self._cache = cache
-        self.unavailable = unavailable
         self.skipped_records = skipped
 
     async def load_unavailable(self) -> None:
         """Load the partitions the last :meth:`load` isolated, each once it reads whole
         (its leader repaired it). Raises what a read raises; the caller retries."""
-        for partition in sorted(self.unavailable):
+
+        async def load_partition(partition: int) -> None:
             cache: dict[str, dict[TopicPartition, CommittedOffset]] = {}
             self.skipped_records += await self._load_partition(cache, partition)
             self._cache.update(cache)  # a group's offsets all live in one partition: no overlap
-            del self.unavailable[partition]
-            log.info("%s-%d loaded after its repair", OFFSETS_TOPIC, partition)
+
+        await self.isolated.load_unavailable(load_partition)
 
     async def _load_partition(self, cache: dict, partition: int) -> int:
         skipped = 0
@@ -219,14 +227,8 @@ class OffsetStore:
 
     def _check_available(self, group: str) -> None:
         """COORDINATOR_LOAD_IN_PROGRESS for a group whose partition is isolated."""
-        if not self.unavailable:
-            return
-        partition = partition_for_group(group, self.num_partitions)
-        if partition in self.unavailable:
-            raise CoordinatorLoadInProgress(
-                f"{OFFSETS_TOPIC}-{partition}, where group '{group}' keeps its offsets, is damaged and waits "
-                f"for its repair: {self.unavailable[partition]}"
-            )
+        if self.isolated:
+            self.isolated.check(partition_for_group(group, self.num_partitions), f"group '{group}'")
 
     @staticmethod
     def _apply(cache: dict, records: pa.Table, partition: int = -1) -> int:
@@ -316,7 +318,11 @@ class OffsetStore:
                 "partition": pa.array([partition] * len(keys), pa.int32()),
             }
         )
-        await self.internal_log.produce(OFFSETS_TOPIC, batch, acks="all", internal_topics_allowed=True)
+        try:  # conditional on this coordinator's epoch (see CoordinatorFence)
+            await self.internal_log.produce(OFFSETS_TOPIC, batch, acks="all", producer=coordinator_batch(self.fence),
+                                            internal_topics_allowed=True)
+        except InvalidProducerEpoch as exc:
+            raise NotCoordinator(f"a newer coordinator has written to {OFFSETS_TOPIC}-{partition}: {exc}") from exc
 
     async def expire(self, now_ms: int, retention_ms: int, active_groups: set[str]) -> int:
         """Kafka's ``offsets.retention.minutes``: a group with no members loses the

@@ -20,8 +20,10 @@ from typing import AsyncIterator, Protocol
 import pyarrow as pa
 
 from laketail.catalog import TopicInfo
-from laketail.records import Acks, IsolationLevel
+from laketail.records import COORDINATOR_PRODUCER_ID, NO_SEQUENCE, Acks, IsolationLevel
 from laketail.storage.partition_log import ProducerBatch
+
+INT16_MAX = 2**15 - 1
 
 
 class TopicDirectory(Protocol):
@@ -102,16 +104,41 @@ class MarkerWriter(TopicDirectory, Protocol):
 
 
 class CoordinatorFence(Protocol):
-    """Whether this broker still runs the coordinators, asked after a write to an internal
-    topic and before it is acknowledged (Kafka fences a coordinator's writes with its
-    partition's leader epoch; here the coordinators run on the controller, so its epoch
-    in ``_system/controller``)."""
+    """Whether this broker still runs the coordinators (Kafka fences a coordinator's
+    writes with its partition's leader epoch; here the coordinators run on the
+    controller, so its epoch in ``_system/controller``), in two parts:
+
+    * the write itself is conditional: it goes as a batch of the producer
+      :data:`~laketail.records.COORDINATOR_PRODUCER_ID` with :meth:`coordinator_epoch` as
+      its epoch (:func:`coordinator_batch`), and the partition's leader refuses it
+      (INVALID_PRODUCER_EPOCH, answered NOT_COORDINATOR) once a newer coordinator has
+      written to that partition, so a deposed coordinator's write never lands after its
+      successor's;
+    * :meth:`check_coordinator_epoch`, after a write and before it is acknowledged:
+      a partition the successor has not written to yet takes the old coordinator's write,
+      which its successor may not have loaded; it is not acknowledged (the client retries
+      at the new coordinator), and it can only be followed, never preceded, by the
+      successor's writes of the same keys."""
+
+    def coordinator_epoch(self) -> int:
+        """The controller epoch this broker took the coordinators over at."""
+        ...
 
     async def check_coordinator_epoch(self) -> None:
         """Raise NOT_COORDINATOR when another broker has become the controller since this
         one took the coordinators over (a paused controller waking up): its write may be
         missing from the new coordinators' state, so the client must retry there."""
         ...
+
+
+def coordinator_batch(fence: "CoordinatorFence | None") -> ProducerBatch | None:
+    """The producer identity of a coordinator's write (see :class:`CoordinatorFence`):
+    no sequence (nothing to deduplicate: a coordinator's record is the state itself),
+    the epoch capped at int16, the width of a batch's producer epoch (from 32767 on, all
+    coordinators share it and the check after the write fences alone)."""
+    if fence is None:
+        return None
+    return ProducerBatch(COORDINATOR_PRODUCER_ID, min(fence.coordinator_epoch(), INT16_MAX), NO_SEQUENCE)
 
 
 class ProducerIdBlocks(Protocol):

@@ -54,7 +54,11 @@ Transactional ids starting with ``__`` are reserved (the sink's sessions are nam
 ``__sink:<sink>:<batch>:<hex>``): a client asking for one gets INVALID_REQUEST.
 
 Loading is forgiving: a record whose key or value cannot be decoded is skipped, logged
-and counted (:attr:`TransactionCoordinator.skipped_records`); it never stops a start.
+and counted (:attr:`TransactionCoordinator.skipped_records`); it never stops a start. A
+partition whose table is damaged (CORRUPT_MESSAGE) is isolated, as ``__consumer_offsets``'
+are (:mod:`laketail.coordinator.isolation`): the transactional ids and sinks that hash to
+it are answered COORDINATOR_LOAD_IN_PROGRESS until :meth:`TransactionCoordinator.load_unavailable`
+reads it whole (then what it left prepared is finished); every other one is served.
 
 Thread-safety: event loop thread only.
 """
@@ -67,12 +71,13 @@ import os
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Iterable, Literal
 
 import orjson
 import pyarrow as pa
 
 from laketail.bounds import INT64_MAX, bounded_int
+from laketail.coordinator.isolation import IsolatedPartitions
 from laketail.coordinator.offsets import (
     UNDECODABLE,
     CommittedOffset,
@@ -80,12 +85,16 @@ from laketail.coordinator.offsets import (
     check_commit,
     partition_for_group,
 )
+from laketail.coordinator.ports import coordinator_batch
 from laketail.errors import (
     ConcurrentTransactions,
+    CoordinatorLoadInProgress,
+    InvalidProducerEpoch,
     InvalidProducerIdMapping,
     InvalidRequest,
     InvalidTxnState,
     LaketailError,
+    NotCoordinator,
     ProducerFenced,
     TransactionalIdNotFound,
     UnknownTopicOrPartition,
@@ -284,6 +293,9 @@ class TransactionCoordinator:
         self._pid_floor = 0  # ids at or above it may be taken: above what the loaded state names
         self._lock = asyncio.Lock()
         self._topic_ready = False
+        #: Partitions whose table is damaged (CORRUPT_MESSAGE): isolated, what hashes to
+        #: them refused, reloaded by :meth:`load_unavailable` once repaired.
+        self.isolated = IsolatedPartitions(TXN_TOPIC)
         #: Records of ``__transaction_state`` the last :meth:`load` could not decode.
         self.skipped_records = 0
         self._pause_after_prepare_s = int(os.environ.get(FAULT_PAUSE_AFTER_PREPARE_ENV) or 0) / 1000
@@ -303,13 +315,18 @@ class TransactionCoordinator:
         self._topic_ready = True
 
     async def _write(self, key: StateKey, value: bytes | None) -> None:
+        self._check_available(key)  # never over a partition not loaded (isolated): its later load would lose it
         await self._ensure_topic()
         batch = pa.RecordBatch.from_pydict({
             "key": pa.array([encode_key(*key)], pa.binary()),
             "value": pa.array([value], pa.binary()),
             "partition": pa.array([partition_for_group(legacy_name(key), self.num_partitions)], pa.int32()),
         })
-        await self.internal_log.produce(TXN_TOPIC, batch, acks="all", internal_topics_allowed=True)
+        try:  # conditional on this coordinator's epoch (see CoordinatorFence)
+            await self.internal_log.produce(TXN_TOPIC, batch, acks="all", producer=coordinator_batch(self.fence),
+                                            internal_topics_allowed=True)
+        except InvalidProducerEpoch as exc:
+            raise NotCoordinator(f"a newer coordinator has written to {TXN_TOPIC}: {exc}") from exc
         if self.fence is not None:  # a deposed coordinator goes no further (the client retries at the new one)
             await self.fence.check_coordinator_epoch()
 
@@ -318,31 +335,30 @@ class TransactionCoordinator:
         log.warning("%s-%d offset %d: skipping a record that cannot be decoded (%r)",
                     TXN_TOPIC, partition, offset, str(why)[:200])
 
-    async def load(self) -> None:
-        """Rebuild from ``__transaction_state`` (latest value per state key).
+    @property
+    def unavailable(self) -> dict[int, str]:
+        """Isolated (damaged) partitions -> why; see :mod:`laketail.coordinator.isolation`."""
+        return self.isolated.unavailable
 
-        Forgiving: a record that cannot be decoded is skipped, logged and counted in
-        :attr:`skipped_records`, and the rest is loaded."""
-        if TXN_TOPIC not in self.internal_log.list_topics():
-            return
-        self._topic_ready = True
-        self.num_partitions = self.internal_log.topic(TXN_TOPIC).partitions
-        self.skipped_records = 0
-        latest: dict[StateKey, tuple[bytes | None, int, int]] = {}
-        for partition in range(self.num_partitions):
-            async for records in self.internal_log.read_to_log_end(TXN_TOPIC, partition):
-                for key, value, offset, control in zip(
-                    records.column("key").to_pylist(), records.column("value").to_pylist(),
-                    records.column("offset").to_pylist(), records.column("control").to_pylist(),
-                ):
-                    if control is not None:
-                        continue
-                    try:
-                        state_key = decode_key(key)
-                    except UNDECODABLE as exc:
-                        self._skip(partition, offset, exc)
-                        continue
-                    latest[state_key] = (value, partition, offset)
+    async def _read_partition(self, partition: int, latest: dict[StateKey, tuple[bytes | None, int, int]]) -> None:
+        """Fill ``latest`` (state key -> value, partition, offset) from one partition."""
+        async for records in self.internal_log.read_to_log_end(TXN_TOPIC, partition):
+            for key, value, offset, control in zip(
+                records.column("key").to_pylist(), records.column("value").to_pylist(),
+                records.column("offset").to_pylist(), records.column("control").to_pylist(),
+            ):
+                if control is not None:
+                    continue
+                try:
+                    state_key = decode_key(key)
+                except UNDECODABLE as exc:
+                    self._skip(partition, offset, exc)
+                    continue
+                latest[state_key] = (value, partition, offset)
+
+    def _decode(self, latest: dict[StateKey, tuple[bytes | None, int, int]]
+                ) -> tuple[dict[str, TxnMetadata], dict[int, str], dict[str, SinkState]]:
+        """The state ``latest`` names (a tombstone: none); raises the producer id floor."""
         txns: dict[str, TxnMetadata] = {}
         by_pid: dict[int, str] = {}
         sinks: dict[str, SinkState] = {}
@@ -361,29 +377,83 @@ class TransactionCoordinator:
                     by_pid[meta.producer_id] = name
             except UNDECODABLE as exc:
                 self._skip(partition, offset, exc)
-        # What was loaded replaces what this coordinator had (a reload on becoming the
-        # controller again must not keep state another coordinator has since changed).
-        self._txns, self._by_pid, self._sinks = txns, by_pid, sinks
         # The first block taken is above every id the loaded state names (blocks handed
         # out before ``_system/producer_ids`` existed, a transaction whose block record
         # was the one skipped).
         if by_pid:
             self._pid_floor = max(self._pid_floor, max(by_pid) + 1)
+        return txns, by_pid, sinks
 
-    async def recover(self) -> None:
-        """Finish what a crash interrupted: prepared transactions and batch commits.
+    async def load(self) -> None:
+        """Rebuild from ``__transaction_state`` (latest value per state key).
+
+        Forgiving: a record that cannot be decoded is skipped, logged and counted in
+        :attr:`skipped_records`, and the rest is loaded. A damaged partition is isolated
+        (:attr:`isolated`): its transactional ids and sinks are answered
+        COORDINATOR_LOAD_IN_PROGRESS until :meth:`load_unavailable` reads it whole."""
+        if TXN_TOPIC not in self.internal_log.list_topics():
+            return
+        self._topic_ready = True
+        self.num_partitions = self.internal_log.topic(TXN_TOPIC).partitions
+        self.skipped_records = 0
+        latest: dict[StateKey, tuple[bytes | None, int, int]] = {}
+
+        async def load_partition(partition: int) -> None:
+            mine: dict[StateKey, tuple[bytes | None, int, int]] = {}
+            await self._read_partition(partition, mine)
+            latest.update(mine)  # a key lives in one partition: none is read twice
+
+        await self.isolated.load(range(self.num_partitions), load_partition)
+        # What was loaded replaces what this coordinator had (a reload on becoming the
+        # controller again must not keep state another coordinator has since changed).
+        self._txns, self._by_pid, self._sinks = self._decode(latest)
+
+    async def load_unavailable(self) -> None:
+        """Load the partitions the last :meth:`load` isolated, each once it reads whole
+        (its leader repaired it), and finish what a crash left prepared there. Raises
+        what a read raises; the caller retries."""
+        loaded_txns: list[TxnMetadata] = []
+        loaded_sinks: list[SinkState] = []
+
+        async def load_partition(partition: int) -> None:
+            latest: dict[StateKey, tuple[bytes | None, int, int]] = {}
+            await self._read_partition(partition, latest)
+            txns, by_pid, sinks = self._decode(latest)
+            async with self._lock:  # no key of this partition was served meanwhile: no overlap
+                self._txns.update(txns)
+                self._by_pid.update(by_pid)
+                self._sinks.update(sinks)
+            loaded_txns.extend(txns.values())
+            loaded_sinks.extend(sinks.values())
+
+        try:
+            await self.isolated.load_unavailable(load_partition)
+        finally:  # what the partitions loaded so far left prepared
+            await self.recover(loaded_txns, loaded_sinks)
+
+    def _check_available(self, key: StateKey) -> None:
+        """COORDINATOR_LOAD_IN_PROGRESS when ``key``'s partition is isolated."""
+        if self.isolated:
+            kind, name = key
+            whose = f"sink '{name}'" if kind == "sink" else f"transactional id '{name}'"
+            self.isolated.check(partition_for_group(legacy_name(key), self.num_partitions), whose)
+
+    async def recover(self, txns: Iterable[TxnMetadata] | None = None,
+                      sinks: Iterable[SinkState] | None = None) -> None:
+        """Finish what a crash interrupted: prepared transactions and batch commits
+        (of ``txns`` and ``sinks``; default: all this coordinator loaded).
 
         One that cannot be finished now is logged and left prepared (the next
         ``init_producer_id`` of its transactional id finishes it): never a reason not to
         start."""
-        for meta in list(self._txns.values()):
+        for meta in list(self._txns.values() if txns is None else txns):
             if meta.state in ("PrepareCommit", "PrepareAbort"):
                 log.info("completing transaction %r (%s) after restart", meta.transactional_id, meta.state)
                 try:
                     await self._complete(meta, meta.state == "PrepareCommit")
                 except LaketailError:
                     log.exception("completing transaction %r failed; left %s", meta.transactional_id, meta.state)
-        for sink in list(self._sinks.values()):
+        for sink in list(self._sinks.values() if sinks is None else sinks):
             if sink.committing is not None:
                 batch_id, ids = sink.committing
                 try:
@@ -426,6 +496,8 @@ class TransactionCoordinator:
     async def _init_producer_id(
         self, transactional_id: str | None, timeout_ms: int, expected: tuple[int, int] | None,
     ) -> tuple[int, int]:
+        if transactional_id:
+            self._check_available(("txn", transactional_id))
         async with self._lock:
             if expected is not None and transactional_id:
                 meta = self._txns.get(transactional_id)
@@ -461,6 +533,7 @@ class TransactionCoordinator:
             return meta.producer_id, meta.producer_epoch
 
     def _check(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TxnMetadata:
+        self._check_available(("txn", transactional_id))
         meta = self._txns.get(transactional_id)
         if meta is None:
             raise TransactionalIdNotFound(f"transactional id '{transactional_id}' is unknown; init it first")
@@ -503,6 +576,11 @@ class TransactionCoordinator:
         """Before a transactional append: the producer is current and its transaction
         includes the partition (added here if it was not)."""
         transactional_id = self._by_pid.get(producer_id)
+        if transactional_id is None and self.isolated:  # maybe the id of a transactional id not loaded
+            raise CoordinatorLoadInProgress(
+                f"producer id {producer_id} is not among the transactional ids loaded, and "
+                f"{TXN_TOPIC} partitions {sorted(self.unavailable)} are damaged and wait for their repair"
+            )
         if transactional_id is None:
             raise InvalidProducerIdMapping(f"producer id {producer_id} has no transactional id")
         await self.add_partitions(transactional_id, producer_id, producer_epoch, [(topic, partition)])
@@ -613,6 +691,7 @@ class TransactionCoordinator:
         return len(expired)
 
     def describe(self, transactional_id: str) -> TxnMetadata:
+        self._check_available(("txn", transactional_id))
         meta = self._txns.get(transactional_id)
         if meta is None:
             raise TransactionalIdNotFound(f"transactional id '{transactional_id}' is unknown")
@@ -627,7 +706,11 @@ class TransactionCoordinator:
     async def enlist(self, sink_id: str, batch_id: int, timeout_ms: int = 60_000) -> tuple[str, int, int]:
         """A fresh transactional session for one writer attempt of ``batch_id``."""
         _check_batch_id(batch_id)
-        transactional_id = f"{SINK_PREFIX}{sink_id}:{batch_id}:{uuid.uuid4().hex[:12]}"
+        self._check_available(("sink", sink_id))
+        while True:  # a fresh session never lives in an isolated partition: draw again
+            transactional_id = f"{SINK_PREFIX}{sink_id}:{batch_id}:{uuid.uuid4().hex[:12]}"
+            if partition_for_group(transactional_id, self.num_partitions) not in self.unavailable:
+                break
         producer_id, epoch = await self._init_producer_id(transactional_id, timeout_ms, None)
         async with self._lock:
             sink = self._sinks.setdefault(sink_id, SinkState(sink_id))
@@ -641,8 +724,10 @@ class TransactionCoordinator:
         id was committed before. A batch nobody enlisted is INVALID_TXN_STATE: committing
         it would only move the sink's committed batch id past batches still to come."""
         _check_batch_id(batch_id)
+        self._check_available(("sink", sink_id))
         async with self._lock:
             sink = self._sinks.setdefault(sink_id, SinkState(sink_id))
+            self._check_sessions_available(sink.enlisted.get(batch_id, []) + transactional_ids)
             if batch_id <= sink.committed_batch:
                 await self._abort_sessions(sink.enlisted.pop(batch_id, []))
                 await self._write(("sink", sink_id), sink.to_json())
@@ -692,8 +777,10 @@ class TransactionCoordinator:
 
     async def abort_batch(self, sink_id: str, batch_id: int) -> None:
         _check_batch_id(batch_id)
+        self._check_available(("sink", sink_id))
         async with self._lock:
             sink = self._sinks.setdefault(sink_id, SinkState(sink_id))
+            self._check_sessions_available(sink.enlisted.get(batch_id, []))
             ids = sink.enlisted.pop(batch_id, [])
             await self._abort_sessions(ids)
             await self._write(("sink", sink_id), sink.to_json())
@@ -714,7 +801,12 @@ class TransactionCoordinator:
             del self._txns[transactional_id]
             await self._write(("txn", transactional_id), None)
 
+    def _check_sessions_available(self, transactional_ids: list[str]) -> None:
+        for transactional_id in transactional_ids:
+            self._check_available(("txn", transactional_id))
+
     def sink(self, sink_id: str) -> SinkState:
+        self._check_available(("sink", sink_id))
         return self._sinks.get(sink_id) or SinkState(sink_id)
 
 

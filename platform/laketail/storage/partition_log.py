@@ -44,7 +44,7 @@ from laketail.records import RECORD_SCHEMA, to_record_batch, widen_frames
 from laketail.storage import frame
 from laketail.storage.block_cache import BLOCKS, NotCached
 from laketail.storage.frame import FrameHeader
-from laketail.storage.producer_state import Duplicate, ProducerStateManager
+from laketail.storage.producer_state import Duplicate, LearnedProducer, ProducerStateManager
 from laketail.storage.segment import SUFFIX, Segment
 
 if TYPE_CHECKING:
@@ -776,12 +776,13 @@ class PartitionLog:
             self.producer_state.markers_from = offset
 
     def learn_transactions(self, markers: list[tuple[int, int, str]], records: list[tuple[int, int, int]],
-                           below: int) -> None:
-        """The transactions the table holds below the hot log (``ProducerStateManager.learn``),
-        read for ``below``; a state rebuilt meanwhile (truncation) is left to learn anew."""
+                           below: int, producers: "dict[int, LearnedProducer] | None" = None) -> None:
+        """The transactions and producer sequences the table holds below the hot log
+        (``ProducerStateManager.learn``), read for ``below``; a state rebuilt meanwhile
+        (truncation) is left to learn anew."""
         with self._lock:
             if self.producer_state.markers_from == below:
-                self.producer_state.learn(markers, records)
+                self.producer_state.learn(markers, records, producers)
 
     # -- reading -----------------------------------------------------------------------------------
 

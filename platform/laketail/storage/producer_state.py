@@ -21,8 +21,13 @@ Markers below :attr:`ProducerStateManager.markers_from` are not known here: a ho
 that restarted above the table's end (a replica that came back behind, or reset to the
 leader's hot start) has no frames to replay for them. Their records are in the table, and
 so are their markers: :meth:`ProducerStateManager.learn` adds them from there (and the open
-transactions whose first records are there)
-before anyone asks for the outcome of such a record.
+transactions whose first records are there, and each producer's last sequences, as
+:func:`sequence_runs` finds them in the rows) before anyone asks for the outcome of such
+a record or a producer appends again -- Kafka rebuilds the same state by replaying its
+log from the last producer snapshot. The table keeps no batch bounds, so what is learned
+per producer are *runs*: records of one epoch at consecutive offsets with consecutive
+sequences (one batch or several); a retried batch inside a run is a duplicate at the
+offsets its sequences had.
 
 Not thread-safe: the partition log calls it under its lock.
 """
@@ -32,7 +37,10 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from laketail.errors import InvalidProducerEpoch, OutOfOrderSequenceNumber
+from laketail.records import COORDINATOR_PRODUCER_ID
 
 MAX_CACHED_BATCHES = 5
 INT32_MAX = 2**31 - 1
@@ -48,6 +56,16 @@ class BatchMeta:
     last_seq: int
     base_offset: int
     count: int
+    #: a run learned from the table (maybe several batches): a retry of any batch inside
+    #: it is a duplicate, not only one with exactly these bounds
+    run: bool = False
+
+    def duplicate_of(self, first_seq: int, last_seq: int) -> "Duplicate | None":
+        if self.first_seq == first_seq and self.last_seq == last_seq:
+            return Duplicate(self.base_offset)
+        if self.run and self.first_seq <= first_seq <= last_seq <= self.last_seq:
+            return Duplicate(self.base_offset + first_seq - self.first_seq)
+        return None
 
 
 @dataclass
@@ -109,8 +127,9 @@ class ProducerStateManager:
             return None
         last_seq = (first_seq + count - 1) % (INT32_MAX + 1)
         for meta in entry.batches:
-            if meta.first_seq == first_seq and meta.last_seq == last_seq:
-                return Duplicate(meta.base_offset)
+            duplicate = meta.duplicate_of(first_seq, last_seq)
+            if duplicate is not None:
+                return duplicate
         if entry.batches:
             expected = _next_seq(entry.batches[-1].last_seq, 1)
             if first_seq != expected:
@@ -152,12 +171,22 @@ class ProducerStateManager:
         if transactional and entry.txn_first_offset is None:
             entry.txn_first_offset = base_offset
 
-    def learn(self, markers: list[tuple[int, int, str]], records: list[tuple[int, int, int]]) -> None:
+    def learn(self, markers: list[tuple[int, int, str]], records: list[tuple[int, int, int]],
+              runs: "dict[int, LearnedProducer] | None" = None) -> None:
         """What the table holds below :attr:`markers_from` (it holds it all), which then
-        is 0: its markers, ``(offset, producer_id, kind)``, and its transactional records,
-        ``(offset, producer_id, producer_epoch)``; one whose producer has no marker after
-        it belongs to an open transaction, which then holds the last stable offset."""
+        is 0: its markers, ``(offset, producer_id, kind)``, its transactional records,
+        ``(offset, producer_id, producer_epoch)`` -- one whose producer has no marker after
+        it belongs to an open transaction, which then holds the last stable offset -- and
+        each producer's last sequence runs there (:func:`sequence_runs`), which a producer
+        the hot log knows a newer batch or epoch of does not need."""
         below = self.markers_from
+        for pid, learned in (runs or {}).items():
+            entry = self.producers.get(pid)
+            if entry is None:
+                self.producers[pid] = ProducerEntry(learned.epoch, list(learned.runs), learned.last_timestamp_ms)
+            elif entry.epoch == learned.epoch and not entry.batches:
+                entry.batches = list(learned.runs)
+                entry.last_timestamp_ms = max(entry.last_timestamp_ms, learned.last_timestamp_ms)
         for offset, pid, kind in markers:
             if offset >= below:
                 continue
@@ -209,6 +238,7 @@ class ProducerStateManager:
         gone = [
             pid for pid, e in self.producers.items()
             if e.txn_first_offset is None and now_ms - e.last_timestamp_ms > expiration_ms
+            and pid != COORDINATOR_PRODUCER_ID  # the coordinators' fence: kept however old
         ]
         for pid in gone:
             del self.producers[pid]
@@ -221,7 +251,7 @@ class ProducerStateManager:
             "producers": {
                 str(pid): {
                     "epoch": e.epoch,
-                    "batches": [[b.first_seq, b.last_seq, b.base_offset, b.count] for b in e.batches],
+                    "batches": [[b.first_seq, b.last_seq, b.base_offset, b.count, b.run] for b in e.batches],
                     "last_timestamp_ms": e.last_timestamp_ms,
                     "txn_first_offset": e.txn_first_offset,
                 }
@@ -242,3 +272,64 @@ class ProducerStateManager:
             state.markers[int(pid)] = (list(offs), list(kinds))
         state.markers_from = int(doc.get("markers_from", 0))
         return state
+
+
+@dataclass(frozen=True)
+class LearnedProducer:
+    """A producer's state as the table's rows show it: the epoch of its last records, the
+    last :data:`MAX_CACHED_BATCHES` sequence runs of that epoch, its latest timestamp."""
+
+    epoch: int
+    runs: tuple[BatchMeta, ...]
+    last_timestamp_ms: int
+
+
+def sequence_runs(offsets: np.ndarray, pids: np.ndarray, epochs: np.ndarray, sequences: np.ndarray,
+                  timestamps_ms: np.ndarray) -> list[tuple[int, int, BatchMeta, int]]:
+    """The runs of producer records among rows given column by column (data records of
+    producers only: producer id and sequence >= 0, no marker): ``(producer id, epoch,
+    run, max timestamp ms)``, a run being records of one producer and epoch at
+    consecutive offsets with consecutive (wrapping) sequences. Vectorised: a table holds
+    millions of rows."""
+    if len(offsets) == 0:
+        return []
+    order = np.lexsort((offsets, pids))
+    offsets, pids, epochs = offsets[order].astype(np.int64), pids[order], epochs[order]
+    sequences, timestamps_ms = sequences[order].astype(np.int64), timestamps_ms[order]
+    breaks = np.ones(len(offsets), dtype=bool)
+    breaks[1:] = (
+        (pids[1:] != pids[:-1]) | (epochs[1:] != epochs[:-1]) | (offsets[1:] != offsets[:-1] + 1)
+        | (sequences[1:] != (sequences[:-1] + 1) % (INT32_MAX + 1))
+    )
+    starts = np.flatnonzero(breaks)
+    ends = np.append(starts[1:], len(offsets)) - 1
+    max_ts = np.maximum.reduceat(timestamps_ms, starts)
+    return [
+        (int(pids[a]), int(epochs[a]),
+         BatchMeta(int(sequences[a]), int(sequences[b]), int(offsets[a]), int(b - a + 1), run=True), int(ts))
+        for a, b, ts in zip(starts, ends, max_ts)
+    ]
+
+
+def learned_producers(runs: list[tuple[int, int, BatchMeta, int]]) -> dict[int, LearnedProducer]:
+    """Per producer, from runs found in any order (row groups, files): the epoch of its
+    last run, that epoch's last runs (adjacent ones joined) and its latest timestamp."""
+    by_pid: dict[int, list[tuple[int, BatchMeta, int]]] = {}
+    for pid, epoch, run, ts in runs:
+        by_pid.setdefault(pid, []).append((epoch, run, ts))
+    learned = {}
+    for pid, found in by_pid.items():
+        found.sort(key=lambda f: f[1].base_offset)
+        epoch = found[-1][0]
+        joined: list[BatchMeta] = []
+        for e, run, _ in found:
+            if e != epoch:
+                continue
+            last = joined[-1] if joined else None
+            if (last is not None and last.base_offset + last.count == run.base_offset
+                    and _next_seq(last.last_seq, 1) == run.first_seq):
+                joined[-1] = BatchMeta(last.first_seq, run.last_seq, last.base_offset, last.count + run.count, True)
+            else:
+                joined.append(run)
+        learned[pid] = LearnedProducer(epoch, tuple(joined[-MAX_CACHED_BATCHES:]), max(ts for _, _, ts in found))
+    return learned

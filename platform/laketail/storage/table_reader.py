@@ -55,8 +55,9 @@ from deltalake.exceptions import TableNotFoundError
 
 from laketail.catalog import remove_tree
 from laketail.errors import CorruptMessage
-from laketail.records import RECORD_SCHEMA, payload_bytes
+from laketail.records import COORDINATOR_PRODUCER_ID, RECORD_SCHEMA, payload_bytes
 from laketail.storage.block_cache import BLOCKS, NotCached
+from laketail.storage.producer_state import LearnedProducer, learned_producers, sequence_runs
 from laketail.storage.table_check import Damage, OffsetFacts, find_damage
 
 log = logging.getLogger(__name__)
@@ -633,14 +634,64 @@ class TableReader:
                                data.column("producer_epoch").to_pylist()))
         return markers, records
 
+    def producers(self, topic: str, partition: int, below: int) -> dict[int, LearnedProducer]:
+        """Each producer's last sequence runs in the table below ``below``
+        (:func:`~laketail.storage.producer_state.sequence_runs`): what a hot log that
+        restarted above the table's end needs to continue a producer's sequences -- and
+        the coordinators' epoch (:data:`~laketail.records.COORDINATOR_PRODUCER_ID`, whose
+        writes carry no sequence), so the fence of their writes outlives the reset. Only
+        row groups whose statistics allow a producer's record are read, six columns."""
+        uri = self.table_uri(topic)
+        columns = ["offset", "producer_id", "producer_epoch", "sequence", "timestamp", "control"]
+        runs: list = []
+        coordinator: tuple[int, int] | None = None  # (epoch, timestamp ms) of the coordinators' last write
+        for data_file in self._files(topic, partition):
+            if data_file.first_offset >= below:
+                break  # sorted by first offset
+            pf, _, _ = self._parquet_file(f"{uri}/{data_file.path}")
+            meta = pf.metadata
+            pid_col = pf.schema_arrow.get_field_index("producer_id")
+            groups = []
+            for i in range(meta.num_row_groups):
+                stats = meta.row_group(i).column(pid_col).statistics
+                if stats is None or not stats.has_min_max or stats.max >= 0:
+                    groups.append(i)
+            if not groups:
+                continue
+            rows = pq.ParquetFile(f"{uri}/{data_file.path}", metadata=meta).read_row_groups(groups, columns=columns)
+            rows = rows.filter(pc.less(rows.column("offset"), below))
+            mine = rows.filter(pc.equal(rows.column("producer_id"), COORDINATOR_PRODUCER_ID))
+            if mine.num_rows:
+                last = pc.max(mine.column("offset")).as_py()
+                row = mine.filter(pc.equal(mine.column("offset"), last)).slice(0, 1).to_pylist()[0]
+                epoch = max(pc.max(mine.column("producer_epoch")).as_py(), coordinator[0] if coordinator else -1)
+                coordinator = (epoch, int(row["timestamp"].timestamp() * 1000))
+            rows = rows.filter(pc.and_(
+                pc.is_null(rows.column("control")),
+                pc.and_(pc.greater_equal(rows.column("producer_id"), 0), pc.greater_equal(rows.column("sequence"), 0)),
+            ))
+            if rows.num_rows:
+                offsets, pids, epochs, sequences = (
+                    rows.column(c).to_numpy() for c in ("offset", "producer_id", "producer_epoch", "sequence"))
+                runs.extend(sequence_runs(offsets, pids, epochs, sequences,
+                                          pc.divide(rows.column("timestamp").cast(pa.int64()), 1000).to_numpy()))
+            if len(runs) > 100_000:  # keep what matters only: each producer's last runs
+                runs = [(pid, p.epoch, run, p.last_timestamp_ms)
+                        for pid, p in learned_producers(runs).items() for run in p.runs]
+        learned = learned_producers(runs)
+        if coordinator is not None:
+            learned[COORDINATOR_PRODUCER_ID] = LearnedProducer(coordinator[0], (), coordinator[1])
+        return learned
+
     def learn_transactions(self, topic: str, plog) -> int:
         """Give ``plog`` (a partition log whose producer state knows nothing below
-        ``markers_from``) the transactions the table holds there; how many markers."""
+        ``markers_from``) the transactions the table holds there, and its producers'
+        last sequences (:meth:`producers`); how many markers."""
         below = plog.producer_state.markers_from
         if below <= 0:
             return 0
         markers, records = self.transactions(topic, plog.partition, below)
-        plog.learn_transactions(markers, records, below)
+        plog.learn_transactions(markers, records, below, self.producers(topic, plog.partition, below))
         return len(markers)
 
     def offset_for_timestamp(
