@@ -21,8 +21,8 @@ run: check-java install
 	LAKETAIL_LISTENERS=KAFKA://127.0.0.1:9092 LAKETAIL_LISTENER_SECURITY_PROTOCOL_MAP=KAFKA:PLAINTEXT \
 	$(VENV)/bin/laketail serve --data ./laketail-data --host 127.0.0.1 --port 8082
 
-# ruff (lint, import order) over the repository and mypy over the packages configured in
-# pyproject.toml [tool.mypy] (the Broker checked against each port) run before the tests.
+# ruff (lint, import order) over the repository and mypy over every package (pyproject.toml
+# [tool.mypy]: platform, api and jobs; the Broker checked against each port) run before the tests.
 test: check-java check-compose check-chromium check-kcat $(KAFKAJS) install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy

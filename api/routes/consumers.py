@@ -334,7 +334,9 @@ def accepted_format(accept: str | None, instance_format: ConsumerFormat) -> Cons
 
 
 def _media_of(fmt: ConsumerFormat) -> str:
-    return MEDIA_TYPES.get(fmt, f"application/vnd.kafka.{fmt}.v2+json")  # type: ignore[call-overload]
+    if fmt == "binary" or fmt == "json":
+        return MEDIA_TYPES[fmt]
+    return f"application/vnd.kafka.{fmt}.v2+json"
 
 
 @router.get(INSTANCE + "/records", summary="Fetch records of the assigned partitions (a poll)",
@@ -348,6 +350,7 @@ async def read_records(request: Request, group: str, instance: str) -> Response:
         registry = registry_of(request)
         encode = functools.partial(schema_rows, registry)
     else:
+        assert fmt == "binary" or fmt == "json", fmt
         encode = functools.partial(fetch_body.rows, embedded=fmt)
     batches = await consumer.records(
         query_int(request, "timeout", None), query_int(request, "max_bytes", None), encode=encode,

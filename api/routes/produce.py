@@ -379,8 +379,8 @@ async def _produce_v2_with_schemas(request: Request, topic: str, partition: int 
     state = request.app.state
     await state.broker.topic_for_produce(topic)
     result = await produce(request, topic, records, acks, producer, per_record_errors=True)
-    answer = _v2_answer(result, records, key_schema and key_schema.schema_id,
-                        value_schema and value_schema.schema_id)
+    answer = _v2_answer(result, records, key_schema.schema_id if key_schema else None,
+                        value_schema.schema_id if value_schema else None)
     state.metrics.observe_produce("v2", topic, len(records), records.payload_bytes(), perf_counter() - started)
     return Response(answer, media_type=V2_JSON)
 

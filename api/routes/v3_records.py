@@ -135,7 +135,7 @@ async def produce_many(
     slots: list[V3Record | LaketailError] = []
     for doc in items:
         try:
-            schemas = (None, None)
+            schemas: tuple[V3Data | None, V3Data | None] = (None, None)
             if type(doc) is dict and (type(doc.get("key")) is dict or type(doc.get("value")) is dict):
                 schemas = (await v3_data(request, topic, doc.get("key"), True),
                            await v3_data(request, topic, doc.get("value"), False))

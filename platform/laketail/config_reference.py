@@ -211,11 +211,11 @@ def render() -> str:
               "describe-configs APIs.", "",
               "| key | environment variable | type | default | description |",
               "|---|---|---|---|---|"]
-    for key in sorted(_BROKER_KEYS):
-        f = fields[_BROKER_KEYS[key]]
+    for name in sorted(_BROKER_KEYS):
+        f = fields[_BROKER_KEYS[name]]
         kind = str(f.type).replace(" | None", "")
-        doc = BROKER_KEY_DOCS[key] + (" *Sensitive.*" if key in SENSITIVE_BROKER_KEYS else "")
-        lines.append(f"| `{key}` | `{env_var(key)}` | {kind} | {_value(f.default)} | {_cell(doc)} |")
+        doc = BROKER_KEY_DOCS[name] + (" *Sensitive.*" if name in SENSITIVE_BROKER_KEYS else "")
+        lines.append(f"| `{name}` | `{env_var(name)}` | {kind} | {_value(f.default)} | {_cell(doc)} |")
     return "\n".join(lines) + "\n"
 
 
