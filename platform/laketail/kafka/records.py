@@ -48,19 +48,20 @@ keeps them as bytes.
 
 from __future__ import annotations
 
-import functools
 import struct
 from dataclasses import dataclass
 
 import cramjam
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatch as _RecordReader
 from aiokafka.record.default_records import DefaultRecordBatchBuilder as _BatchBuilder
 from crc32c import crc32c
 
 from laketail.errors import CorruptMessage, InvalidRequest
-from laketail.records import HEADER_TYPE, SHARED_UP_TO_ROWS, null_headers
+from laketail.records import HEADER_TYPE, null_headers
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -181,28 +182,10 @@ def split_batches(records: bytes) -> list[bytes]:
     return out
 
 
-def to_arrow(batch: DecodedBatch, partition: int) -> pa.RecordBatch:
-    """The batch as a produce request in ``PRODUCE_SCHEMA`` (all to ``partition``)."""
-    n = len(batch.values)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(batch.keys, pa.binary()),
-            pa.array(batch.values, pa.binary()),
-            pa.array(batch.headers, HEADER_TYPE) if any(batch.headers) else null_headers(n),
-            pa.array(batch.timestamps_ms, pa.int64()),
-            _partition_column(partition, n) if n <= SHARED_UP_TO_ROWS else _partition_array(partition, n),
-        ],
-        names=["key", "value", "headers", "timestamp", "partition"],
-    )
-
-
-def _partition_array(partition: int, n: int) -> pa.Array:
-    return pa.repeat(pa.scalar(partition, pa.int32()), n)
-
-
-#: immutable, so shared: a ``pa.scalar`` and ``pa.repeat`` cost more than the decode of
-#: a small batch
-_partition_column = functools.lru_cache(maxsize=256)(_partition_array)
+def columns(batch: DecodedBatch) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """The batch's keys, values and headers as the Arrow columns of the record schema."""
+    headers = pa.array(batch.headers, HEADER_TYPE) if any(batch.headers) else null_headers(len(batch.headers))
+    return pa.array(batch.keys, pa.binary()), pa.array(batch.values, pa.binary()), headers
 
 
 # -- encoding (fetch) ------------------------------------------------------------------------
@@ -258,34 +241,48 @@ def control_batch(offset: int, timestamp_ms: int, *, commit: bool = True) -> byt
                         attributes=ATTR_CONTROL | ATTR_TRANSACTIONAL)
 
 
+def _run_starts(table: pa.Table) -> list[int]:
+    """Where each run of rows of one producer batch kind (producer id, epoch,
+    transactional, timestamp type) starts, found over the columns, not row by row."""
+    n = table.num_rows
+    change = np.zeros(n, dtype=bool)
+    for name in _RUN_KEY:
+        column = table.column(name).to_numpy()
+        change[1:] |= column[1:] != column[:-1]
+    change[0] = True
+    return np.flatnonzero(change).tolist()
+
+
+_RUN_KEY = ("producer_id", "producer_epoch", "transactional", "timestamp_type")
+
+
+def _pylist(column: pa.ChunkedArray) -> list:
+    """The column as Python values; an all-null one without a conversion per row."""
+    return [None] * len(column) if column.null_count == len(column) else column.to_pylist()
+
+
 def encode_records(table: pa.Table, next_offset: int, fetch_offset: int) -> bytes:
     """A fetch answer's records: one batch per run of rows of the same producer batch
     kind (producer id, epoch, transactional), then a control batch over a trailing gap
     (records the fetch path read but does not return, up to ``next_offset``)."""
     out = bytearray()
     last = fetch_offset - 1
-    if table.num_rows:
+    n = table.num_rows
+    if n:
         offsets = table.column("offset").to_pylist()
-        stamps = [t // 1000 for t in table.column("timestamp").cast(pa.int64()).to_pylist()]
-        ts_types = table.column("timestamp_type").to_pylist()
-        keys = table.column("key").to_pylist()
-        values = table.column("value").to_pylist()
-        headers = table.column("headers").to_pylist()
-        pids = table.column("producer_id").to_pylist()
-        epochs = table.column("producer_epoch").to_pylist()
-        txns = table.column("transactional").to_pylist()
-        epochs_l = table.column("leader_epoch").to_pylist()
-        start = 0
-        n = len(offsets)
-        for i in range(1, n + 1):
-            if i < n and (pids[i], epochs[i], txns[i], ts_types[i]) == (pids[start], epochs[start], txns[start],
-                                                                          ts_types[start]):
-                continue
-            attrs = (ATTR_TRANSACTIONAL if txns[start] else 0) | (ATTR_LOG_APPEND_TIME if ts_types[start] else 0)
-            out += encode_batch(offsets[start], offsets[start:i], stamps[start:i], keys[start:i], values[start:i],
-                                headers[start:i], producer_id=pids[start], producer_epoch=epochs[start],
-                                attributes=attrs, leader_epoch=epochs_l[start])
-            start = i
+        stamps = pc.divide(table.column("timestamp").cast(pa.int64()), 1000).to_pylist()
+        keys = _pylist(table.column("key"))
+        values = _pylist(table.column("value"))
+        headers = _pylist(table.column("headers"))
+        starts = _run_starts(table)
+        for start, end in zip(starts, starts[1:] + [n]):
+            row = table.slice(start, 1).to_pylist()[0]
+            attrs = ((ATTR_TRANSACTIONAL if row["transactional"] else 0)
+                     | (ATTR_LOG_APPEND_TIME if row["timestamp_type"] else 0))
+            out += encode_batch(offsets[start], offsets[start:end], stamps[start:end], keys[start:end],
+                                values[start:end], headers[start:end], producer_id=row["producer_id"],
+                                producer_epoch=row["producer_epoch"], attributes=attrs,
+                                leader_epoch=row["leader_epoch"])
         last = offsets[-1]
         stamp = stamps[-1]
     else:
