@@ -287,11 +287,12 @@ class ProducePath:
         self._check_sizes(keys, values, headers, config.max_message_bytes)
         if config.message_timestamp_type == "LogAppendTime":
             ts_type = LOG_APPEND_TIME
-            timestamps_us = pa.repeat(pa.scalar(self.clock.now_ms() * 1000, TIMESTAMP_TYPE), len(timestamps_ms))
+            max_ts_us = self.clock.now_ms() * 1000
+            timestamps_us = pa.repeat(pa.scalar(max_ts_us, TIMESTAMP_TYPE), len(timestamps_ms))
         else:
             ts_type = CREATE_TIME
             checked_timestamp_ms(min(timestamps_ms))  # stored as microseconds: refused, never wrapped
-            checked_timestamp_ms(max(timestamps_ms))
+            max_ts_us = checked_timestamp_ms(max(timestamps_ms)) * 1000  # the log need not find it again
             timestamps_us = pa.array([t * 1000 for t in timestamps_ms], TIMESTAMP_TYPE)
         if producer is None:
             frame = build_frame_batch(timestamps_us=timestamps_us, keys=keys, values=values, headers=headers,
@@ -302,7 +303,7 @@ class ProducePath:
                 producer_id=producer.producer_id, producer_epoch=producer.producer_epoch,
                 base_sequence=producer.base_sequence, transactional=producer.transactional,
             )
-        return await self.append(topic, partition, frame, acks, None, producer)
+        return await self.append(topic, partition, frame, acks, max_ts_us, producer)
 
     def _refuse_oversized(self, topic: str, batch: pa.RecordBatch | pa.Table
                           ) -> tuple[pa.RecordBatch | pa.Table, dict[int, LaketailError]]:
