@@ -950,6 +950,20 @@ class Broker:
         return self.produce_path.produce(topic, batch, acks, producer, internal_topics_allowed=internal_topics_allowed,
                                          per_record_errors=per_record_errors)
 
+    def produce_batch(
+        self,
+        topic: str,
+        partition: int,
+        keys: pa.Array,
+        values: pa.Array,
+        headers: pa.Array,
+        timestamps_ms: list[int],
+        acks: Acks = "all",
+        producer: ProducerBatch | None = None,
+    ) -> Coroutine[Any, Any, int]:
+        """See :meth:`laketail.produce_path.ProducePath.produce_batch`."""
+        return self.produce_path.produce_batch(topic, partition, keys, values, headers, timestamps_ms, acks, producer)
+
     def produce_nowait(self, topic: str, batch: pa.RecordBatch | pa.Table) -> "asyncio.Task[ProduceResult]":
         """See :meth:`laketail.produce_path.ProducePath.produce_nowait`."""
         return self.produce_path.produce_nowait(topic, batch)

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from laketail.bounds import check_timestamp_column
+from laketail.bounds import timestamp_ms as checked_timestamp_ms
 from laketail.catalog import TopicInfo, check_not_internal
 from laketail.cluster.node import INTERNAL
 from laketail.config import BrokerSettings, TopicConfig
@@ -273,6 +274,56 @@ class ProducePath:
         result = await self._execute(self._plan_produce(topic, batch), acks, per_record_errors=True)
         kept = [i for i in range(count) if i not in refused]
         return result.merged(kept, refused, count, self.clock.now_ms())
+
+    async def produce_batch(
+        self,
+        topic: str,
+        partition: int,
+        keys: pa.Array,
+        values: pa.Array,
+        headers: pa.Array,
+        timestamps_ms: list[int],
+        acks: Acks = "all",
+        producer: ProducerBatch | None = None,
+    ) -> int:
+        """One producer batch to one named partition, as Kafka's Produce carries it:
+        the checks of :meth:`produce` (internal topics, the producer's state, every
+        record against ``max.message.bytes``, timestamps, ``message.timestamp.type``)
+        without its partitioning and column work, which cost more than the append for
+        the one- or two-record batches a client sends at a low rate. Returns the base
+        offset once ``acks`` is satisfied; nothing is written unless every check passes."""
+        check_not_internal(topic, "append to")
+        self.check_partition(topic, partition)
+        if producer is not None and producer.producer_id >= 0:
+            if producer.transactional:
+                await self.transactions.check_transactional_produce(
+                    producer.producer_id, producer.producer_epoch, topic, partition
+                )
+            else:
+                self.transactions.check_idempotent_produce(producer.producer_id, producer.producer_epoch)
+        if not timestamps_ms:
+            raise InvalidRequest("a produce request needs at least one record")
+        config = self._runtime(topic).config
+        self._check_sizes(keys, values, headers, config.max_message_bytes)
+        if config.message_timestamp_type == "LogAppendTime":
+            ts_type = LOG_APPEND_TIME
+            max_ts_us = self.clock.now_ms() * 1000
+            timestamps_us = pa.repeat(pa.scalar(max_ts_us, TIMESTAMP_TYPE), len(timestamps_ms))
+        else:
+            ts_type = CREATE_TIME
+            checked_timestamp_ms(min(timestamps_ms))  # stored as microseconds: refused, never wrapped
+            max_ts_us = checked_timestamp_ms(max(timestamps_ms)) * 1000  # the log need not find it again
+            timestamps_us = pa.array([t * 1000 for t in timestamps_ms], TIMESTAMP_TYPE)
+        if producer is None:
+            frame = build_frame_batch(timestamps_us=timestamps_us, keys=keys, values=values, headers=headers,
+                                      timestamp_type=ts_type)
+        else:
+            frame = build_frame_batch(
+                timestamps_us=timestamps_us, keys=keys, values=values, headers=headers, timestamp_type=ts_type,
+                producer_id=producer.producer_id, producer_epoch=producer.producer_epoch,
+                base_sequence=producer.base_sequence, transactional=producer.transactional,
+            )
+        return await self.append(topic, partition, frame, acks, max_ts_us, producer)
 
     def _refuse_oversized(self, topic: str, batch: pa.RecordBatch | pa.Table
                           ) -> tuple[pa.RecordBatch | pa.Table, dict[int, LaketailError]]:

@@ -136,3 +136,35 @@ def test_an_incremental_fetch_session_is_refused(kafka_broker):
         answer = _call(sock, 1, 12, {"max_wait": 0, "min_bytes": 1, "session_id": 123, "session_epoch": 1,
                                      "topics": [], "forgotten_topics_data": []})
     assert (int(answer.error_code), answer.session_id) == (70, 0)  # FETCH_SESSION_ID_NOT_FOUND
+
+
+def test_a_record_above_max_message_bytes_is_message_too_large_and_writes_nothing(kafka_broker):
+    topic = f"big-{uuid.uuid4().hex[:8]}"
+    assert kafka_broker.rest.create_topic(topic, 1, configs={"max.message.bytes": "2000"}).status_code in (200, 201)
+    batch = records.encode_batch(0, [0, 1], [1000, 1000], [None, None], [b"small", b"x" * 5000], [None, None])
+    with _connect(kafka_broker) as sock:
+        answer = _call(sock, 0, 9, _produce_body(topic, batch))
+    assert int(answer.responses[0].partition_responses[0].error_code) == 10  # MESSAGE_TOO_LARGE
+    assert kafka_broker.rest.offsets(topic, 0)[1] == 0
+
+
+def test_a_log_append_time_topic_stamps_the_records_itself(kafka_broker):
+    topic = f"lat-{uuid.uuid4().hex[:8]}"
+    configs = {"message.timestamp.type": "LogAppendTime"}
+    assert kafka_broker.rest.create_topic(topic, 1, configs=configs).status_code in (200, 201)
+    batch = records.encode_batch(0, [0, 1], [1000, 2000], [None, None], [b"a", b"b"], [None, None])
+    with _connect(kafka_broker) as sock:
+        answer = _call(sock, 0, 9, _produce_body(topic, batch))
+        assert int(answer.responses[0].partition_responses[0].error_code) == 0
+        fetched = _call(sock, 1, 12, {
+            "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+            "topics": [{"topic": topic, "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                                                        "fetch_offset": 0, "last_fetched_epoch": -1,
+                                                        "log_start_offset": -1,
+                                                        "partition_max_bytes": 1 << 20}]}]})
+    raw = fetched.responses[0].partitions[0].records
+    (batch_out,) = records.split_batches(raw)
+    attributes, = struct.unpack_from(">h", batch_out, 21)
+    assert attributes & records.ATTR_LOG_APPEND_TIME
+    assert min(records.decode_batch(batch_out).timestamps_ms) > 2000  # the broker's clock, not the client's

@@ -154,3 +154,32 @@ def test_fetch_encoding_keeps_producer_runs_apart_and_covers_a_trailing_gap():
     base_offset, = struct.unpack_from(">q", batches[2])
     attributes, = struct.unpack_from(">h", batches[2], 21)
     assert base_offset == 5 and attributes & records.ATTR_CONTROL
+
+
+def _record(fields: bytes) -> bytes:
+    """One record of a batch: its zig-zag length, then ``fields`` (attributes onwards)."""
+    return bytes([len(fields) << 1]) + fields
+
+
+@pytest.mark.parametrize("body,count", [
+    (b"\x18\x00\xff\xff", 1),  # a timestamp varint running off the end of the records
+    (_record(b"\x00\x00\x00\x01\x02v\x02\x02\xff\x01"), 1),  # a header key that is not UTF-8
+    (_record(b"\x00\x00\x00\x01\x02v\x01") + b"\x00", 1),  # a byte after the last record
+    (_record(b"\x00\x00\x00\x01\x02v\x00") * 2, 2),  # two records at offset delta 0
+    (_record(b"\x00\x00\x00\x01\x7fv\x00"), 1),  # value length -64 is null (as in Kafka), then "v" is no header count
+    (_record(b"\x00\x00\x00\x01\x02v\x03"), 1),  # a header count of -2
+])
+def test_records_that_do_not_decode_are_corrupt_message(body, count):
+    with pytest.raises(CorruptMessage):
+        records.decode_batch(_with_body(0, body, count))
+
+
+def test_a_record_with_header_key_and_null_header_value_decodes():
+    batch = records.decode_batch(_with_body(0, _record(b"\x00\x00\x00\x01\x02v\x02\x02h\x01"), 1))
+    assert (batch.keys, batch.values, batch.headers) == ([None], [b"v"], [[{"key": "h", "value": None}]])
+
+
+def test_the_record_reader_is_aiokafkas_c_one():
+    """The produce path's speed rests on it (bench 12): the pure-Python fallback would
+    bring back a Python loop per record."""
+    assert records._RecordReader.__module__ == "aiokafka.record._crecords.default_records"

@@ -283,12 +283,14 @@ class KafkaApis:
             base = -1
             for batch in batches:  # validated all first: a bad batch writes nothing
                 producer = None
-                if batch.producer_id >= 0:  # a transactional batch joins its transaction in Broker.produce
+                if batch.producer_id >= 0:  # a transactional batch joins its transaction in produce_batch
                     producer = ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence,
                                              batch.transactional)
-                result = await self.broker.produce(topic, records.to_arrow(batch, partition), acks, producer)
+                keys, values, headers = records.columns(batch)
+                offset = await self.broker.produce_batch(topic, partition, keys, values, headers,
+                                                         batch.timestamps_ms, acks, producer)
                 if base < 0:
-                    base = result.offsets[0]
+                    base = offset
             state = self.broker.partition_state(topic, partition)
             return {"error_code": 0, "base_offset": base, "log_start_offset": state.log_start_offset}
         except Exception as exc:  # noqa: BLE001 - answered as the partition's error code

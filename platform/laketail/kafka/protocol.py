@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import io
 import struct
 from dataclasses import dataclass
@@ -145,26 +146,55 @@ def build(cls: type, data: Mapping[str, Any]) -> Any:
     has and ``data`` lacks take their schema default. Error codes are ints, durations
     milliseconds; nested entities are dicts (or lists of dicts)."""
     values = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                values[f.name] = _implicit(f)
+    for name, how, type_, missing in _fields(cls):
+        if name not in data:
+            if missing is not _SCHEMA_DEFAULT:
+                values[name] = missing
             continue
-        raw = data[f.name]
+        raw = data[name]
+        if how == _ENTITIES:
+            values[name] = None if raw is None else tuple(build(type_, item) for item in raw)
+        elif how == _ENTITY:
+            values[name] = None if raw is None else build(type_, raw)
+        elif how == _ERROR_CODE:
+            values[name] = ErrorCode(raw)
+        elif how == _DURATION:
+            values[name] = type_.parse(datetime.timedelta(milliseconds=raw))
+        elif how == _ARRAY:
+            values[name] = tuple(raw)
+        else:
+            values[name] = raw
+    return cls(**values)
+
+
+_PLAIN, _ENTITIES, _ENTITY, _ERROR_CODE, _DURATION, _ARRAY = range(6)
+#: a field ``build`` leaves to its dataclass default
+_SCHEMA_DEFAULT = object()
+
+
+@functools.lru_cache(maxsize=None)  # one entry per kio class: a bounded set
+def _fields(cls: type) -> tuple[tuple[str, int, Any, Any], ...]:
+    """How :func:`build` fills each field of ``cls``: (name, how, type, value when
+    ``data`` lacks it), worked out once per class: kio's ``classify_field`` cost more
+    than the rest of an answer's building. The implicit values are immutable."""
+    out = []
+    for f in dataclasses.fields(cls):
         kind = classify_field(f)
         if isinstance(kind, EntityTupleField):
-            values[f.name] = None if raw is None else tuple(build(kind.type_, item) for item in raw)
+            how = _ENTITIES
         elif isinstance(kind, EntityField):
-            values[f.name] = None if raw is None else build(kind.type_, raw)
+            how = _ENTITY
         elif kind.type_ is ErrorCode:
-            values[f.name] = ErrorCode(raw)
+            how = _ERROR_CODE
         elif kind.type_ in (i32Timedelta, i64Timedelta):
-            values[f.name] = kind.type_.parse(datetime.timedelta(milliseconds=raw))
+            how = _DURATION
         elif kind.is_array:
-            values[f.name] = tuple(raw)
+            how = _ARRAY
         else:
-            values[f.name] = raw
-    return cls(**values)
+            how = _PLAIN
+        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        out.append((f.name, how, kind.type_, _SCHEMA_DEFAULT if has_default else _implicit(f)))
+    return tuple(out)
 
 
 def _implicit(f: dataclasses.Field) -> Any:

@@ -27,18 +27,23 @@ The byte format, as Kafka's ``DefaultRecordBatch`` writes it (big-endian)::
 Varints are zig-zag; a length of -1 is null. A control record's key is ``version int16,
 type int16`` (0 abort, 1 commit), its value ``version int16, coordinator_epoch int32``.
 
-:func:`decode_batches` validates every batch of a produce request (magic, lengths, CRC,
-codec, record framing) before anything is appended: a batch that fails raises
-:class:`~laketail.errors.CorruptMessage` (Kafka's CORRUPT_MESSAGE, 2) and nothing of the
-request's partition is written. :func:`encode_records` turns a fetch's Arrow rows back
-into uncompressed batches, one per run of rows from the same producer batch kind.
+:func:`decode_batch` validates each batch of a produce request (magic, lengths, CRC,
+codec, record framing, offset deltas) before anything is appended: a batch that fails
+raises :class:`~laketail.errors.CorruptMessage` (Kafka's CORRUPT_MESSAGE, 2) and nothing
+of the request's partition is written. :func:`encode_records` turns a fetch's Arrow rows
+back into uncompressed batches, one per run of rows from the same producer batch kind.
 
-Why not kio's ``kio.records``: it truncates timestamps to whole seconds and reads no
-compressed batch; the codecs here are ``cramjam`` (gzip, snappy, lz4, zstd in Rust) and
-the checksum ``crc32c`` (C, SSE4.2).
+No Python loop over varints: the header and the CRC are read here over the bytes
+(``struct``; ``crc32c``, C with SSE4.2), the codecs are ``cramjam`` (gzip, snappy, lz4,
+zstd in Rust), and the records are read and written by aiokafka's record-batch reader and
+builder (Cython): one C call per record, where ``_varint`` alone took 36% of the broker
+before (bench 12). A length below -1 is null, as Kafka's ``DefaultRecord`` reads it. Why
+not kio's ``kio.records``: it truncates timestamps to whole seconds and reads no
+compressed batch.
 
-Not done (see docs/architecture.md §11.6): batches are decoded into Arrow on the request
-path and re-encoded on fetch; Kafka keeps them as bytes.
+Not done (see docs/architecture.md §11.6): the hot log stores Arrow frames, so batches
+are decoded into Arrow columns on the request path and encoded again on fetch; Kafka
+keeps them as bytes.
 """
 
 from __future__ import annotations
@@ -47,11 +52,16 @@ import struct
 from dataclasses import dataclass
 
 import cramjam
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+from aiokafka.errors import CorruptRecordException
+from aiokafka.record.default_records import DefaultRecordBatch as _RecordReader
+from aiokafka.record.default_records import DefaultRecordBatchBuilder as _BatchBuilder
 from crc32c import crc32c
 
 from laketail.errors import CorruptMessage, InvalidRequest
-from laketail.records import HEADER_TYPE
+from laketail.records import HEADER_TYPE, null_headers
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -63,6 +73,13 @@ ATTR_LOG_APPEND_TIME = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
 _XERIAL = b"\x82SNAPPY\x00"
+_ATTRIBUTES = struct.Struct(">h")
+_CRC = struct.Struct(">I")
+#: zero bytes after the records the reader reads (see :func:`decode_batch`): more than a
+#: varint's 10 bytes
+_PAD = bytes(16)
+#: Kafka's RecordBatch.NO_TIMESTAMP, which aiokafka's reader gives as None
+NO_TIMESTAMP = -1
 
 
 @dataclass
@@ -78,31 +95,6 @@ class DecodedBatch:
     values: list[bytes | None]
     headers: list[list[dict] | None]
     timestamps_ms: list[int]
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """A zig-zag varint (up to 64 bits) at ``pos``: (value, next position)."""
-    result = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise CorruptMessage("a record ends inside a varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CorruptMessage("a varint is longer than 10 bytes")
-
-
-def _bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
-    n, pos = _varint(buf, pos)
-    if n == -1:
-        return None, pos
-    if n < 0 or pos + n > len(buf):
-        raise CorruptMessage(f"a record field of {n} bytes runs past its record")
-    return buf[pos:pos + n], pos + n
 
 
 def _decompress(codec: int, data: bytes) -> bytes:
@@ -128,10 +120,17 @@ def _decompress(codec: int, data: bytes) -> bytes:
 
 
 def decode_batch(buf: bytes) -> DecodedBatch:
-    """Validate and decode exactly one batch (``buf`` is the whole batch)."""
+    """Validate and decode exactly one batch (``buf`` is the whole batch).
+
+    The header, lengths and CRC are checked here over the bytes; the records are read by
+    aiokafka's record reader (C, Cython), never by a Python loop over varints. It reads
+    each length-prefixed field with a bounds check but a varint without one, so the
+    bytes it reads are always followed by :data:`_PAD` zero bytes it may run into and
+    never past: a varint running off the end then reads zeros and the record's
+    length check refuses it."""
     if len(buf) < HEADER_SIZE:
         raise CorruptMessage(f"a record batch of {len(buf)} bytes is shorter than its {HEADER_SIZE}-byte header")
-    (_, length, _, magic, crc, attributes, last_delta, base_ts, max_ts, pid, epoch, base_seq,
+    (base_offset, length, _, magic, crc, attributes, last_delta, _, max_ts, pid, epoch, base_seq,
      count) = HEADER.unpack_from(buf)
     if magic != 2:
         raise CorruptMessage(f"record batch magic {magic}: only magic 2 (Kafka 0.11+) is accepted")
@@ -144,49 +143,27 @@ def decode_batch(buf: bytes) -> DecodedBatch:
     if count < 0 or count != last_delta + 1:
         raise CorruptMessage(f"record_count {count} does not match last_offset_delta {last_delta}")
     codec = attributes & ATTR_CODEC
-    body = buf[HEADER_SIZE:] if codec == 0 else _decompress(codec, buf[HEADER_SIZE:])
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    headers: list[list[dict] | None] = []
-    stamps: list[int] = []
-    pos = 0
-    for i in range(count):
-        size, pos = _varint(body, pos)
-        end = pos + size
-        if size < 0 or end > len(body):
-            raise CorruptMessage(f"record {i} of {size} bytes runs past its batch")
-        pos += 1  # record attributes: unused by Kafka
-        ts_delta, pos = _varint(body, pos)
-        offset_delta, pos = _varint(body, pos)
-        if offset_delta != i:
-            raise CorruptMessage(f"record {i} has offset_delta {offset_delta}")
-        key, pos = _bytes(body, pos)
-        value, pos = _bytes(body, pos)
-        n_headers, pos = _varint(body, pos)
-        if n_headers < 0:
-            raise CorruptMessage(f"record {i} has {n_headers} headers")
-        hdrs = []
-        for _ in range(n_headers):
-            hkey, pos = _bytes(body, pos)
-            hval, pos = _bytes(body, pos)
-            if hkey is None:
-                raise CorruptMessage(f"record {i} has a header with a null key")
-            try:
-                hdrs.append({"key": hkey.decode(), "value": hval})
-            except UnicodeDecodeError as exc:
-                raise CorruptMessage(f"record {i} has a header key that is not UTF-8") from exc
-        if pos != end:
-            raise CorruptMessage(f"record {i} says {size} bytes but holds {size + pos - end}")
-        keys.append(key)
-        values.append(value)
-        headers.append(hdrs or None)
-        stamps.append(base_ts + ts_delta)
-    if pos != len(body):
-        raise CorruptMessage(f"{len(body) - pos} bytes follow the last record of a batch")
+    if codec == 0:
+        plain = bytes(buf) + _PAD
+    else:  # the reader gets the records uncompressed, under the same header less its codec
+        body = _decompress(codec, bytes(buf[HEADER_SIZE:]))
+        plain = b"".join((buf[:21], _ATTRIBUTES.pack(attributes & ~ATTR_CODEC), buf[23:HEADER_SIZE], body, _PAD))
+    try:
+        rows = list(_RecordReader(memoryview(plain)[:len(plain) - len(_PAD)]))
+    except (CorruptRecordException, UnicodeDecodeError, SystemError, ValueError, OverflowError) as exc:
+        raise CorruptMessage(f"a record of the batch does not decode: {exc}") from exc
+    if [r.offset for r in rows] != list(range(base_offset, base_offset + count)):
+        raise CorruptMessage("the records' offset deltas are not 0, 1, 2, ... in order")
+    stamps = [r.timestamp for r in rows]
+    if None in stamps:  # timestamp -1, Kafka's NO_TIMESTAMP: the broker's clock stamps it
+        stamps = [NO_TIMESTAMP if s is None else s for s in stamps]
     if stamps and max(stamps) > max_ts and not attributes & ATTR_LOG_APPEND_TIME:
         raise CorruptMessage("a record's timestamp is above the batch's max_timestamp")
-    return DecodedBatch(pid, epoch, base_seq, bool(attributes & ATTR_TRANSACTIONAL), keys, values, headers,
-                        stamps)
+    headers: list[list[dict] | None] = [r.headers or None for r in rows]
+    if any(headers):
+        headers = [h and [{"key": k, "value": v} for k, v in h] for h in headers]  # type: ignore[misc]
+    return DecodedBatch(pid, epoch, base_seq, bool(attributes & ATTR_TRANSACTIONAL), [r.key for r in rows],
+                        [r.value for r in rows], headers, stamps)
 
 
 def split_batches(records: bytes) -> list[bytes]:
@@ -205,36 +182,20 @@ def split_batches(records: bytes) -> list[bytes]:
     return out
 
 
-def to_arrow(batch: DecodedBatch, partition: int) -> pa.RecordBatch:
-    """The batch as a produce request in ``PRODUCE_SCHEMA`` (all to ``partition``)."""
-    n = len(batch.values)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(batch.keys, pa.binary()),
-            pa.array(batch.values, pa.binary()),
-            pa.array(batch.headers, HEADER_TYPE),
-            pa.array(batch.timestamps_ms, pa.int64()),
-            pa.repeat(pa.scalar(partition, pa.int32()), n),
-        ],
-        names=["key", "value", "headers", "timestamp", "partition"],
-    )
+def columns(batch: DecodedBatch) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """The batch's keys, values and headers as the Arrow columns of the record schema."""
+    headers = pa.array(batch.headers, HEADER_TYPE) if any(batch.headers) else null_headers(len(batch.headers))
+    return pa.array(batch.keys, pa.binary()), pa.array(batch.values, pa.binary()), headers
 
 
 # -- encoding (fetch) ------------------------------------------------------------------------
 
 
-def _zigzag(value: int) -> bytes:
-    n = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while n & ~0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _field(value: bytes | None) -> bytes:
-    return b"\x01" if value is None else _zigzag(len(value)) + value
+#: what the builder appends for a record without headers (it only reads it)
+_NO_HEADERS: list = []
+#: big enough that aiokafka's builder never refuses a record for want of room
+_UNBOUNDED = 2**31 - 1
+_PREFIX = struct.Struct(">qii")  # base_offset, batch_length, partition_leader_epoch
 
 
 def encode_batch(
@@ -251,24 +212,23 @@ def encode_batch(
     attributes: int = 0,
     leader_epoch: int = -1,
 ) -> bytes:
-    """One uncompressed batch; ``offsets`` are absolute and may have gaps."""
-    base_ts = min(timestamps_ms)
-    body = bytearray()
+    """One uncompressed batch; ``offsets`` are absolute and may have gaps.
+
+    The records are written by aiokafka's batch builder (C); its header names base
+    offset 0 and no leader epoch, which sit before the CRC and are set here. Attributes
+    it does not write (LogAppendTime, control) are set here too, with the CRC again."""
+    builder = _BatchBuilder(2, 0, 1 if attributes & ATTR_TRANSACTIONAL else 0, producer_id, producer_epoch,
+                            base_sequence, _UNBOUNDED)
+    append = builder.append
     for off, ts, key, value, hdrs in zip(offsets, timestamps_ms, keys, values, headers):
-        rec = bytearray(b"\x00")
-        rec += _zigzag(ts - base_ts)
-        rec += _zigzag(off - base_offset)
-        rec += _field(key)
-        rec += _field(value)
-        rec += _zigzag(len(hdrs or ()))
-        for h in hdrs or ():
-            rec += _field(h["key"].encode())
-            rec += _field(h["value"])
-        body += _zigzag(len(rec))
-        body += rec
-    tail = struct.pack(">hiqqqhii", attributes, offsets[-1] - base_offset, base_ts, max(timestamps_ms),
-                       producer_id, producer_epoch, base_sequence, len(offsets)) + bytes(body)
-    return struct.pack(">qiibI", base_offset, len(tail) + 9, leader_epoch, 2, crc32c(tail)) + tail
+        append(off - base_offset, ts, key, value,
+               [(h["key"], h["value"]) for h in hdrs] if hdrs else _NO_HEADERS)
+    out = builder.build()
+    _PREFIX.pack_into(out, 0, base_offset, len(out) - 12, leader_epoch)
+    if attributes & ~ATTR_TRANSACTIONAL:
+        _ATTRIBUTES.pack_into(out, 21, attributes)
+        _CRC.pack_into(out, 17, crc32c(memoryview(out)[_CRC_START:]))
+    return bytes(out)
 
 
 def control_batch(offset: int, timestamp_ms: int, *, commit: bool = True) -> bytes:
@@ -281,34 +241,48 @@ def control_batch(offset: int, timestamp_ms: int, *, commit: bool = True) -> byt
                         attributes=ATTR_CONTROL | ATTR_TRANSACTIONAL)
 
 
+def _run_starts(table: pa.Table) -> list[int]:
+    """Where each run of rows of one producer batch kind (producer id, epoch,
+    transactional, timestamp type) starts, found over the columns, not row by row."""
+    n = table.num_rows
+    change = np.zeros(n, dtype=bool)
+    for name in _RUN_KEY:
+        column = table.column(name).to_numpy()
+        change[1:] |= column[1:] != column[:-1]
+    change[0] = True
+    return np.flatnonzero(change).tolist()
+
+
+_RUN_KEY = ("producer_id", "producer_epoch", "transactional", "timestamp_type")
+
+
+def _pylist(column: pa.ChunkedArray) -> list:
+    """The column as Python values; an all-null one without a conversion per row."""
+    return [None] * len(column) if column.null_count == len(column) else column.to_pylist()
+
+
 def encode_records(table: pa.Table, next_offset: int, fetch_offset: int) -> bytes:
     """A fetch answer's records: one batch per run of rows of the same producer batch
     kind (producer id, epoch, transactional), then a control batch over a trailing gap
     (records the fetch path read but does not return, up to ``next_offset``)."""
     out = bytearray()
     last = fetch_offset - 1
-    if table.num_rows:
+    n = table.num_rows
+    if n:
         offsets = table.column("offset").to_pylist()
-        stamps = [t // 1000 for t in table.column("timestamp").cast(pa.int64()).to_pylist()]
-        ts_types = table.column("timestamp_type").to_pylist()
-        keys = table.column("key").to_pylist()
-        values = table.column("value").to_pylist()
-        headers = table.column("headers").to_pylist()
-        pids = table.column("producer_id").to_pylist()
-        epochs = table.column("producer_epoch").to_pylist()
-        txns = table.column("transactional").to_pylist()
-        epochs_l = table.column("leader_epoch").to_pylist()
-        start = 0
-        n = len(offsets)
-        for i in range(1, n + 1):
-            if i < n and (pids[i], epochs[i], txns[i], ts_types[i]) == (pids[start], epochs[start], txns[start],
-                                                                          ts_types[start]):
-                continue
-            attrs = (ATTR_TRANSACTIONAL if txns[start] else 0) | (ATTR_LOG_APPEND_TIME if ts_types[start] else 0)
-            out += encode_batch(offsets[start], offsets[start:i], stamps[start:i], keys[start:i], values[start:i],
-                                headers[start:i], producer_id=pids[start], producer_epoch=epochs[start],
-                                attributes=attrs, leader_epoch=epochs_l[start])
-            start = i
+        stamps = pc.divide(table.column("timestamp").cast(pa.int64()), 1000).to_pylist()
+        keys = _pylist(table.column("key"))
+        values = _pylist(table.column("value"))
+        headers = _pylist(table.column("headers"))
+        starts = _run_starts(table)
+        for start, end in zip(starts, starts[1:] + [n]):
+            row = table.slice(start, 1).to_pylist()[0]
+            attrs = ((ATTR_TRANSACTIONAL if row["transactional"] else 0)
+                     | (ATTR_LOG_APPEND_TIME if row["timestamp_type"] else 0))
+            out += encode_batch(offsets[start], offsets[start:end], stamps[start:end], keys[start:end],
+                                values[start:end], headers[start:end], producer_id=row["producer_id"],
+                                producer_epoch=row["producer_epoch"], attributes=attrs,
+                                leader_epoch=row["leader_epoch"])
         last = offsets[-1]
         stamp = stamps[-1]
     else:
