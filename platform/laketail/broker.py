@@ -73,6 +73,7 @@ from laketail.records import (
     IsolationLevel,
 )
 from laketail.schemas import SCHEMAS_TOPIC, SchemaRegistry
+from laketail.storage import object_store
 from laketail.storage.block_cache import BLOCKS
 from laketail.storage.log_manager import LogManager
 from laketail.storage.partition_log import PartitionLog, ProducerBatch
@@ -457,7 +458,7 @@ class Broker:
                 commit_internal(dt, version, actions, {p: epochs[p] for p in changed}, now_ms)
             except BaseException as exc:
                 for path in written:
-                    Path(path).unlink(missing_ok=True)
+                    object_store.remove_file(path)
                 if isinstance(exc, CompactionAbandoned):
                     log.info("compacting %s: %s; planning again next pass", topic, exc)
                     return 0

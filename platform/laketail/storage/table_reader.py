@@ -53,9 +53,9 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from laketail.catalog import remove_tree
 from laketail.errors import CorruptMessage
 from laketail.records import RECORD_SCHEMA, payload_bytes
+from laketail.storage import object_store
 from laketail.storage.block_cache import BLOCKS, NotCached
 from laketail.storage.table_check import Damage, OffsetFacts, find_damage
 
@@ -219,7 +219,7 @@ class TableReader:
     def delete_table(self, topic: str) -> None:
         with self._topics_lock:
             self._topics.pop(topic, None)
-        remove_tree(self.table_uri(topic))
+        object_store.remove_tree(self.table_uri(topic))
 
     def _get(self, topic: str) -> _TopicTable:
         with self._topics_lock:
@@ -393,7 +393,7 @@ class TableReader:
     @staticmethod
     def _file_offset_column(entry: _TopicTable, data_file: DataFile) -> np.ndarray:
         path = f"{entry.uri}/{data_file.path}"
-        return pq.read_table(path, columns=["offset"]).column("offset").to_numpy()
+        return object_store.read_parquet(path, columns=["offset"]).column("offset").to_numpy()
 
     def known_damage(self, topic: str) -> dict[int, list[Damage]]:
         """What :meth:`damage` would say, without building an index nor taking a lock
@@ -449,7 +449,7 @@ class TableReader:
 
     @staticmethod
     def _file_offsets(path: str) -> tuple[int, int] | None:
-        column = pq.read_table(path, columns=["offset"]).column("offset")
+        column = object_store.read_parquet(path, columns=["offset"]).column("offset")
         if len(column) == 0:
             return None
         bounds = pc.min_max(column)
@@ -549,7 +549,7 @@ class TableReader:
                 return found
         if cached_only:
             raise NotCached(path)
-        pf = pq.ParquetFile(path)
+        pf = object_store.parquet_file(path)
         col = pf.schema_arrow.get_field_index("offset")
         found = (pf, col, _groups_in_order(pf.metadata, col))
         with self._parquet_lock:
@@ -575,7 +575,7 @@ class TableReader:
                 if cached_only:
                     raise NotCached(path)
                 if reader is None:
-                    reader = pq.ParquetFile(path, metadata=meta)
+                    reader = object_store.parquet_file(path, metadata=meta)
                 group = _RowGroup.read(reader, i, partition)
                 BLOCKS.put((path, i), group, group.table.nbytes)
             pieces.append(group.between(start, end))
@@ -609,7 +609,8 @@ class TableReader:
                     groups.append(i)
             if not groups:
                 continue
-            rows = pq.ParquetFile(f"{uri}/{data_file.path}", metadata=meta).read_row_groups(groups, columns=columns)
+            rows = object_store.parquet_file(f"{uri}/{data_file.path}", metadata=meta).read_row_groups(
+                groups, columns=columns)
             rows = rows.filter(pc.less(rows.column("offset"), below))
             control = rows.filter(pc.is_valid(rows.column("control")))
             markers.extend(zip(control.column("offset").to_pylist(), control.column("producer_id").to_pylist(),
@@ -642,7 +643,7 @@ class TableReader:
                 break  # files are sorted by first offset: none further can hold an earlier hit
             if data_file.max_timestamp_us and data_file.max_timestamp_us < target:
                 continue
-            table = pq.read_table(f"{uri}/{data_file.path}", columns=["offset", "timestamp"])
+            table = object_store.read_parquet(f"{uri}/{data_file.path}", columns=["offset", "timestamp"])
             table = table.filter(pc.less(table.column("offset"), below))
             ts = table.column("timestamp").cast(pa.int64())
             hits = table.filter(pc.greater_equal(ts, target))
