@@ -5,7 +5,9 @@ logs gone (a new host) serves the records from the table in the bucket."""
 
 from __future__ import annotations
 
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
@@ -17,6 +19,20 @@ pytestmark = pytest.mark.integration
 
 PARTITIONS = 2
 PER_PARTITION = 15
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_example(root: str, options: dict[str, str]) -> dict:
+    """Run the README's object-store example against ``root`` with ``options`` in place of
+    its placeholders; its variables."""
+    text = README.read_text()
+    code = re.search(r"<!-- object-store-example -->\n```python\n(.*?)```", text, re.S)
+    assert code, "README.md has no object-store example"
+    source = code.group(1).replace("s3://lake/cluster-a", root)
+    source = re.sub(r"options = \{.*?\}\n", f"options = {options!r}\n", source, flags=re.S)
+    scope: dict = {}
+    exec(compile(source, "README.md", "exec"), scope)
+    return scope
 
 
 def _table_rows(uri: str, storage_options: dict[str, str]) -> dict[tuple[int, int], bytes]:
@@ -57,6 +73,9 @@ def test_topic_on_s3_reaches_the_bucket_and_is_served_from_it_after_a_move(bucke
     rows = wait_until(lambda: (lambda r: r if len(r) == len(produced) else None)(_table_rows(uri, options)),
                       f"{len(produced)} records in {uri}", TIER_DEADLINE_S, 0.2)
     assert rows == produced
+    orders = readme_example(root, options)["orders"]
+    assert sorted(zip(orders.column("partition").to_pylist(), orders.column("offset").to_pylist(),
+                      orders.column("value").to_pylist())) == sorted((p, o, v) for (p, o), v in produced.items())
     data_keys = [k for k in bucket.keys(f"cluster-a/topics/{topic}/") if k.endswith(".parquet")]
     assert {k.split("/")[3] for k in data_keys} == {f"partition={p}" for p in range(PARTITIONS)}
     assert bucket.keys("cluster-a/_system/topics/_delta_log/"), "the catalog is not in the bucket"
