@@ -78,6 +78,16 @@ def read_parquet(uri: str, columns: list[str] | None = None) -> pa.Table:
     return pq.read_table(uri, columns=columns)
 
 
+def read_bytes(uri: str) -> bytes:
+    """The whole file or object at ``uri`` (FileNotFoundError, an OSError, when absent)."""
+    if is_remote(uri):
+        fs, key = _split(uri)
+        with fs.open_input_stream(key) as stream:
+            return stream.read()
+    with open(uri, "rb") as file:
+        return file.read()
+
+
 def size(uri: str) -> int:
     """The size in bytes of the file or object at ``uri``."""
     if is_remote(uri):

@@ -176,7 +176,7 @@ class _TopicTable:
 
 
 def commit_file(uri: str, version: int) -> str:
-    """The JSON commit file of ``version`` in the Delta log of the local table at ``uri``."""
+    """The JSON commit file of ``version`` in the Delta log of the table at ``uri``."""
     return f"{uri}/_delta_log/{version:020d}.json"
 
 
@@ -729,18 +729,17 @@ def _before_damage(topic: str, partition: int, damaged: list[Damage], start: int
 
 
 def tier_commit_files(uri: str, version: int) -> dict[int, DataFile] | None:
-    """The file per partition that version ``version`` of the local table at ``uri``
+    """The file per partition that version ``version`` of the table at ``uri``
     added, when that version is a laketail tier commit: add actions with offset
     statistics, one per partition, each matched by its partition's ``laketail.tier``
     transaction ending just after the file's last offset; besides them only commit info
     and ``laketail.epoch`` transactions. None for any other commit (a remove, a change of
     metadata or protocol, another application's transaction, an outside writer's add),
-    for a remote table, or when the commit file cannot be read."""
-    if "://" in uri:
-        return None
+    or when the commit file cannot be read. On an object store the commit file is one GET,
+    where a rebuild would list and validate every file of the table."""
     try:
-        with open(commit_file(uri, version), "rb") as commit:
-            actions = [json.loads(line) for line in commit if line.strip()]
+        raw = object_store.read_bytes(commit_file(uri, version))
+        actions = [json.loads(line) for line in raw.splitlines() if line.strip()]
     except (OSError, ValueError):
         return None
     files: dict[int, DataFile] = {}
