@@ -1,7 +1,7 @@
 """On a bucket, a table followed commit by commit: another writer's tier commit is read
 from its commit file in the bucket (one GET) and extends the index without a rebuild;
 data files written by the tierer are objects in the bucket, and the broker's working
-directory holds its hot logs only."""
+directory holds its hot logs only. Deleting the topic deletes its table from the bucket."""
 
 from __future__ import annotations
 
@@ -62,6 +62,9 @@ def test_another_writers_tier_commit_in_the_bucket_extends_the_index(bucket: Buc
             assert [len(files[p]) for p in range(PARTITIONS)] == [1, 2]
             keys = bucket.keys("follow/topics/t/")
             assert all(f"follow/topics/t/{f.path}" in keys for p in range(PARTITIONS) for f in files[p])
+
+            await broker.delete_topic("t")  # its table goes with it: data files and log
+            assert bucket.keys("follow/topics/t/") == []
         finally:
             await broker.close()
 
