@@ -36,6 +36,7 @@ def test_another_writers_tier_commit_in_the_bucket_extends_the_index(bucket: Buc
         broker = Broker(settings)
         await broker.start()
         try:
+            assert broker.maintenance is None  # not started on a bucket (it needs Spark to write there)
             await broker.create_topic("t", PARTITIONS)
             tables = broker.tables
             rebuilds: list[int] = []
