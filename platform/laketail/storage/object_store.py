@@ -96,13 +96,6 @@ def size(uri: str) -> int:
     return os.stat(uri).st_size
 
 
-def exists(uri: str) -> bool:
-    if is_remote(uri):
-        fs, key = _split(uri)
-        return fs.get_file_info(key).type != pafs.FileType.NotFound
-    return os.path.exists(uri)
-
-
 def remove_file(uri: str) -> None:
     """Delete the file or object at ``uri``; nothing when it is not there."""
     try:
