@@ -96,6 +96,14 @@ def size(uri: str) -> int:
     return os.stat(uri).st_size
 
 
+def exists(uri: str) -> bool:
+    """Whether a file or object is at ``uri`` (a stat; one HEAD request on an object store)."""
+    if is_remote(uri):
+        fs, key = _split(uri)
+        return fs.get_file_info(key).type != pafs.FileType.NotFound
+    return os.path.exists(uri)
+
+
 def remove_file(uri: str) -> None:
     """Delete the file or object at ``uri``; nothing when it is not there."""
     try:

@@ -37,7 +37,6 @@ from __future__ import annotations
 import bisect
 import json
 import logging
-import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -183,14 +182,14 @@ def commit_file(uri: str, version: int) -> str:
 def catch_up(table: DeltaTable, uri: str, known: int = -1) -> None:
     """Load the commits made to the table at ``uri`` after ``table``'s version, unless
     none came after version ``known`` either (the caller knows what those commits hold).
-    Every new version has its JSON commit file, so when the next one is absent from a
-    local table there is nothing to load, and a stat replaces delta-rs's listing and
-    replay of the log (tens of ms on a table of a few hundred commits, growing with it):
-    a broker checks each topic's table at every tier pass, and a session's view follower
-    every 0.2 s, idle topics included."""
-    if "://" not in uri:
-        if not os.path.exists(commit_file(uri, max(table.version(), known) + 1)):
-            return
+    Every new version has its JSON commit file, so when the next one is absent there is
+    nothing to load, and a stat replaces delta-rs's listing and replay of the log (tens
+    of ms on a table of a few hundred commits, growing with it): a broker checks each
+    topic's table at every tier pass, and a session's view follower every 0.2 s, idle
+    topics included. On an object store the stat is a HEAD request, where the listing is
+    a LIST, which S3 prices at 12.5 times a HEAD."""
+    if not object_store.exists(commit_file(uri, max(table.version(), known) + 1)):
+        return
     table.update_incremental()
 
 
