@@ -21,8 +21,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 @pytest.fixture
 def s3_spark(s3_server: S3Server) -> Iterator[Any]:
     """The test run's SparkSession, its Python workers given the S3 server's environment.
-    A Python data source's workers take the environment as of its registration, so the
-    source is registered again after the environment is set."""
+    A session started before the bucket's environment was set (by tests/spark earlier in
+    the run) has a JVM, and so workers, without it; a Python data source's workers also
+    take the executor environment as of the source's registration, so the environment is
+    added there and the source registered again. (A session started by this fixture
+    inherits the environment anyway: the test passes without the update then.)"""
     from laketail.spark import register
     from laketail.spark.session import local_session
 
