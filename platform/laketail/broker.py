@@ -75,6 +75,7 @@ from laketail.records import (
 from laketail.schemas import SCHEMAS_TOPIC, SchemaRegistry
 from laketail.schemas.validation import SchemaValidation
 from laketail.security.listeners import advertised_endpoints, parse_entries
+from laketail.storage import object_store
 from laketail.storage.block_cache import BLOCKS
 from laketail.storage.log_manager import LogManager
 from laketail.storage.partition_log import PartitionLog, ProducerBatch
@@ -232,7 +233,12 @@ class Broker:
         self._background.append(asyncio.create_task(self._group_housekeeping(), name="laketail-groups"))
         self._background.append(asyncio.create_task(self._internal_cleaner(), name="laketail-cleaner"))
         self._background.append(asyncio.create_task(self._transaction_timeouts(), name="laketail-txn-timeouts"))
-        if self.settings.maintenance_enabled:  # retention and compaction of user topics: one spark-submit child
+        if self.settings.maintenance_enabled and object_store.is_remote(self.settings.data):
+            log.warning("maintenance: not started on the object-store root %s: the maintenance application keeps "
+                        "its Spark checkpoint there and its compaction moves files by rename, which need a file "
+                        "system Spark can write; run retention with `laketail jobs run retention` (or turn this "
+                        "warning off with --no-maintenance)", self.settings.data)
+        elif self.settings.maintenance_enabled:  # retention and compaction of user topics: one spark-submit child
             self.maintenance = MaintenanceScheduler(self.settings, is_due=lambda: self.cluster.is_controller)
             self._background.append(asyncio.create_task(self.maintenance.run(), name="laketail-maintenance"))
 
@@ -475,7 +481,7 @@ class Broker:
                 commit_internal(dt, version, actions, {p: epochs[p] for p in changed}, now_ms)
             except BaseException as exc:
                 for path in written:
-                    Path(path).unlink(missing_ok=True)
+                    object_store.remove_file(path)
                 if isinstance(exc, CompactionAbandoned):
                     log.info("compacting %s: %s; planning again next pass", topic, exc)
                     return 0

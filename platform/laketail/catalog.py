@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import threading
 import time
 import uuid
@@ -30,6 +29,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 
 from laketail.config import validate_topic_overrides
 from laketail.errors import InvalidPartitions, InvalidTopic, TopicAlreadyExists, UnknownTopicOrPartition
+from laketail.storage import object_store
 
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")  # used with fullmatch: "$" would let "name\n" through
 MAX_NAME_LENGTH = 249
@@ -123,7 +123,7 @@ class Catalog:
 
     def open(self) -> str:
         """Create the system tables on first start; load them. Returns the cluster id."""
-        Path(self.root).mkdir(parents=True, exist_ok=True)
+        object_store.make_root(self.root)
         self.cluster_id = self._open_cluster()
         try:
             DeltaTable(self.topics_uri)
@@ -296,5 +296,5 @@ class Catalog:
 
 
 def remove_tree(path: str | Path) -> None:
-    """Delete a local folder (object-store roots: not yet supported for deletes)."""
-    shutil.rmtree(path, ignore_errors=True)
+    """Delete a folder of the data root, local or on an object store."""
+    object_store.remove_tree(str(path))

@@ -192,8 +192,10 @@ def validate_topic_overrides(overrides: Mapping[str, Any]) -> dict[str, str]:
 class BrokerSettings:
     """One broker process's settings (Kafka's ``server.properties`` in spirit).
 
-    ``data`` is the shared data root (tables, catalog); ``log_dir`` is this broker's
-    local hot-segment directory (``log.dirs``); defaults to ``<data>/logs/broker-<id>``.
+    ``data`` is the shared data root (tables, catalog): a local folder or an object
+    store URI (``s3://bucket/prefix``); ``log_dir`` is this broker's local hot-segment
+    directory (``log.dirs``); defaults to ``<data>/logs/broker-<id>``, and to
+    ``./laketail-logs/broker-<id>`` (under the working directory) when the root is remote.
     """
 
     data: str = "./laketail-data"
@@ -290,6 +292,8 @@ class BrokerSettings:
     def hot_log_dir(self) -> Path:
         if self.log_dir:
             return Path(self.log_dir)
+        if "://" in self.data and not self.data.startswith("file://"):  # an object store: hot logs stay local
+            return Path("laketail-logs") / f"broker-{self.broker_id}"
         return Path(self.data) / "logs" / f"broker-{self.broker_id}"
 
     @property

@@ -60,6 +60,7 @@ from laketail.config import BrokerSettings
 from laketail.errors import InvalidConfig
 from laketail.parent_death import die_with_parent_preexec
 from laketail.security.listeners import parse_entries
+from laketail.storage import object_store
 
 log = logging.getLogger("laketail.request_processes")
 
@@ -274,7 +275,9 @@ class ConnectionBoard:
         ids = sorted(settings.request_process_log_dirs)
         if len(ids) < 2:
             return None
-        path = Path(settings.data) / "request-processes" / f"broker-{ids[0]}.connections"
+        # Local to the host: beside the hot logs when the data root is an object store.
+        local = settings.hot_log_dir.parent if object_store.is_remote(settings.data) else Path(settings.data)
+        path = local / "request-processes" / f"broker-{ids[0]}.connections"
         return cls(path, ids.index(settings.broker_id), len(ids))
 
     def _write(self) -> None:

@@ -29,11 +29,15 @@ DEFAULT_CONFIG = Path("conf") / "laketail.toml"
 
 
 @click.command()
-@click.option("--data", metavar="DIR", help="Data root (tables, catalog) [default: ./laketail-data].")
+@click.option("--data", metavar="DIR|URI",
+              help="Data root (tables, catalog): a folder or a bucket URI such as s3://bucket/prefix "
+                   "[default: ./laketail-data].")
 @click.option("--host", metavar="HOST", help="Interface to listen on [default: 127.0.0.1].")
 @click.option("--port", type=click.IntRange(0, 65535), help="Port to listen on [default: 8082].")
 @click.option("--broker-id", type=click.IntRange(min=0), help="This broker's id (broker.id) [default: 0].")
-@click.option("--log-dir", metavar="DIR", help="Hot segments directory (log.dirs) [default: DATA/logs/broker-ID].")
+@click.option("--log-dir", metavar="DIR",
+              help="Hot segments directory (log.dirs) [default: DATA/logs/broker-ID; "
+                   "./laketail-logs/broker-ID when DATA is a bucket URI].")
 @click.option("--advertised-url", metavar="URL", help="URL other brokers and clients use for this one.")
 @click.option(
     "--config",

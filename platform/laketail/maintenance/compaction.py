@@ -39,12 +39,12 @@ from typing import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
 from laketail.records import RECORD_SCHEMA
+from laketail.storage import object_store
 from laketail.storage.data_files import write_data_file
 from laketail.storage.table_check import overlap_clusters
 from laketail.storage.table_reader import EPOCH_APP_PREFIX, DataFile
@@ -113,7 +113,7 @@ def rewrite_actions(table_uri: str, plan: KeyCompactionPlan, now_ms: int) -> tup
     """Write ``plan.inputs`` compacted as one file (none when nothing survives); return
     ``remove`` of the inputs + ``add`` of the output, and the output's path (to delete
     if the commit does not happen)."""
-    pieces = [pq.read_table(f"{table_uri}/{f.path}") for f in plan.inputs]
+    pieces = [object_store.read_parquet(f"{table_uri}/{f.path}") for f in plan.inputs]
     rows = pa.concat_tables(pieces, promote_options="permissive") if len(pieces) > 1 else pieces[0]
     kept = compact_rows(rows, plan.tombstone_cutoff_us)
     actions: list[AddAction | RemoveAction] = [

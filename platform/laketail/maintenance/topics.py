@@ -19,6 +19,7 @@ from typing import Mapping, Sequence
 from urllib.parse import quote
 
 import httpx
+from deltalake import DeltaTable
 
 from laketail.catalog import Catalog
 from laketail.config import TopicConfig, load_settings
@@ -52,7 +53,7 @@ def _select(available: Mapping[str, object], names: Sequence[str] | None) -> lis
 def topics_from_catalog(
     root: str, names: Sequence[str] | None = None, settings_path: str | Path | None = None
 ) -> list[MaintainedTopic]:
-    if not (Path(root) / "_system" / "topics").is_dir():
+    if not DeltaTable.is_deltatable(f"{root}/_system/topics"):
         raise UnknownTopicOrPartition(f"{root} holds no laketail catalog (_system/topics)")
     catalog = Catalog(root)
     catalog.open()

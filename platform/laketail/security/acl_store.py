@@ -27,6 +27,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 
 from laketail.errors import InvalidRequest, KafkaStorageError
 from laketail.security.acl import AclBinding
+from laketail.storage import object_store
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class AclStore:
         self.skipped = 0
 
     def open(self) -> None:
-        Path(self.uri).parent.mkdir(parents=True, exist_ok=True)
+        object_store.make_root(self.uri.rsplit("/", 1)[0])
         try:
             DeltaTable(self.uri)
         except TableNotFoundError:

@@ -10,7 +10,10 @@ false holds only records outside transactions, which ``format("laketail_table")`
 uses to scan such files without a row filter. Timestamps in Delta statistics are
 milliseconds: the minimum is rounded down and the maximum up.
 
-A written file's data is synced (``fdatasync``) before its add action is returned, so
+On an object store (:mod:`laketail.storage.object_store`) the file is uploaded as it is
+written and is whole once its stream is closed, before its add action is returned.
+
+A written local file's data is synced (``fdatasync``) before its add action is returned, so
 what a commit names is on disk, and its pages then leave the page cache
 (:func:`release_pages`): a data file is read later and rarely, readers keep what they
 decoded (``block_cache``), and the tierer writes as many bytes as are produced. The pages
@@ -32,6 +35,7 @@ import pyarrow.parquet as pq
 from deltalake.transaction import AddAction
 
 from laketail.records import RECORD_SCHEMA
+from laketail.storage import object_store
 from laketail.storage.table_reader import DataFile
 
 ROW_GROUP_ROWS = 8_192
@@ -54,15 +58,15 @@ def write_data_file(
     last = offsets[-1].as_py()
     rel = f"partition={partition}/{first:020d}-{last:020d}-{tag}{uuid.uuid4().hex[:12]}.parquet"
     path = f"{table_uri}/{rel}"
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     if "partition" in rows.column_names:
         rows = rows.drop_columns(["partition"])
     body = rows.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
     # Buffered: the writer asks for its position at every page, an lseek on a bare file.
-    with pa.output_stream(path, buffer_size=WRITE_BUFFER_BYTES) as out:
+    with object_store.open_output(path, WRITE_BUFFER_BYTES) as out:
         pq.write_table(body, out, row_group_size=ROW_GROUP_ROWS, compression="snappy", write_statistics=True,
                        use_dictionary=DICTIONARY_COLUMNS)
-    size = release_pages(path)
+    # An object is whole once its upload completed (closing the stream); a local file is synced here.
+    size = object_store.size(path) if object_store.is_remote(path) else release_pages(path)
     ts = pc.min_max(body.column("timestamp").cast(pa.int64()))
     min_ts, max_ts = ts["min"].as_py(), ts["max"].as_py()
     epoch = pc.min_max(body.column("leader_epoch"))

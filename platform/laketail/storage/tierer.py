@@ -44,7 +44,7 @@ from deltalake.transaction import AddAction
 from laketail.clock import Clock
 from laketail.errors import UnknownTopicOrPartition
 from laketail.records import RECORD_SCHEMA, widen_frames
-from laketail.storage import frame
+from laketail.storage import frame, object_store
 from laketail.storage.data_files import write_data_file
 from laketail.storage.frame import CorruptFrame
 from laketail.storage.partition_log import OffsetBelowHotTier, _spans, _window
@@ -418,10 +418,7 @@ def execute_pass(dt: DeltaTable, lock: threading.Lock | contextlib.nullcontext, 
             version = _commit(dt, adds, txns)
     except Exception:
         for path in written_paths:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+            object_store.remove_file(path)
         raise
     return {"version": version, "ends": ends, "files": files}
 
