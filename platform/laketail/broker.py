@@ -415,9 +415,9 @@ class Broker:
         config = self.topic_config(topic)
         epochs = {}
         for p in range(self.topic(topic).partitions):
-            state = self.cluster.replicas.leading.get((topic, p))
-            if state is not None and self.leads(topic, p):
-                epochs[p] = state.reg.leader_epoch
+            epoch = self.cluster.replicas.leader_epoch(topic, p)
+            if epoch is not None and self.leads(topic, p):
+                epochs[p] = epoch
         if not epochs:
             return 0
         return await asyncio.to_thread(self._compact_topic, topic, config, min_files, epochs)
@@ -504,7 +504,7 @@ class Broker:
             pass
         plog = await asyncio.to_thread(self.logs.open_partition, topic, partition, config, tiered, start)
         if replicated:
-            plog.high_watermark = min(plog.log_end_offset, max(tiered, plog.log_start_offset))
+            plog.start_replication(max(tiered, plog.log_start_offset))
         return plog
 
     async def apply_topics(self, image: ClusterImage) -> None:
@@ -541,10 +541,10 @@ class Broker:
 
     def leader_epoch(self, plog: PartitionLog) -> int | None:
         """The tierer's leadership view: see :class:`laketail.storage.ports.LeadershipView`."""
-        state = self.cluster.replicas.leading.get((plog.topic, plog.partition))
-        if state is None or state.plog is not plog or not self.leads(plog.topic, plog.partition):
+        epoch = self.cluster.replicas.leader_epoch(plog.topic, plog.partition, plog)
+        if epoch is None or not self.leads(plog.topic, plog.partition):
             return None
-        return state.reg.leader_epoch
+        return epoch
 
     async def _forget_topic(self, name: str, info: TopicInfo) -> None:
         self._topics.pop(name, None)
@@ -680,7 +680,7 @@ class Broker:
         )
 
     def leads(self, topic: str, partition: int) -> bool:
-        return (topic, partition) in self.cluster.replicas.leading and not self.cluster.fenced
+        return self.cluster.replicas.leads(topic, partition) and not self.cluster.fenced
 
     def _sibling_log(self, topic: str, partition: int) -> SiblingLog | None:
         """The partition's log as another request process of this broker leads it, when

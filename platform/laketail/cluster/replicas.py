@@ -204,8 +204,7 @@ class ReplicaManager:
         old = self.leading.get(key)
         state = LeaderState(reg, plog, followers, old.waiters if old else [])
         self.leading[key] = state
-        plog.hw_follows_leo = False
-        plog.on_append = lambda _plog, s=state: self._update_hw(s)
+        plog.lead(lambda _plog: self._update_hw(state))
         log.info("%s-%d: leading at epoch %d (ISR %s)", reg.topic, reg.partition, reg.leader_epoch, reg.isr)
         self._update_hw(state)
         if plog.log_end_offset > plog.tiered_offset:
@@ -216,8 +215,7 @@ class ReplicaManager:
     def _become_follower(self, reg: PartitionRegistration, plog: PartitionLog) -> None:
         key = (reg.topic, reg.partition)
         self._stop_leading(key)
-        plog.hw_follows_leo = False
-        plog.on_append = None
+        plog.follow()
         self.following[key] = reg
         if reg.leader == NO_LEADER:
             log.info("%s-%d: offline (no leader)", reg.topic, reg.partition)
@@ -228,7 +226,7 @@ class ReplicaManager:
         state = self.leading.pop(key, None)
         if state is None:
             return
-        state.plog.on_append = None
+        state.plog.follow()
         for _, future in state.waiters:
             if not future.done():
                 future.set_exception(NotLeaderOrFollower(
@@ -243,6 +241,19 @@ class ReplicaManager:
             del self.following[key]
 
     # -- leader side ----------------------------------------------------------------------------------
+
+    def leads(self, topic: str, partition: int) -> bool:
+        """Whether this broker has taken up the partition's leadership (fenced or not:
+        :meth:`leader_state` refuses a fenced leader)."""
+        return (topic, partition) in self.leading
+
+    def leader_epoch(self, topic: str, partition: int, plog: PartitionLog | None = None) -> int | None:
+        """The leader epoch this broker leads the partition at, None when it does not
+        (or, given ``plog``, when it leads through another log object: one reopened)."""
+        state = self.leading.get((topic, partition))
+        if state is None or (plog is not None and state.plog is not plog):
+            return None
+        return state.reg.leader_epoch
 
     def leader_state(self, topic: str, partition: int) -> LeaderState:
         state = self.leading.get((topic, partition))
@@ -511,9 +522,7 @@ class ReplicaManager:
             bound = answer["leo"] - plog.log_end_offset if "leo" in answer else None
             await plog.append_raw(data, at_most_records=bound)
         if "hw" in answer:
-            hw = min(answer["hw"], plog.log_end_offset)
-            if hw > plog.high_watermark:
-                plog.high_watermark = hw
+            plog.set_high_watermark(answer["hw"])  # never past this log's end
             plog.advance_log_start(answer["log_start"])
         return bool(data)
 
