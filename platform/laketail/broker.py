@@ -41,6 +41,7 @@ from laketail.catalog import Catalog, TopicInfo, check_not_internal, check_parti
 from laketail.clock import Clock, SystemClock
 from laketail.cluster.metadata import NO_LEADER, ClusterImage
 from laketail.cluster.node import INTERNAL, ClusterNode
+from laketail.cluster.transport import PeerTransport
 from laketail.config import TOPIC_CONFIGS, BrokerSettings, TopicConfig
 from laketail.coordinator.groups import GroupCoordinator
 from laketail.coordinator.offsets import OFFSETS_TOPIC, OffsetStore
@@ -139,7 +140,8 @@ class Broker:
     controller gave it; produce and fetch for a partition it does not lead are forwarded
     to the leader, so any broker answers any request."""
 
-    def __init__(self, settings: BrokerSettings, clock: Clock | None = None) -> None:
+    def __init__(self, settings: BrokerSettings, clock: Clock | None = None,
+                 peer_transport: PeerTransport | None = None) -> None:
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
         self.broker_id = settings.broker_id
@@ -159,7 +161,7 @@ class Broker:
         self.tierer = Tierer(self, self.logs, self.tables, self, clock=self.clock, process=settings.tier_process)
         self._topics: dict[str, TopicRuntime] = {}
         self.cluster_id = ""
-        self.cluster = ClusterNode(self)
+        self.cluster = ClusterNode(self, clock=self.clock, transport=peer_transport)  # default: the network
         self._remote_states: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
         #: whether the coordinators here hold state loaded to their partitions' high
         #: watermark and may answer (on the controller only; see take_over_coordinators)

@@ -26,7 +26,6 @@ import asyncio
 import json
 import logging
 import struct
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,8 +51,8 @@ _LEN = struct.Struct(">I")
 
 @dataclass
 class FollowerState:
+    caught_up: float  # the clock's monotonic time it was last caught up (at first: when leadership began)
     leo: int = -1  # unknown until its first fetch
-    caught_up: float = field(default_factory=time.monotonic)
     last_fetch: float = 0.0
     leo_at_last_fetch: int = -1
 
@@ -177,7 +176,7 @@ class ReplicaManager:
             if key not in image.partitions:
                 del self.following[key]
         self._sync_fetchers(image)
-        if self._isr_task is None:
+        if self._isr_task is None and self.node.loops:
             self._isr_task = asyncio.create_task(self._isr_loop(), name="laketail-isr")
 
     async def _become_leader(self, reg: PartitionRegistration, plog: PartitionLog) -> None:
@@ -200,7 +199,8 @@ class ReplicaManager:
             log.info("%s-%d: learned %d transaction markers below the hot log from the table",
                      reg.topic, reg.partition, learned)
         plog.assign_epoch(reg.leader_epoch)
-        followers = {r: FollowerState() for r in reg.replicas if r != self.me}
+        now = self.node.clock.monotonic()
+        followers = {r: FollowerState(now) for r in reg.replicas if r != self.me}
         old = self.leading.get(key)
         state = LeaderState(reg, plog, followers, old.waiters if old else [])
         self.leading[key] = state
@@ -322,7 +322,7 @@ class ReplicaManager:
     async def handle_fetch(self, replica_id: int, partitions: list[dict], max_wait_ms: int, max_bytes: int) -> bytes:
         """A follower's fetch: record its positions, answer with frames (long-polling up
         to ``max_wait_ms`` when there is nothing new)."""
-        now = time.monotonic()
+        now = self.node.clock.monotonic()
         answers: list[dict] = []
         wanted: list[tuple[int, PartitionLog, int]] = []
         for i, req in enumerate(partitions):
@@ -433,18 +433,25 @@ class ReplicaManager:
         lag_max = self.host.settings.replica_lag_time_max_ms / 1000
         while True:
             await asyncio.sleep(min(lag_max / 2, 0.5))
-            now = time.monotonic()
-            for state in list(self.leading.values()):
-                if state.altering:
-                    continue
-                slow = [
-                    r for r in state.reg.isr
-                    if r != self.me and now - state.followers.get(r, FollowerState()).caught_up > lag_max
-                ]
-                if slow:
-                    log.info("%s-%d: followers %s lag more than %.1f s; shrinking the ISR",
-                             state.reg.topic, state.reg.partition, slow, lag_max)
-                    self._alter_isr(state, [r for r in state.reg.isr if r not in slow])
+            self.check_isr()
+
+    def check_isr(self) -> None:
+        """One round of the ISR loop: ask the controller to drop from the ISR of each
+        partition led here the followers not caught up for ``replica.lag.time.max.ms``
+        (by the node's clock). The change is sent in the background (:meth:`_alter_isr`)."""
+        lag_max = self.host.settings.replica_lag_time_max_ms / 1000
+        now = self.node.clock.monotonic()
+        for state in list(self.leading.values()):
+            if state.altering:
+                continue
+            slow = [
+                r for r in state.reg.isr
+                if r != self.me and r in state.followers and now - state.followers[r].caught_up > lag_max
+            ]
+            if slow:
+                log.info("%s-%d: followers %s lag more than %.1f s; shrinking the ISR",
+                         state.reg.topic, state.reg.partition, slow, lag_max)
+                self._alter_isr(state, [r for r in state.reg.isr if r not in slow])
 
     # -- follower side ------------------------------------------------------------------------------------
 
