@@ -41,6 +41,7 @@ from laketail.catalog import Catalog, TopicInfo, check_not_internal, check_parti
 from laketail.clock import Clock, SystemClock
 from laketail.cluster.metadata import NO_LEADER, ClusterImage
 from laketail.cluster.node import INTERNAL, ClusterNode
+from laketail.cluster.transport import PeerTransport
 from laketail.config import TOPIC_CONFIGS, BrokerSettings, TopicConfig
 from laketail.coordinator.groups import GroupCoordinator
 from laketail.coordinator.offsets import OFFSETS_TOPIC, OffsetStore
@@ -148,7 +149,8 @@ class Broker:
     controller gave it; produce and fetch for a partition it does not lead are forwarded
     to the leader, so any broker answers any request."""
 
-    def __init__(self, settings: BrokerSettings, clock: Clock | None = None) -> None:
+    def __init__(self, settings: BrokerSettings, clock: Clock | None = None,
+                 peer_transport: PeerTransport | None = None) -> None:
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
         self.broker_id = settings.broker_id
@@ -168,7 +170,7 @@ class Broker:
         self.tierer = Tierer(self, self.logs, self.tables, self, clock=self.clock, process=settings.tier_process)
         self._topics: dict[str, TopicRuntime] = {}
         self.cluster_id = ""
-        self.cluster = ClusterNode(self)
+        self.cluster = ClusterNode(self, clock=self.clock, transport=peer_transport)  # default: the network
         self._remote_states: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
         #: whether the coordinators here hold state loaded to their partitions' high
         #: watermark and may answer (on the controller only; see take_over_coordinators)
@@ -439,9 +441,9 @@ class Broker:
         config = self.topic_config(topic)
         epochs = {}
         for p in range(self.topic(topic).partitions):
-            state = self.cluster.replicas.leading.get((topic, p))
-            if state is not None and self.leads(topic, p):
-                epochs[p] = state.reg.leader_epoch
+            epoch = self.cluster.replicas.leader_epoch(topic, p)
+            if epoch is not None and self.leads(topic, p):
+                epochs[p] = epoch
         if not epochs:
             return 0
         return await asyncio.to_thread(self._compact_topic, topic, config, min_files, epochs)
@@ -528,7 +530,7 @@ class Broker:
             pass
         plog = await asyncio.to_thread(self.logs.open_partition, topic, partition, config, tiered, start)
         if replicated:
-            plog.high_watermark = min(plog.log_end_offset, max(tiered, plog.log_start_offset))
+            plog.start_replication(max(tiered, plog.log_start_offset))
         return plog
 
     async def apply_topics(self, image: ClusterImage) -> None:
@@ -565,10 +567,10 @@ class Broker:
 
     def leader_epoch(self, plog: PartitionLog) -> int | None:
         """The tierer's leadership view: see :class:`laketail.storage.ports.LeadershipView`."""
-        state = self.cluster.replicas.leading.get((plog.topic, plog.partition))
-        if state is None or state.plog is not plog or not self.leads(plog.topic, plog.partition):
+        epoch = self.cluster.replicas.leader_epoch(plog.topic, plog.partition, plog)
+        if epoch is None or not self.leads(plog.topic, plog.partition):
             return None
-        return state.reg.leader_epoch
+        return epoch
 
     async def _forget_topic(self, name: str, info: TopicInfo) -> None:
         self._topics.pop(name, None)
@@ -706,7 +708,7 @@ class Broker:
         )
 
     def leads(self, topic: str, partition: int) -> bool:
-        return (topic, partition) in self.cluster.replicas.leading and not self.cluster.fenced
+        return self.cluster.replicas.leads(topic, partition) and not self.cluster.fenced
 
     def _sibling_log(self, topic: str, partition: int) -> SiblingLog | None:
         """The partition's log as another request process of this broker leads it, when

@@ -489,7 +489,7 @@ class ProducePath:
         """Append one frame batch to the partition on its leader (here, or forwarded);
         return its base offset once ``acks`` is satisfied."""
         replicas = self.cluster.replicas
-        if (topic, partition) not in replicas.leading and not await replicas.wait_leading(topic, partition):
+        if not replicas.leads(topic, partition) and not await replicas.wait_leading(topic, partition):
             return await self._forward_append(topic, partition, frame, acks, max_timestamp_us, producer)
         state = replicas.leader_state(topic, partition)  # raises when fenced
         min_insync = self._runtime(topic).config.min_insync_replicas
@@ -579,8 +579,8 @@ class ProducePath:
         leads costs no forwarding (:mod:`laketail.request_processes`)."""
         info = runtime.info
         if self.settings.request_processes > 1:
-            leading = self.cluster.replicas.leading
-            own = [p for p in range(info.partitions) if (info.name, p) in leading]
+            leads = self.cluster.replicas.leads
+            own = [p for p in range(info.partitions) if leads(info.name, p)]
             if own:
                 return runtime.sticky.next_batch_among(own)
         return runtime.sticky.next_batch(info.partitions)

@@ -29,7 +29,7 @@ def _plain(values: list[bytes]):
 
 
 def _values(plog: PartitionLog) -> list[bytes]:
-    plog.high_watermark = plog.log_end_offset  # as once the ISR has it (no replicas run here)
+    plog.set_high_watermark(plog.log_end_offset)  # as once the ISR has it (no replicas run here)
     return plog.read(0, plog.log_end_offset, 10**6, 1 << 30).column("value").to_pylist()
 
 

@@ -57,7 +57,7 @@ def test_reads_match_the_leaders_across_segment_rolls_and_stop_at_the_high_water
                 got = sibling.read(start, 36, limit, 1 << 20, 0)
                 assert got.equals(want), (start, limit)
         # a follower's view: HW held back below LEO; what lies above it is never read
-        plog.hw_follows_leo = False
+        plog.follow()
         await plog.append(_batch([b"above the high watermark"]))
         published = sibling.offsets()
         assert published is not None and published.high_watermark == 36 and plog.log_end_offset == 37

@@ -18,6 +18,9 @@ Elections (Kafka's rules):
   even have noticed) gets a new leader epoch for what it leads, so its followers can
   tell its new appends from whatever the old process wrote and never acknowledged.
 
+Time: liveness, session deadlines and registration times read the node's injected
+clock (:attr:`ClusterNode.clock`), so a test moves them by hand.
+
 Thread-safety: event loop only; one lock serialises changes; table writes run in
 worker threads.
 """
@@ -26,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import TYPE_CHECKING
 
 from laketail.catalog import TopicInfo, check_partition_increase
@@ -75,6 +77,7 @@ class Controller:
         self.node = node
         self.host = node.host
         self.store = node.store
+        self.clock = node.clock
         self.settings = node.host.settings
         self.epoch = epoch
         self.brokers: dict[int, BrokerRegistration] = {}
@@ -85,7 +88,7 @@ class Controller:
         self.version = epoch << 32
         self._lock = asyncio.Lock()
         self._leos_dirty = False
-        self._last_leo_write = time.monotonic()
+        self._last_leo_write = self.clock.monotonic()
         self.active = False
 
     # -- activation ------------------------------------------------------------------------
@@ -96,7 +99,7 @@ class Controller:
         brokers = await asyncio.to_thread(self.store.brokers)
         partitions = await asyncio.to_thread(self.store.partitions)
         await asyncio.to_thread(self.host.catalog.reload)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         me = self.node.registration
         brokers[me.broker_id] = me
         for b in brokers.values():
@@ -161,7 +164,7 @@ class Controller:
             self.node.controller_deposed(self)
             raise
         self._leos_dirty = False
-        self._last_leo_write = time.monotonic()
+        self._last_leo_write = self.clock.monotonic()
         if publish:
             self.version += 1
             await self.node.apply_image(self.image())
@@ -174,13 +177,13 @@ class Controller:
             from laketail.errors import NotController
 
             raise NotController(f"broker {self.node.broker_id} is no longer the controller")
-        self.last_seen[broker_id] = time.monotonic()
+        self.last_seen[broker_id] = self.clock.monotonic()
         self._record_leos(broker_id, leos)
         known = self.brokers.get(broker_id)
         if known is None or known.incarnation != incarnation or not known.alive:
             async with self._lock:
                 restarted = known is not None and known.incarnation != incarnation
-                self.brokers[broker_id] = BrokerRegistration(broker_id, url, incarnation, True, int(time.time() * 1000),
+                self.brokers[broker_id] = BrokerRegistration(broker_id, url, incarnation, True, self.clock.now_ms(),
                                                              broker_url, endpoints)
                 log.info("broker %d is alive (%s)", broker_id, "restarted" if restarted else "registered")
                 if restarted:
@@ -202,7 +205,7 @@ class Controller:
     async def tick(self) -> None:
         """Declare brokers silent past the session timeout dead; elect what that needs;
         write the replicas' last known log end offsets now and then."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         self._record_leos(self.node.broker_id, self.node.leos())
         timeout = self.settings.broker_session_timeout_ms / 1000
         dead = [

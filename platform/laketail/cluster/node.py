@@ -21,24 +21,34 @@ Brokers talk to each other over the gateway's ``/internal/v1`` routes, on each p
 inter-broker listener (:attr:`BrokerRegistration.peer_url`, learnt from its
 authenticated registration only), showing the cluster secret (:mod:`laketail.security.peers`);
 calls to this broker itself short-cut to the in-process objects.
+
+Seams (for tests that run a cluster in one process, ``tests/cluster/harness.py``): every
+decision that depends on time reads the injected :class:`~laketail.clock.Clock` (session
+and liveness deadlines, ISR lag, registration times), every call to a peer goes through
+the injected :class:`~laketail.cluster.transport.PeerTransport`, and the
+:class:`~laketail.cluster.store.ClusterStore` is handed in. The defaults are the system
+clock, the network and the store under ``settings.data``. The background loops only
+*wait* in real time (``asyncio.sleep``); one round of each is a method of its own
+(:meth:`ClusterNode.beat`, :meth:`ReplicaManager.check_isr`) a test can call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from laketail.clock import Clock, SystemClock
 from laketail.cluster.controller import Controller
 from laketail.cluster.forwarding import ForwardedAppends
 from laketail.cluster.metadata import NO_LEADER, BrokerRegistration, ClusterImage, PartitionRegistration
 from laketail.cluster.replicas import ReplicaManager
 from laketail.cluster.store import ClusterStore, Conflict
-from laketail.cluster.wire import PeerLink, PeerPool, PeerResponse, PeerUnreached, raise_for_error
+from laketail.cluster.transport import Link, NetworkTransport, PeerTransport, Pool
+from laketail.cluster.wire import PeerResponse, PeerUnreached, raise_for_error
 from laketail.errors import (
     LaketailError,
     LeaderNotAvailable,
@@ -78,33 +88,41 @@ def _unknown_partition(resp: PeerResponse) -> bool:
 
 class ClusterNode:
     """This broker's membership of the cluster (see the module docstring). ``host`` is
-    the broker as the cluster parts see it (:class:`~laketail.cluster.ports.ClusterHost`).
+    the broker as the cluster parts see it (:class:`~laketail.cluster.ports.ClusterHost`);
+    ``clock``, ``transport`` and ``store`` are the seams the module docstring names
+    (defaults: the system clock, the network, the store under ``settings.data``).
     Event loop thread only."""
 
-    def __init__(self, host: "ClusterHost") -> None:
+    def __init__(self, host: "ClusterHost", *, clock: Clock | None = None, transport: PeerTransport | None = None,
+                 store: ClusterStore | None = None) -> None:
         self.host = host
         self.settings = host.settings
         self.broker_id = host.settings.broker_id
-        self.store = ClusterStore(host.settings.data)
+        self.clock: Clock = clock or SystemClock()
+        self.store = store or ClusterStore(host.settings.data)
         self.incarnation = uuid.uuid4().hex
         self.registration = BrokerRegistration(
-            self.broker_id, host.settings.url, self.incarnation, True, int(time.time() * 1000), self._own_peer_url(),
+            self.broker_id, host.settings.url, self.incarnation, True, self.clock.now_ms(), self._own_peer_url(),
             advertised_endpoints(host.settings),
         )
         self.peer_headers = peer_headers(host.settings.inter_broker_secret)
         self.peer_ssl = _peer_ssl_context(host.settings)
+        self.transport: PeerTransport = transport or NetworkTransport(self.peer_headers, self.peer_ssl)
         self.image = ClusterImage()
         self.isr_shrinks = 0  # of partitions this broker leads (metrics: Kafka's IsrShrinksPerSec)
         self.isr_expands = 0
         self.controller: Controller | None = None
         self.replicas = ReplicaManager(self)
         self._http: httpx.AsyncClient | None = None
-        self._links: dict[int, PeerLink] = {}  # replica fetches, per leader broker
-        self._pools: dict[int, PeerPool] = {}  # forwarded produce and fetch, per leader broker
+        self._links: dict[int, Link] = {}  # replica fetches, per leader broker
+        self._pools: dict[int, Pool] = {}  # forwarded produce and fetch, per leader broker
         #: internal idempotent identities of forwarded appends (a retry is a duplicate the leader drops)
         self.forwarded = ForwardedAppends(host.allocate_producer_ids)
-        self._last_contact = time.monotonic()
+        self._last_contact = self.clock.monotonic()
         self._tasks: list[asyncio.Task] = []
+        #: run the heartbeat and ISR loops; a test that runs their rounds itself (:meth:`beat`,
+        #: :meth:`ReplicaManager.check_isr`) turns this off before :meth:`start`
+        self.loops = True
         self._apply_lock = asyncio.Lock()
         self._claiming = False
         self._heard_from: tuple[int, int] = (NO_LEADER, 0)  # the controller (id, epoch) last answering
@@ -115,9 +133,7 @@ class ClusterNode:
     @property
     def http(self) -> httpx.AsyncClient:
         if self._http is None:
-            limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
-            self._http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=2.0), limits=limits,
-                                           headers=self.peer_headers, verify=self.peer_ssl or True)
+            self._http = self.transport.http_client()
         return self._http
 
     @property
@@ -135,28 +151,31 @@ class ClusterNode:
         """No controller heard from for a whole session (and not the controller)."""
         if self.is_controller:
             return False
-        return time.monotonic() - self._last_contact > self.settings.broker_session_timeout_ms / 1000
+        return self.clock.monotonic() - self._last_contact > self.settings.broker_session_timeout_ms / 1000
 
     async def start(self) -> None:
-        """Register, then join: returns once this broker has a cluster image."""
+        """Register, then join: returns once this broker has a cluster image. Then the
+        heartbeat loop runs :meth:`beat` every ``broker.heartbeat.interval.ms`` (unless
+        :attr:`loops` was turned off before: a test runs the rounds)."""
         await asyncio.to_thread(self.store.register_broker, self.broker_id, self.settings.url, self.incarnation,
                                 self._own_peer_url(), self.registration.endpoints)
         controller_id, epoch = await asyncio.to_thread(self.store.controller)
         if controller_id in (NO_LEADER, self.broker_id):
             await self._claim(epoch, presumed_dead=set())
-        deadline = time.monotonic() + self.settings.broker_session_timeout_ms / 1000
+        deadline = self.clock.monotonic() + self.settings.broker_session_timeout_ms / 1000
         while self.image.version == 0:
             try:
                 await self._heartbeat()
             except Exception as exc:
-                if time.monotonic() > deadline:
+                if self.clock.monotonic() > deadline:
                     controller_id, epoch = await asyncio.to_thread(self.store.controller)
                     await self._claim(epoch, presumed_dead={controller_id} - {NO_LEADER, self.broker_id})
-                    deadline = time.monotonic() + self.settings.broker_session_timeout_ms / 1000
+                    deadline = self.clock.monotonic() + self.settings.broker_session_timeout_ms / 1000
                 else:
                     log.info("waiting for the controller: %s", exc)
                     await asyncio.sleep(self.settings.broker_heartbeat_interval_ms / 1000)
-        self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="laketail-heartbeat"))
+        if self.loops:
+            self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="laketail-heartbeat"))
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -187,7 +206,7 @@ class ClusterNode:
                 await controller.activate(presumed_dead)
             except Conflict:
                 return False
-            self._last_contact = time.monotonic()
+            self._last_contact = self.clock.monotonic()
             self.host.take_over_coordinators()  # they run on the controller; refuse until loaded
             return True
         finally:
@@ -202,25 +221,36 @@ class ClusterNode:
 
     async def _heartbeat_loop(self) -> None:
         interval = self.settings.broker_heartbeat_interval_ms / 1000
-        session = self.settings.broker_session_timeout_ms / 1000
         while True:
             await asyncio.sleep(interval if not self.is_controller else min(interval, 0.2))
             try:
-                controller = self.active_controller
-                if controller is not None:
-                    await controller.tick()
-                    continue
-                await self._heartbeat()
+                await self.beat()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
-                silent = time.monotonic() - self._last_contact
-                log.info("heartbeat to controller %d failed (%.1f s without one): %s",
-                         self.image.controller_id, silent, exc)
-                if silent > session:
-                    controller_id, epoch = await asyncio.to_thread(self.store.controller)
-                    if self._gave_a_session(controller_id, epoch, session):
-                        await self._claim(epoch, presumed_dead={controller_id} - {NO_LEADER, self.broker_id})
+            except Exception as exc:  # the catalog unreadable while claiming: try again next round
+                log.warning("heartbeat round failed: %s", exc)
+
+    async def beat(self) -> None:
+        """One round of the heartbeat loop: the controller's :meth:`Controller.tick`, or a
+        heartbeat to the controller; after a session of failed ones, a claim of the
+        controller (when the one named has had its session, :meth:`_gave_a_session`)."""
+        session = self.settings.broker_session_timeout_ms / 1000
+        try:
+            controller = self.active_controller
+            if controller is not None:
+                await controller.tick()
+                return
+            await self._heartbeat()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            silent = self.clock.monotonic() - self._last_contact
+            log.info("heartbeat to controller %d failed (%.1f s without one): %s",
+                     self.image.controller_id, silent, exc)
+            if silent > session:
+                controller_id, epoch = await asyncio.to_thread(self.store.controller)
+                if self._gave_a_session(controller_id, epoch, session):
+                    await self._claim(epoch, presumed_dead={controller_id} - {NO_LEADER, self.broker_id})
 
     def _gave_a_session(self, controller_id: int, epoch: int, session: float) -> bool:
         """Whether the controller named in the catalog has had a whole session to answer.
@@ -231,7 +261,7 @@ class ClusterNode:
         claiming over it would depose a healthy controller and declare it dead."""
         if (controller_id, epoch) == self._heard_from or controller_id == NO_LEADER:
             return True
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if self._learned[0] != (controller_id, epoch):
             self._learned = ((controller_id, epoch), now)
             log.info("controller %d (epoch %d) was elected meanwhile: talking to it", controller_id, epoch)
@@ -261,7 +291,7 @@ class ClusterNode:
             timeout = max(0.5, min(self.settings.broker_session_timeout_ms / 2000, 5.0))
             resp = await self._post(url, f"{INTERNAL}/heartbeat", json=body, timeout=timeout)
             answer = resp.json()
-        self._last_contact = time.monotonic()
+        self._last_contact = self.clock.monotonic()
         self._heard_from = (controller_id, epoch)
         if "image" in answer:
             await self.apply_image(ClusterImage.from_json(answer["image"]))
@@ -332,7 +362,7 @@ class ClusterNode:
             if reg is None or reg.leader == NO_LEADER:
                 raise LeaderNotAvailable(f"{topic}-{partition} has no leader right now")
             url = await self._broker_url(reg.leader)
-            pool = _peer(self._pools, reg.leader, url, self._pool)
+            pool = _peer(self._pools, reg.leader, url, self.transport.pool)
             try:
                 resp = await pool.request(method, path, params=params, content=content, content_type=content_type,
                                           timeout_s=timeout or 30.0)
@@ -393,19 +423,13 @@ class ClusterNode:
         if leader == self.broker_id:
             raise LeaderNotAvailable("a broker does not fetch from itself")
         url = await self._broker_url(leader)
-        link = _peer(self._links, leader, url, self._link)
+        link = _peer(self._links, leader, url, self.transport.link)
         timeout = self.settings.replica_fetch_wait_max_ms / 1000 + 10
         return await link.post_json(f"{INTERNAL}/replica-fetch", body, timeout)
 
     def _own_peer_url(self) -> str:
         url = self.settings.inter_broker_url
         return "" if url == self.settings.url else url
-
-    def _link(self, url: str) -> PeerLink:
-        return PeerLink(url, headers=self.peer_headers, ssl_context=self.peer_ssl)
-
-    def _pool(self, url: str) -> PeerPool:
-        return PeerPool(url, headers=self.peer_headers, ssl_context=self.peer_ssl)
 
 
 def _peer_ssl_context(settings: Any) -> Any:

@@ -26,7 +26,6 @@ import asyncio
 import json
 import logging
 import struct
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,8 +51,8 @@ _LEN = struct.Struct(">I")
 
 @dataclass
 class FollowerState:
+    caught_up: float  # the clock's monotonic time it was last caught up (at first: when leadership began)
     leo: int = -1  # unknown until its first fetch
-    caught_up: float = field(default_factory=time.monotonic)
     last_fetch: float = 0.0
     leo_at_last_fetch: int = -1
 
@@ -177,7 +176,7 @@ class ReplicaManager:
             if key not in image.partitions:
                 del self.following[key]
         self._sync_fetchers(image)
-        if self._isr_task is None:
+        if self._isr_task is None and self.node.loops:
             self._isr_task = asyncio.create_task(self._isr_loop(), name="laketail-isr")
 
     async def _become_leader(self, reg: PartitionRegistration, plog: PartitionLog) -> None:
@@ -200,12 +199,12 @@ class ReplicaManager:
             log.info("%s-%d: learned %d transaction markers below the hot log from the table",
                      reg.topic, reg.partition, learned)
         plog.assign_epoch(reg.leader_epoch)
-        followers = {r: FollowerState() for r in reg.replicas if r != self.me}
+        now = self.node.clock.monotonic()
+        followers = {r: FollowerState(now) for r in reg.replicas if r != self.me}
         old = self.leading.get(key)
         state = LeaderState(reg, plog, followers, old.waiters if old else [])
         self.leading[key] = state
-        plog.hw_follows_leo = False
-        plog.on_append = lambda _plog, s=state: self._update_hw(s)
+        plog.lead(lambda _plog: self._update_hw(state))
         log.info("%s-%d: leading at epoch %d (ISR %s)", reg.topic, reg.partition, reg.leader_epoch, reg.isr)
         self._update_hw(state)
         if plog.log_end_offset > plog.tiered_offset:
@@ -216,8 +215,7 @@ class ReplicaManager:
     def _become_follower(self, reg: PartitionRegistration, plog: PartitionLog) -> None:
         key = (reg.topic, reg.partition)
         self._stop_leading(key)
-        plog.hw_follows_leo = False
-        plog.on_append = None
+        plog.follow()
         self.following[key] = reg
         if reg.leader == NO_LEADER:
             log.info("%s-%d: offline (no leader)", reg.topic, reg.partition)
@@ -228,7 +226,7 @@ class ReplicaManager:
         state = self.leading.pop(key, None)
         if state is None:
             return
-        state.plog.on_append = None
+        state.plog.follow()
         for _, future in state.waiters:
             if not future.done():
                 future.set_exception(NotLeaderOrFollower(
@@ -243,6 +241,19 @@ class ReplicaManager:
             del self.following[key]
 
     # -- leader side ----------------------------------------------------------------------------------
+
+    def leads(self, topic: str, partition: int) -> bool:
+        """Whether this broker has taken up the partition's leadership (fenced or not:
+        :meth:`leader_state` refuses a fenced leader)."""
+        return (topic, partition) in self.leading
+
+    def leader_epoch(self, topic: str, partition: int, plog: PartitionLog | None = None) -> int | None:
+        """The leader epoch this broker leads the partition at, None when it does not
+        (or, given ``plog``, when it leads through another log object: one reopened)."""
+        state = self.leading.get((topic, partition))
+        if state is None or (plog is not None and state.plog is not plog):
+            return None
+        return state.reg.leader_epoch
 
     def leader_state(self, topic: str, partition: int) -> LeaderState:
         state = self.leading.get((topic, partition))
@@ -311,7 +322,7 @@ class ReplicaManager:
     async def handle_fetch(self, replica_id: int, partitions: list[dict], max_wait_ms: int, max_bytes: int) -> bytes:
         """A follower's fetch: record its positions, answer with frames (long-polling up
         to ``max_wait_ms`` when there is nothing new)."""
-        now = time.monotonic()
+        now = self.node.clock.monotonic()
         answers: list[dict] = []
         wanted: list[tuple[int, PartitionLog, int]] = []
         for i, req in enumerate(partitions):
@@ -422,18 +433,25 @@ class ReplicaManager:
         lag_max = self.host.settings.replica_lag_time_max_ms / 1000
         while True:
             await asyncio.sleep(min(lag_max / 2, 0.5))
-            now = time.monotonic()
-            for state in list(self.leading.values()):
-                if state.altering:
-                    continue
-                slow = [
-                    r for r in state.reg.isr
-                    if r != self.me and now - state.followers.get(r, FollowerState()).caught_up > lag_max
-                ]
-                if slow:
-                    log.info("%s-%d: followers %s lag more than %.1f s; shrinking the ISR",
-                             state.reg.topic, state.reg.partition, slow, lag_max)
-                    self._alter_isr(state, [r for r in state.reg.isr if r not in slow])
+            self.check_isr()
+
+    def check_isr(self) -> None:
+        """One round of the ISR loop: ask the controller to drop from the ISR of each
+        partition led here the followers not caught up for ``replica.lag.time.max.ms``
+        (by the node's clock). The change is sent in the background (:meth:`_alter_isr`)."""
+        lag_max = self.host.settings.replica_lag_time_max_ms / 1000
+        now = self.node.clock.monotonic()
+        for state in list(self.leading.values()):
+            if state.altering:
+                continue
+            slow = [
+                r for r in state.reg.isr
+                if r != self.me and r in state.followers and now - state.followers[r].caught_up > lag_max
+            ]
+            if slow:
+                log.info("%s-%d: followers %s lag more than %.1f s; shrinking the ISR",
+                         state.reg.topic, state.reg.partition, slow, lag_max)
+                self._alter_isr(state, [r for r in state.reg.isr if r not in slow])
 
     # -- follower side ------------------------------------------------------------------------------------
 
@@ -511,9 +529,7 @@ class ReplicaManager:
             bound = answer["leo"] - plog.log_end_offset if "leo" in answer else None
             await plog.append_raw(data, at_most_records=bound)
         if "hw" in answer:
-            hw = min(answer["hw"], plog.log_end_offset)
-            if hw > plog.high_watermark:
-                plog.high_watermark = hw
+            plog.set_high_watermark(answer["hw"])  # never past this log's end
             plog.advance_log_start(answer["log_start"])
         return bool(data)
 

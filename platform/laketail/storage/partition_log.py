@@ -158,9 +158,12 @@ class PartitionLog:
     state and written by one group commit per drain) or :meth:`append_raw` (a follower's
     copy of the leader's frames, bytes unchanged); :meth:`truncate_to` and
     :meth:`reset_to` cut a follower back. The high watermark follows the log end after each
-    write while ``hw_follows_leo`` is set (one replica); with followers the replica manager
-    moves it, through :meth:`set_high_watermark` (never backwards, never past the log end;
-    it publishes the offsets and wakes long polls). The tierer moves ``tiered_offset``
+    write until replication takes it over (:meth:`start_replication` when opened as one
+    replica of several, :meth:`lead` or :meth:`follow` when the replica manager assigns
+    the role); from then on it moves only through :meth:`set_high_watermark`, its one
+    setter (never backwards, never past the log end; it publishes the offsets and wakes
+    long polls). No other module writes these fields
+    (``tests/test_architecture_partition_log.py``). The tierer moves ``tiered_offset``
     (:meth:`mark_tiered`) and retention ``log_start_offset`` (:meth:`advance_log_start`).
 
     Invariants and thread-safety: the module docstring (dense offsets; reads only below
@@ -198,8 +201,8 @@ class PartitionLog:
         self.producer_state = ProducerStateManager()
         # Replication: with followers the replica manager moves HW (min LEO over the
         # ISR); alone, HW follows LEO after each write.
-        self.hw_follows_leo = True
-        self.on_append: Callable[["PartitionLog"], None] | None = None
+        self._hw_follows_leo = True
+        self._on_append: Callable[["PartitionLog"], None] | None = None
         #: request-process mode: where this log publishes its offsets for the broker's
         #: other processes, which read it from disk (``storage/sibling_log.py``)
         self.shared: "SharedOffsets | None" = None
@@ -415,8 +418,8 @@ class PartitionLog:
         if self._leo_event is not None:
             self._leo_event.set()
             self._leo_event = None
-        if self.on_append is not None:
-            self.on_append(self)
+        if self._on_append is not None:
+            self._on_append(self)
         self.publish()
         self._notify()
 
@@ -518,7 +521,7 @@ class PartitionLog:
             self._last_flush_ms = now
         self.untiered_bytes += sum(len(f[1]) for f in frames)
         self.log_end_offset = offset
-        if self.hw_follows_leo:
+        if self._hw_follows_leo:
             self.high_watermark = offset
         return results
 
@@ -607,8 +610,31 @@ class PartitionLog:
                 return known, end
         return -1, -1
 
+    # -- replication's hold on the high watermark --------------------------------------------
+
+    def start_replication(self, high_watermark: int) -> None:
+        """Opened as one replica of several: HW restarts at ``high_watermark`` (what is
+        known replicated, the table's end; never past LEO) instead of the log end, and
+        from now on moves only through :meth:`set_high_watermark`. Called before the log
+        serves anything."""
+        self._hw_follows_leo = False
+        self.high_watermark = min(self.log_end_offset, high_watermark)
+
+    def lead(self, on_append: Callable[["PartitionLog"], None]) -> None:
+        """This replica leads: ``on_append`` runs after each write (the replica manager
+        moves HW to the smallest log end over the ISR); HW no longer follows LEO."""
+        self._hw_follows_leo = False
+        self._on_append = on_append
+
+    def follow(self) -> None:
+        """This replica follows (or stopped leading): nothing runs after a write, and HW
+        moves only as the leader's fetch answers say (:meth:`set_high_watermark`)."""
+        self._hw_follows_leo = False
+        self._on_append = None
+
     def set_high_watermark(self, hw: int) -> None:
-        """The replica manager moved HW (never backwards, never past LEO)."""
+        """Move HW forward to ``hw`` (never backwards, never past LEO), publish the
+        offsets and wake the long polls waiting on it: replication's one way to move it."""
         hw = min(hw, self.log_end_offset)
         if hw > self.high_watermark:
             self.high_watermark = hw
