@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from laketail.partitioner import partition_for_key
 from tests.integration.support import child_processes, process_alive, wait_until
@@ -189,6 +190,7 @@ def test_keyed_records_explicit_partitions_and_groups_work_from_either_process(b
         p: len(vs) for p, vs in expected.items()}
 
 
+@pytest.mark.fault
 def test_a_fetch_is_served_from_the_leading_processs_files_while_that_process_is_frozen(broker_factory):
     """A fetch reaching the process that does not lead the partition reads the leader's
     segments itself: with the leader stopped (SIGSTOP), a forwarded fetch could not be
@@ -278,6 +280,7 @@ def test_a_processs_extra_connections_move_until_each_holds_its_share(broker_fac
     wait_until(lambda: [count for _, count in _board(broker)] == [0, 0], "the closed connections to leave the board")
 
 
+@pytest.mark.fault
 def test_a_killed_request_process_is_started_again_and_loses_nothing(broker_factory):
     broker = _group(broker_factory)
     leaders = _topic(broker, "survive", 2)
@@ -307,6 +310,7 @@ def test_a_killed_request_process_is_started_again_and_loses_nothing(broker_fact
     assert _leaders(broker, "survive") == leaders  # the same process leads it again
 
 
+@pytest.mark.fault
 def test_the_processes_stop_together_die_with_the_first_and_start_again(broker_factory):
     broker = _group(broker_factory)
     _topic(broker, "lifecycle", 2)
