@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 JAR := platform/laketail/spark/jvm/laketail-spark.jar
 JAVA_SOURCES := $(shell find platform/laketail/spark/jvm/java -type f)
 
-.PHONY: run test bench soak check-python check-java check-compose check-chromium install
+.PHONY: run test test-fast bench soak check-python check-java check-compose check-chromium install
 
 # HTTP on 8082, Kafka's protocol on 9092 (docs/architecture.md §11.6)
 run: check-java install
@@ -25,6 +25,14 @@ test: check-java check-compose check-chromium install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VPY) -m pytest $(PYTEST_ARGS)
+
+# The inner loop: ruff, mypy and every test that starts no broker or CLI process, no JVM and
+# kills nothing (markers set in tests/conftest.py, see tests/README.md); under two minutes.
+FAST_MARKERS := not integration and not spark and not fault and not subprocess
+test-fast: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VPY) -m pytest -m "$(FAST_MARKERS)" $(PYTEST_ARGS)
 
 bench: check-java install
 	$(VPY) -m bench

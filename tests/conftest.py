@@ -18,6 +18,13 @@ Fixtures:
   name. Topics get a small ``table.flush.interval.ms`` so tests that wait for the
   Delta table do not wait long.
 * ``topic`` -- a fresh one-partition topic on the shared broker.
+* ``spark`` -- the run's one SparkSession (one JVM for every test that uses it).
+
+Markers (tests/README.md): a test gets ``integration`` when its fixtures start a broker
+(``broker``, ``broker_factory``, ``make_topic``, ``topic``, ``cluster``, or any fixture
+named ``*_broker``: the modules' own brokers, ``sasl_broker``, ...) and ``spark``
+when it uses ``spark``, so ``make test-fast`` can leave them out by marker without each
+file having to say so.
 
 Waiting is always polling for a condition with a deadline; a deadline bounds how long
 a broken broker can hang a test, it is not a claim about speed.
@@ -468,6 +475,20 @@ def running_broker(tmp_path_factory: pytest.TempPathFactory, name: str,
         proc.stop()
 
 
+#: Fixtures whose use makes a test ``integration``: each starts (or needs) broker processes.
+BROKER_FIXTURES = frozenset({"broker", "broker_factory", "make_topic", "topic", "cluster"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by these markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & BROKER_FIXTURES or any(name.endswith("_broker") for name in fixtures):
+            item.add_marker(pytest.mark.integration)
+        if "spark" in fixtures:
+            item.add_marker(pytest.mark.spark)
+
+
 def _unique_topic_name(request: pytest.FixtureRequest) -> str:
     stem = re.sub(r"[^a-zA-Z0-9-]+", "-", request.node.name).strip("-")[:60]
     return f"{stem}-{uuid.uuid4().hex[:10]}"
@@ -530,3 +551,17 @@ def make_topic(request: pytest.FixtureRequest) -> Any:
 def topic(make_topic: Any) -> str:
     """A fresh one-partition topic on the shared broker."""
     return make_topic()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """The run's one SparkSession: local[2], two shuffle partitions, no UI, built by
+    :func:`laketail.spark.session.local_session` -- the jobs build theirs the same way
+    and get this one from ``getOrCreate``, so a run starts one JVM."""
+    from laketail.spark.session import local_session
+
+    session = local_session("laketail-tests", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+    try:
+        yield session
+    finally:
+        session.stop()

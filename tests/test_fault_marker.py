@@ -13,6 +13,7 @@ in its module's ``pytestmark``, on its class or among its decorators.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -101,7 +102,8 @@ def _killers(tree: ast.Module) -> set[str]:
     return killers
 
 
-def scan() -> tuple[set[str], set[str]]:
+@functools.cache
+def scan() -> tuple[frozenset[str], frozenset[str]]:
     """(tests that kill, tests marked ``fault``) as ``path::name`` ids."""
     killing, marked = set(), set()
     for path in sorted(TESTS.rglob("test_*.py")):
@@ -114,7 +116,7 @@ def scan() -> tuple[set[str], set[str]]:
                 marked.add(test_id)
             if _names_signal(fn) or _called(fn) & (KILL_CALLS | killers):
                 killing.add(test_id)
-    return killing, marked
+    return frozenset(killing), frozenset(marked)
 
 
 def listed() -> set[str]:

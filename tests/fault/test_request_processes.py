@@ -354,6 +354,7 @@ def _serve_error(tmp_path: Path, *args: str, env: dict[str, str] | None = None) 
     return done.stderr
 
 
+@pytest.mark.subprocess
 def test_serve_refuses_request_processes_it_cannot_split(tmp_path):
     assert "needs fixed ports" in _serve_error(tmp_path, "--processes", "2", "--port", "0")
     err = _serve_error(tmp_path, "--processes", "2", env={
