@@ -5,7 +5,8 @@ its own data directory and port. It is ready once ``GET /v3/clusters`` answers 2
 a broker that exits or stays deaf past :data:`READY_TIMEOUT_S` fails the test with
 the tail of its stderr. ``kill9()`` is a crash (SIGKILL to the broker's process group,
 then reap it), ``restart()`` starts it again on the same data directory and port,
-``stop()`` is a clean shutdown (SIGTERM, SIGKILL only past a deadline).
+``stop()`` is a clean shutdown (SIGTERM, SIGKILL only past a deadline). Test brokers
+tier in a thread unless given :data:`WITH_TIER_CHILD` (see :data:`TIER_IN_PROCESS`).
 
 Fixtures:
 
@@ -268,6 +269,14 @@ class Rest:
         return [r for r in out if r["offset"] < end]
 
 
+#: Test brokers tier in a worker thread, not in a tier child process: the same pass
+#: (``laketail.storage.tierer.execute_pass``) without a second interpreter per broker.
+#: Tests of the child itself, of the process layout and the Jepsen run pass
+#: :data:`WITH_TIER_CHILD`, the production default.
+TIER_IN_PROCESS = {"LAKETAIL_TIERER_PROCESS": "false"}
+WITH_TIER_CHILD = {"LAKETAIL_TIERER_PROCESS": "true"}
+
+
 class BrokerStartError(RuntimeError):
     """The broker process exited or did not answer before the deadline."""
 
@@ -319,6 +328,7 @@ class BrokerProcess:
     def _child_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAKETAIL_")}
         env["PYTHONUNBUFFERED"] = "1"
+        env.update(TIER_IN_PROCESS)
         env.update(self.extra_env)
         return env
 

@@ -22,13 +22,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import WITH_TIER_CHILD
 
 from laketail.partitioner import partition_for_key
 from tests.integration.support import child_processes, process_alive, wait_until
 
 V2 = "application/vnd.kafka.v2+json"
 BINARY = "application/vnd.kafka.binary.v2+json"
-PROCESSES = {"LAKETAIL_REQUEST_PROCESSES": "2"}
+#: Two request processes, each with its tier child: the production layout under test.
+PROCESSES = {"LAKETAIL_REQUEST_PROCESSES": "2", **WITH_TIER_CHILD}
 
 
 def _group(broker_factory):

@@ -11,6 +11,7 @@ import os
 import signal
 
 import pytest
+from conftest import WITH_TIER_CHILD
 
 from tests.integration.support import (
     child_processes,
@@ -41,7 +42,7 @@ def _produce(rest, topic: str, partition: int, n: int, tag: str) -> None:
 
 @pytest.mark.fault
 def test_a_killed_tier_child_is_restarted_and_the_table_loses_and_duplicates_nothing(broker_factory, make_topic):
-    broker = broker_factory()
+    broker = broker_factory(env=WITH_TIER_CHILD)
     topic = make_topic(2, broker=broker)
     rest = broker.rest
     killed: set[int] = set()
@@ -67,7 +68,7 @@ def test_a_killed_tier_child_is_restarted_and_the_table_loses_and_duplicates_not
 
 @pytest.mark.fault
 def test_a_broker_killed_with_kill_9_takes_its_tier_child_along_and_starts_again(broker_factory, make_topic):
-    broker = broker_factory()
+    broker = broker_factory(env=WITH_TIER_CHILD)
     topic = make_topic(1, broker=broker)
     _produce(broker.rest, topic, 0, 200, "before")
     child = _tier_child(broker)
