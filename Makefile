@@ -28,11 +28,13 @@ test: check-java check-compose check-chromium install
 
 # The inner loop: ruff, mypy and every test that starts no broker or CLI process, no JVM and
 # kills nothing (markers set in tests/conftest.py, see tests/README.md); under two minutes.
+# PYTHONDONTWRITEBYTECODE is emptied for pytest: with it set, pytest rewrites the asserts
+# of every test module at every run (collection took 57 s instead of 24 s here).
 FAST_MARKERS := not integration and not spark and not fault and not subprocess
 test-fast: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VPY) -m pytest -m "$(FAST_MARKERS)" $(PYTEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= $(VPY) -m pytest -m "$(FAST_MARKERS)" $(PYTEST_ARGS)
 
 bench: check-java install
 	$(VPY) -m bench
