@@ -5,7 +5,8 @@ its own data directory and port. It is ready once ``GET /v3/clusters`` answers 2
 a broker that exits or stays deaf past :data:`READY_TIMEOUT_S` fails the test with
 the tail of its stderr. ``kill9()`` is a crash (SIGKILL to the broker's process group,
 then reap it), ``restart()`` starts it again on the same data directory and port,
-``stop()`` is a clean shutdown (SIGTERM, SIGKILL only past a deadline).
+``stop()`` is a clean shutdown (SIGTERM, SIGKILL only past a deadline). Test brokers
+tier in a thread unless given :data:`WITH_TIER_CHILD` (see :data:`TIER_IN_PROCESS`).
 
 Fixtures:
 
@@ -18,6 +19,13 @@ Fixtures:
   name. Topics get a small ``table.flush.interval.ms`` so tests that wait for the
   Delta table do not wait long.
 * ``topic`` -- a fresh one-partition topic on the shared broker.
+* ``spark`` -- the run's one SparkSession (one JVM for every test that uses it).
+
+Markers (tests/README.md): a test gets ``integration`` when its fixtures start a broker
+(``broker``, ``broker_factory``, ``make_topic``, ``topic``, ``cluster``, or any fixture
+named ``*_broker``: the modules' own brokers, ``sasl_broker``, ...) and ``spark``
+when it uses ``spark``, so ``make test-fast`` can leave them out by marker without each
+file having to say so.
 
 Waiting is always polling for a condition with a deadline; a deadline bounds how long
 a broken broker can hang a test, it is not a claim about speed.
@@ -261,6 +269,14 @@ class Rest:
         return [r for r in out if r["offset"] < end]
 
 
+#: Test brokers tier in a worker thread, not in a tier child process: the same pass
+#: (``laketail.storage.tierer.execute_pass``) without a second interpreter per broker.
+#: Tests of the child itself, of the process layout and the Jepsen run pass
+#: :data:`WITH_TIER_CHILD`, the production default.
+TIER_IN_PROCESS = {"LAKETAIL_TIERER_PROCESS": "false"}
+WITH_TIER_CHILD = {"LAKETAIL_TIERER_PROCESS": "true"}
+
+
 class BrokerStartError(RuntimeError):
     """The broker process exited or did not answer before the deadline."""
 
@@ -312,6 +328,7 @@ class BrokerProcess:
     def _child_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAKETAIL_")}
         env["PYTHONUNBUFFERED"] = "1"
+        env.update(TIER_IN_PROCESS)
         env.update(self.extra_env)
         return env
 
@@ -468,6 +485,20 @@ def running_broker(tmp_path_factory: pytest.TempPathFactory, name: str,
         proc.stop()
 
 
+#: Fixtures whose use makes a test ``integration``: each starts (or needs) broker processes.
+BROKER_FIXTURES = frozenset({"broker", "broker_factory", "make_topic", "topic", "cluster"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by these markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & BROKER_FIXTURES or any(name.endswith("_broker") for name in fixtures):
+            item.add_marker(pytest.mark.integration)
+        if "spark" in fixtures:
+            item.add_marker(pytest.mark.spark)
+
+
 def _unique_topic_name(request: pytest.FixtureRequest) -> str:
     stem = re.sub(r"[^a-zA-Z0-9-]+", "-", request.node.name).strip("-")[:60]
     return f"{stem}-{uuid.uuid4().hex[:10]}"
@@ -530,3 +561,17 @@ def make_topic(request: pytest.FixtureRequest) -> Any:
 def topic(make_topic: Any) -> str:
     """A fresh one-partition topic on the shared broker."""
     return make_topic()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """The run's one SparkSession: local[2], two shuffle partitions, no UI, built by
+    :func:`laketail.spark.session.local_session` -- the jobs build theirs the same way
+    and get this one from ``getOrCreate``, so a run starts one JVM."""
+    from laketail.spark.session import local_session
+
+    session = local_session("laketail-tests", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+    try:
+        yield session
+    finally:
+        session.stop()

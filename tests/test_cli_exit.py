@@ -18,6 +18,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.subprocess
+
 RUNS = 20
 COMMAND_TIMEOUT_S = 120.0
 

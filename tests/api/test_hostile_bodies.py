@@ -35,7 +35,7 @@ from .hostile import (
     snapshot,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.fault]
+pytestmark = pytest.mark.integration
 
 JSON_V2 = {"Content-Type": "application/vnd.kafka.json.v2+json"}
 
@@ -124,6 +124,7 @@ def _hostile_batch(world: World) -> list[str]:
     return failures
 
 
+@pytest.mark.fault
 def test_hostile_bodies_are_refused_and_the_broker_restarts_intact(world):
     before = snapshot(world)
     failures = _hostile_batch(world)

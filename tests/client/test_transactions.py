@@ -578,6 +578,7 @@ WORKER = Path(__file__).with_name("eos_client_worker.py")
 KILLS = 5
 
 
+@pytest.mark.fault
 @integration
 def test_the_loop_killed_at_random_moments_leaves_each_input_exactly_once(group_broker, clients, make_topic,
                                                                           txn_id, tmp_path):

@@ -21,13 +21,16 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
+from conftest import WITH_TIER_CHILD
 
 from laketail.partitioner import partition_for_key
 from tests.integration.support import child_processes, process_alive, wait_until
 
 V2 = "application/vnd.kafka.v2+json"
 BINARY = "application/vnd.kafka.binary.v2+json"
-PROCESSES = {"LAKETAIL_REQUEST_PROCESSES": "2"}
+#: Two request processes, each with its tier child: the production layout under test.
+PROCESSES = {"LAKETAIL_REQUEST_PROCESSES": "2", **WITH_TIER_CHILD}
 
 
 def _group(broker_factory):
@@ -189,6 +192,7 @@ def test_keyed_records_explicit_partitions_and_groups_work_from_either_process(b
         p: len(vs) for p, vs in expected.items()}
 
 
+@pytest.mark.fault
 def test_a_fetch_is_served_from_the_leading_processs_files_while_that_process_is_frozen(broker_factory):
     """A fetch reaching the process that does not lead the partition reads the leader's
     segments itself: with the leader stopped (SIGSTOP), a forwarded fetch could not be
@@ -278,6 +282,7 @@ def test_a_processs_extra_connections_move_until_each_holds_its_share(broker_fac
     wait_until(lambda: [count for _, count in _board(broker)] == [0, 0], "the closed connections to leave the board")
 
 
+@pytest.mark.fault
 def test_a_killed_request_process_is_started_again_and_loses_nothing(broker_factory):
     broker = _group(broker_factory)
     leaders = _topic(broker, "survive", 2)
@@ -307,6 +312,7 @@ def test_a_killed_request_process_is_started_again_and_loses_nothing(broker_fact
     assert _leaders(broker, "survive") == leaders  # the same process leads it again
 
 
+@pytest.mark.fault
 def test_the_processes_stop_together_die_with_the_first_and_start_again(broker_factory):
     broker = _group(broker_factory)
     _topic(broker, "lifecycle", 2)
@@ -350,6 +356,7 @@ def _serve_error(tmp_path: Path, *args: str, env: dict[str, str] | None = None) 
     return done.stderr
 
 
+@pytest.mark.subprocess
 def test_serve_refuses_request_processes_it_cannot_split(tmp_path):
     assert "needs fixed ports" in _serve_error(tmp_path, "--processes", "2", "--port", "0")
     err = _serve_error(tmp_path, "--processes", "2", env={

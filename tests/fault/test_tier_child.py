@@ -10,6 +10,9 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
+from conftest import WITH_TIER_CHILD
+
 from tests.integration.support import (
     child_processes,
     process_alive,
@@ -37,8 +40,9 @@ def _produce(rest, topic: str, partition: int, n: int, tag: str) -> None:
     assert all(o.get("error_code") is None for o in resp.json()["offsets"]), resp.text
 
 
+@pytest.mark.fault
 def test_a_killed_tier_child_is_restarted_and_the_table_loses_and_duplicates_nothing(broker_factory, make_topic):
-    broker = broker_factory()
+    broker = broker_factory(env=WITH_TIER_CHILD)
     topic = make_topic(2, broker=broker)
     rest = broker.rest
     killed: set[int] = set()
@@ -62,8 +66,9 @@ def test_a_killed_tier_child_is_restarted_and_the_table_loses_and_duplicates_not
     assert table_offsets(table) == {p: list(range(end)) for p, end in ends.items()}  # unique and contiguous
 
 
+@pytest.mark.fault
 def test_a_broker_killed_with_kill_9_takes_its_tier_child_along_and_starts_again(broker_factory, make_topic):
-    broker = broker_factory()
+    broker = broker_factory(env=WITH_TIER_CHILD)
     topic = make_topic(1, broker=broker)
     _produce(broker.rest, topic, 0, 200, "before")
     child = _tier_child(broker)

@@ -43,6 +43,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+from conftest import WITH_TIER_CHILD
 from replication.support import Cluster, ClusterBroker, wait_until
 
 # tests/ is on sys.path: pytest puts it there (rootdir conftest), `make soak` sets PYTHONPATH.
@@ -570,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     plan = Plan(seed=args.seed, seconds=args.minutes * 60)
     out = args.out / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    cluster = Cluster(out / "cluster")
+    cluster = Cluster(out / "cluster", env=WITH_TIER_CHILD)  # the production layout
     try:
         history, broke = run_to_history(cluster.start(), plan)
         logs = cluster.output() if broke else ""

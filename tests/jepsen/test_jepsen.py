@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import WITH_TIER_CHILD
 from replication.support import Cluster
 
 from .history import check, summary
@@ -25,7 +26,7 @@ SHORT = Plan(seed=35, seconds=150.0)
 
 @pytest.mark.timeout(1200)
 def test_a_short_run_under_the_nemesis_keeps_every_guarantee(tmp_path: Path):
-    cluster = Cluster(tmp_path / "cluster")
+    cluster = Cluster(tmp_path / "cluster", env=WITH_TIER_CHILD)  # the production layout
     try:
         history, broke = run_to_history(cluster.start(), SHORT)
         if broke:

@@ -9,6 +9,8 @@ import os
 import signal
 import time
 
+import pytest
+
 from laketail.broker import Broker
 from laketail.config import load_settings
 from laketail.maintenance.scheduler import MaintenanceScheduler
@@ -104,6 +106,7 @@ def _alive(pid: int) -> bool:
         return stat.read().split(") ", 1)[1][0] != "Z"
 
 
+@pytest.mark.fault
 def test_one_long_lived_child_restarted_after_kill_9_and_gone_with_the_broker(tmp_path, monkeypatch):
     """The broker's scheduler starts the maintenance application once (its pid stays across
     intervals), starts it again after a kill -9, and stops it when the broker closes. The

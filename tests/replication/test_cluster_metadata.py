@@ -14,7 +14,7 @@ import pytest
 
 from .support import INVALID_REPLICATION_FACTOR, Cluster, b64, wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.fault]
+pytestmark = pytest.mark.integration
 
 
 def _assert_invalid_replication_factor(cluster: Cluster, name: str, factor: int) -> None:
@@ -25,6 +25,7 @@ def _assert_invalid_replication_factor(cluster: Cluster, name: str, factor: int)
     assert body["message"].startswith("INVALID_REPLICATION_FACTOR"), body
 
 
+@pytest.mark.fault
 @pytest.mark.timeout(300)
 def test_a_replication_factor_above_the_live_brokers_is_refused(cluster, unique):
     _assert_invalid_replication_factor(cluster, unique("four"), 4)

@@ -9,7 +9,7 @@ import pytest
 
 from .support import Cluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.fault]
+pytestmark = pytest.mark.integration
 
 
 def _controller(cluster: Cluster) -> int:

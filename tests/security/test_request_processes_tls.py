@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 
 import httpx
+import pytest
 
 from tests.integration.support import child_processes, wait_until
 from tests.security.support import PASSWORD, SECRET, Pki, SecureBroker, add_user, ports
@@ -20,6 +21,7 @@ V2 = "application/vnd.kafka.v2+json"
 ALICE = httpx.BasicAuth("alice", PASSWORD)
 
 
+@pytest.mark.integration
 def test_two_request_processes_serve_sasl_ssl_and_keep_refusing_strangers(tmp_path):
     pki = Pki(tmp_path / "pki")
     data = tmp_path / "data"

@@ -23,8 +23,6 @@ from laketail.errors import UnknownTopicOrPartition
 from laketail.spark.gateway import GatewayUnavailable, SparkGateway
 from tests.spark.support import produce, wait_until
 
-pytestmark = pytest.mark.fault
-
 
 def restart_later(broker: Any, after_s: float) -> threading.Thread:
     """Start the killed ``broker`` again on its port after ``after_s`` seconds."""
@@ -33,6 +31,7 @@ def restart_later(broker: Any, after_s: float) -> threading.Thread:
     return thread
 
 
+@pytest.mark.fault
 def test_a_request_rides_out_a_broker_restart(broker_factory: Any, make_topic: Any) -> None:
     broker = broker_factory()
     topic = make_topic(partitions=1, broker=broker)
@@ -47,6 +46,7 @@ def test_a_request_rides_out_a_broker_restart(broker_factory: Any, make_topic: A
     assert gateway.requests > 3  # more than the three passes the old client made
 
 
+@pytest.mark.fault
 def test_the_budget_is_default_api_timeout_ms_and_the_error_names_it(broker_factory: Any) -> None:
     broker = broker_factory()
     url = broker.url
@@ -85,6 +85,7 @@ def committed_values(url: str, topic: str, partitions: int) -> list[bytes]:
     return sorted(out)
 
 
+@pytest.mark.fault
 def test_a_streaming_query_goes_on_through_a_broker_kill(
     spark: Any, broker_factory: Any, make_topic: Any, tmp_path: Path
 ) -> None:

@@ -29,6 +29,7 @@ def _drop_hot_log(broker, topic: str) -> None:
         path.unlink()
 
 
+@pytest.mark.fault
 def test_read_committed_below_a_restarted_hot_log_uses_the_tables_markers(broker_factory, make_topic):
     broker = broker_factory(env=TXN_ENV)
     topic, _ = _txn_topic_with_an_abort(broker, make_topic)
@@ -49,6 +50,7 @@ def test_read_committed_below_a_restarted_hot_log_uses_the_tables_markers(broker
     assert read_arrow(http, topic, 0).column("offset").to_pylist() == [0, 4, 5, 6, 8]
 
 
+@pytest.mark.fault
 def test_an_open_transaction_below_a_restarted_hot_log_still_holds_read_committed_back(broker_factory, make_topic):
     """Its records are in the table and its marker is not written yet: the restarted
     log's producer state must know the transaction is open, or read_committed shows
