@@ -22,7 +22,7 @@ from tests.conftest import free_port
 from tests.kafka_listener.test_listener import _call
 from tests.replication.support import Cluster, wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.fault]
+pytestmark = pytest.mark.integration
 
 QUIET = {"log_level": 0}
 
@@ -148,6 +148,7 @@ class Stream(threading.Thread):
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.fault
 def test_acks_all_through_a_leader_kill_loses_no_acknowledged_record(killable_cluster):
     kafka_cluster = killable_cluster
     topic = kafka_cluster.make_topic(f"kill-{uuid.uuid4().hex[:8]}", 2, 3, {"min.insync.replicas": "2"})

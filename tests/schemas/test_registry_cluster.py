@@ -12,7 +12,7 @@ import pytest
 
 from tests.replication.support import Cluster, wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.fault]
+pytestmark = pytest.mark.integration
 
 SCHEMA = json.dumps({"type": "record", "name": "R", "fields": [{"name": "a", "type": "string"}]})
 
@@ -32,6 +32,7 @@ def latest(url: str, subject: str) -> dict | None:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.fault
 def test_one_registry_for_the_cluster_surviving_its_controller(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path).start()
     try:
