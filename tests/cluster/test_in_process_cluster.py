@@ -205,3 +205,30 @@ def test_a_running_controller_cut_off_from_every_broker_leaves_the_partitions_le
 def _batch_to(partition: int, values: list[bytes]) -> pa.RecordBatch:
     schema = pa.schema([PRODUCE_SCHEMA.field("value"), PRODUCE_SCHEMA.field("partition")])
     return pa.RecordBatch.from_pydict({"value": values, "partition": [partition] * len(values)}, schema=schema)
+
+
+def test_a_topic_created_through_a_deposed_controller_is_not_controller_and_leaves_nothing(tmp_path):
+    """The old controller, woken while still cut off, takes a CreateTopics before its tick
+    notices the new epoch: its write is fenced. That answered 500 UNKNOWN_SERVER_ERROR
+    ("controller epoch is 4, not 3: deposed", seen with two brokers on a bucket) and left
+    the topic in the catalog without partitions. Now it is NOT_CONTROLLER (retriable) and
+    the catalog does not have it."""
+    from laketail.errors import NotController
+
+    async def scenario(c: Cluster) -> None:
+        await _topic(c, "t", 1)
+        old = c.controller()
+        c.network.isolated.add(old.broker_id)
+        c.paused.add(old.broker_id)
+        await c.advance(SESSION_MS + 2 * HEARTBEAT_MS)
+        new = c.controller()
+        assert new.broker_id != old.broker_id
+        c.paused.clear()
+        assert old.cluster.is_controller  # it has not noticed yet
+        with pytest.raises(NotController):
+            await old.create_topic("late", 1, 1)
+        assert not old.cluster.is_controller
+        new.catalog.reload()  # the table as the store has it
+        assert "late" not in {t.name for t in new.catalog.topics()}
+
+    run(tmp_path, scenario)

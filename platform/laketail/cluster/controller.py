@@ -46,6 +46,7 @@ from laketail.errors import (
     InvalidRequest,
     KafkaStorageError,
     LaketailError,
+    NotController,
     UnknownTopicOrPartition,
 )
 
@@ -53,6 +54,12 @@ if TYPE_CHECKING:
     from laketail.cluster.node import ClusterNode
 
 log = logging.getLogger(__name__)
+
+class ControllerDeposed(NotController, Conflict):
+    """A decision this controller could not write: a newer controller epoch holds the
+    store. To a client (a topic created, an ISR altered through this broker) it is
+    NOT_CONTROLLER, retriable, not a server error; to the election code a Conflict."""
+
 
 #: How often ``_system/replicas`` is rewritten just to refresh log end offsets.
 LEO_WRITE_INTERVAL_S = 10.0
@@ -158,11 +165,11 @@ class Controller:
                 alive = {b.broker_id: b.alive for b in self.brokers.values()}
                 await asyncio.to_thread(self.store.set_alive, alive)
             await asyncio.to_thread(self.store.write_partitions, self.partitions, dict(self.leos), self.epoch)
-        except Conflict:
+        except Conflict as exc:
             log.warning("controller epoch %d was superseded; stepping down", self.epoch)
             self.active = False
             self.node.controller_deposed(self)
-            raise
+            raise ControllerDeposed(f"broker {self.node.broker_id} is no longer the controller: {exc}") from exc
         self._leos_dirty = False
         self._last_leo_write = self.clock.monotonic()
         if publish:
@@ -174,8 +181,6 @@ class Controller:
     async def heartbeat(self, broker_id: int, url: str, incarnation: str, leos: dict[str, int], known_version: int,
                         broker_url: str = "", endpoints: str = "") -> dict:
         if not self.active:
-            from laketail.errors import NotController
-
             raise NotController(f"broker {self.node.broker_id} is no longer the controller")
         self.last_seen[broker_id] = self.clock.monotonic()
         self._record_leos(broker_id, leos)
@@ -333,7 +338,16 @@ class Controller:
                 assignment = assign_replicas(partitions, rf, live, start)
             for p, replicas in enumerate(assignment):
                 self.partitions[(name, p)] = PartitionRegistration(name, p, replicas, replicas[0], 0, list(replicas))
-            await self._persist()
+            try:
+                await self._persist()
+            except ControllerDeposed:
+                # A newer controller holds the store: the topic was never registered. Take
+                # back its catalog row and table, as for a table that could not be made.
+                for key in [k for k in self.partitions if k[0] == name]:
+                    del self.partitions[key]
+                await asyncio.to_thread(self.host.catalog.delete_topic, name)
+                await asyncio.to_thread(self.host.remove_leftovers, name)
+                raise
             return info
 
     async def create_partitions(self, name: str, partitions: int) -> TopicInfo:
