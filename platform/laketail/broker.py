@@ -206,6 +206,8 @@ class Broker:
             # the registry runs beside the coordinators; other brokers follow __schemas
             schema_validation=SchemaValidation(self.schemas, lambda: self.coordinators_loaded, self, self.clock),
         )
+        # typed columns (laketail.table.mode): the tier pass decodes by the subject's versions
+        self.tierer.value_schemas = self.produce_path.schema_validation.value_versions  # type: ignore[union-attr]
         self.fetch_path = FetchPath(settings, self.logs, self.tables, self.cluster, self.leads, self.check_partition,
                                     self._sibling_log)
         self._background: list[asyncio.Task] = []
