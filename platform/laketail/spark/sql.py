@@ -75,7 +75,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window, WindowSpec
 
 from laketail.errors import UnknownTopicOrPartition
-from laketail.records import RECORD_SCHEMA
+from laketail.records import RECORD_SCHEMA, TYPED_VALUE_COLUMN
 from laketail.spark import jvm
 from laketail.spark.columns import TABLE_COLUMNS
 from laketail.spark.gateway import SparkGateway, TopicTable, parse_servers
@@ -147,18 +147,33 @@ def partition_ranges(snapshot: TableSnapshot) -> dict[int, TransactionRanges]:
     return out
 
 
-def scan(spark: SparkSession, uri: str, paths: list[str]) -> DataFrame:
+def scan(spark: SparkSession, uri: str, paths: list[str], typed: str | None = None) -> DataFrame:
     """These files of the table at ``uri``, through Spark's Parquet reader, in the
-    record schema (``partition`` from the paths, so Spark prunes on it)."""
+    record schema (``partition`` from the paths, so Spark prunes on it), plus the typed
+    value column when ``typed`` gives its DDL (:func:`typed_value_ddl`; files written
+    before it read it as null)."""
+    columns = TABLE_COLUMNS if typed is None else f"{TABLE_COLUMNS}, {typed}"
+    names = RECORD_SCHEMA.names + ([TYPED_VALUE_COLUMN] if typed is not None else [])
     if not paths:
-        return spark.createDataFrame([], TABLE_COLUMNS)
-    frame = spark.read.schema(TABLE_COLUMNS).option("basePath", uri).parquet(*paths)
-    return frame.select(*RECORD_SCHEMA.names)
+        return spark.createDataFrame([], columns)
+    frame = spark.read.schema(columns).option("basePath", uri).parquet(*paths)
+    return frame.select(*names)
+
+
+def typed_value_ddl(snapshot: TableSnapshot) -> str | None:
+    """``value_struct <type>`` of a table with typed columns (``laketail.table.mode``), in
+    Spark's DDL; None for a table without."""
+    if snapshot.value_type is None:
+        return None
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    return f"{TYPED_VALUE_COLUMN} {from_arrow_type(snapshot.value_type).simpleString()}"
 
 
 def table_frame(spark: SparkSession, snapshot: TableSnapshot) -> DataFrame:
     """Every row of the table at ``snapshot``."""
-    return scan(spark, snapshot.uri, [f.path for p in sorted(snapshot.files) for f in snapshot.files[p]])
+    return scan(spark, snapshot.uri, [f.path for p in sorted(snapshot.files) for f in snapshot.files[p]],
+                typed_value_ddl(snapshot))
 
 
 def _bounds(snapshot: TableSnapshot, ranges: dict[int, TransactionRanges], table: TopicTable | None) -> dict[int, int]:
@@ -187,10 +202,11 @@ def committed_frame(spark: SparkSession, snapshot: TableSnapshot, table: TopicTa
         for data_file in snapshot.files[partition]:
             plain = _TXN_ROWS.rows(data_file) is None and (bound is None or data_file.last_offset < bound)
             (clean if plain else mixed).append(data_file.path)
+    typed = typed_value_ddl(snapshot)
     if not mixed:
-        return scan(spark, snapshot.uri, clean)
-    filtered = _without_uncommitted(spark, scan(spark, snapshot.uri, mixed), ranges, bounds)
-    return filtered if not clean else scan(spark, snapshot.uri, clean).unionAll(filtered)
+        return scan(spark, snapshot.uri, clean, typed)
+    filtered = _without_uncommitted(spark, scan(spark, snapshot.uri, mixed, typed), ranges, bounds)
+    return filtered if not clean else scan(spark, snapshot.uri, clean, typed).unionAll(filtered)
 
 
 def live_frame(spark: SparkSession, uri: str) -> DataFrame:
