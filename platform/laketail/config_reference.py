@@ -129,6 +129,8 @@ BROKER_KEY_DOCS: dict[str, str] = {
                                   "served there only.",
     "laketail.kafka.listener.names": "Listeners that speak Kafka's binary protocol rather "
                                      "than HTTP.",
+    "laketail.kafka.connections.max.idle.ms": "Close a Kafka-protocol connection idle this long "
+                                              "(Kafka's connections.max.idle.ms).",
     "laketail.inter.broker.secret": "The cluster secret every peer shows on the inter-broker "
                                     "listener (laketail's stand-in for Kafka's inter-broker "
                                     "credentials). Keep it in the environment; never shown.",
