@@ -324,7 +324,11 @@ class Tierer:
             if planned is None:
                 return 0
             request, led = planned
-            if self.value_schemas is not None and self.topics.topic_config(topic).laketail_table_mode != "key_value":
+            try:
+                typed = self.topics.topic_config(topic).laketail_table_mode != "key_value"
+            except UnknownTopicOrPartition:  # deleted since the plan
+                return 0
+            if typed and self.value_schemas is not None:
                 request["value_schemas"] = await self.value_schemas(topic)
             result = await self._execute(request)
             if result.get("undecoded"):
