@@ -138,7 +138,7 @@ class InternalLoadCollector(Collector):
             "Values of a topic with typed columns tiered with a null value_struct: not decodable.",
             labels=["topic"],
         )
-        for topic, count in self.broker.tierer.undecoded_values.items():
+        for topic, count in self.broker.table_values_undecoded().items():
             undecoded.add_metric([topic], count)
         yield undecoded
 

@@ -348,6 +348,10 @@ class Broker:
             SCHEMAS_TOPIC: self.schemas.skipped_records,
         }
 
+    def table_values_undecoded(self) -> dict[str, int]:
+        """Per topic with typed columns, the values tiered with a null ``value_struct``."""
+        return dict(self.tierer.undecoded_values)
+
     async def close(self) -> None:
         if self._coordinator_load is not None:
             self._coordinator_load.cancel()
