@@ -22,6 +22,9 @@ found them damaged (0 when sound; see ``storage.table_check``).
 ``laketail_internal_records_skipped_total{topic}`` counts the records of an internal
 topic (``__consumer_offsets``, ``__transaction_state``) that the coordinators' last load
 could not decode and skipped (read from the coordinators at scrape time).
+``laketail_table_values_undecoded_total{topic}`` counts the values of a topic with typed
+columns (``laketail.table.mode``) that the tierer wrote with a null ``value_struct``
+because they did not decode by the topic's subject (since the broker started).
 
 Cluster health, also at scrape time, under the names Kafka's JMX exporter gives them:
 ``kafka_server_replicamanager_underreplicatedpartitions`` and
@@ -130,6 +133,14 @@ class InternalLoadCollector(Collector):
         for topic, count in self.broker.internal_records_skipped().items():
             family.add_metric([topic], count)
         yield family
+        undecoded = CounterMetricFamily(
+            "laketail_table_values_undecoded",
+            "Values of a topic with typed columns tiered with a null value_struct: not decodable.",
+            labels=["topic"],
+        )
+        for topic, count in self.broker.table_values_undecoded().items():
+            undecoded.add_metric([topic], count)
+        yield undecoded
 
 
 #: Record reads a scrape may spend on time lag (partitions whose committed offset moved).

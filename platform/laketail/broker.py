@@ -209,6 +209,8 @@ class Broker:
             # the registry runs beside the coordinators; other brokers follow __schemas
             schema_validation=SchemaValidation(self.schemas, lambda: self.coordinators_loaded, self, self.clock),
         )
+        # typed columns (laketail.table.mode): the tier pass decodes by the subject's versions
+        self.tierer.value_schemas = self.produce_path.schema_validation.value_versions  # type: ignore[union-attr]
         self.fetch_path = FetchPath(settings, self.logs, self.tables, self.cluster, self.leads, self.check_partition,
                                     self._sibling_log)
         self._background: list[asyncio.Task] = []
@@ -361,6 +363,10 @@ class Broker:
             TXN_TOPIC: self.transactions.skipped_records,
             SCHEMAS_TOPIC: self.schemas.skipped_records,
         }
+
+    def table_values_undecoded(self) -> dict[str, int]:
+        """Per topic with typed columns, the values tiered with a null ``value_struct``."""
+        return dict(self.tierer.undecoded_values)
 
     async def close(self) -> None:
         if self._coordinator_load is not None:

@@ -125,6 +125,11 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = {
                   "of a schema registered under <topic>-value (laketail.schemas.validation)."),
         ConfigKey("confluent.key.schema.validation", bool, False,
                   "Confluent Server's: the same for keys, under <topic>-key."),
+        ConfigKey("laketail.table.mode", str, "key_value",
+                  "laketail: key_value keeps the table's raw key and value only; value_schema_id_prefix "
+                  "also writes value_struct, each value decoded by the <topic>-value schema its wire-format "
+                  "prefix names (Redpanda's Iceberg mode of that name; docs/schema-registry.md).",
+                  choices=("key_value", "value_schema_id_prefix")),
     ]
 }
 
@@ -152,6 +157,7 @@ class TopicConfig:
     table_flush_bytes: int = 67_108_864
     confluent_value_schema_validation: bool = False
     confluent_key_schema_validation: bool = False
+    laketail_table_mode: str = "key_value"
 
     @classmethod
     def from_kafka(

@@ -56,6 +56,20 @@ RECORD_SCHEMA = pa.schema(
     ]
 )
 
+#: The typed value column a topic with ``laketail.table.mode=value_schema_id_prefix``
+#: adds to ``RECORD_SCHEMA`` in its table (laketail.schemas.columns); every other
+#: column is the record schema's.
+TYPED_VALUE_COLUMN = "value_struct"
+
+
+def laketail_schema_changed(table_schema: pa.Schema) -> bool:
+    """Whether a topic's Delta table schema is no longer laketail's: other columns or
+    types than ``RECORD_SCHEMA``'s, beside the typed value column. The order is not
+    compared: Delta's schema evolution (typed columns) puts the partition column last."""
+    columns = {f.name: f.type for f in table_schema if f.name != TYPED_VALUE_COLUMN}
+    return columns != {f.name: f.type for f in RECORD_SCHEMA}
+
+
 _DERIVED = ("partition", "offset", "leader_epoch")
 FRAME_SCHEMA = pa.schema([f for f in RECORD_SCHEMA if f.name not in _DERIVED])
 

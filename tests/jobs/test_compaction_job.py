@@ -125,3 +125,28 @@ def test_key_compaction_through_laketail_jobs_run_keeps_the_latest_per_key(broke
     assert survivors == [(9, b"a", b"a3"), (10, b"b", None), (11, b"c", b"c3")]
     # Offsets did not move: a fetch from 0 (below the hot tier) skips the compacted gap.
     wait_until(lambda: fetch_all(broker, topic, 0) == survivors, "fetches to read the compacted table")
+
+
+def test_file_compaction_keeps_the_typed_value_column(broker, make_topic):
+    """A table with typed columns (``laketail.table.mode``) written in three commits, the
+    last by a wider schema version, compacted into one file: ``value_struct`` keeps every
+    value, in the widened type."""
+    from tests.schemas.test_typed_columns import ORDER_V1, ORDER_V2, TYPED, _produce_avro, _table_rows
+
+    topic = make_topic(1, {**TABLE_ONLY, **TYPED})
+    _produce_avro(broker.rest, topic, ORDER_V1, [{"id": "a", "amount": 1.0}])
+    _table_rows(broker, topic, 1)
+    _produce_avro(broker.rest, topic, ORDER_V1, [{"id": "b", "amount": 2.0}])
+    _table_rows(broker, topic, 2)
+    _produce_avro(broker.rest, topic, ORDER_V2, [{"id": "c", "amount": 3.0, "note": {"string": "n"}}])
+    before = _table_rows(broker, topic, 3)
+    assert len(table_files(broker, topic, 1)[0]) == 3
+    (report,) = run_job(compaction.main, "--data", str(broker.data_dir), "--servers", broker.url,
+                        "--topic", topic, "--engine", "local")
+    assert report["files_removed"] == 3 and report["files_added"] == 1, report
+    assert len(table_files(broker, topic, 1)[0]) == 1
+    after = _table_rows(broker, topic, 3)
+    assert after.column("value_struct").to_pylist() == before.column("value_struct").to_pylist() == [
+        {"id": "a", "amount": 1.0, "note": None}, {"id": "b", "amount": 2.0, "note": None},
+        {"id": "c", "amount": 3.0, "note": "n"}]
+    assert after.column("value").to_pylist() == before.column("value").to_pylist()

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from laketail.schemas import wire
-from laketail.schemas.columns import UnsupportedSchema, arrow_type, decode_column
+from laketail.schemas.columns import UnsupportedSchema, arrow_type, decode_column, decode_versions
 
 ORDER = json.dumps({"type": "record", "name": "Order", "namespace": "shop", "fields": [
     {"name": "id", "type": "string"},
@@ -99,3 +99,28 @@ def test_a_recursive_avro_record_has_no_arrow_type() -> None:
         {"name": "next", "type": ["null", "Node"]}]}))
     with pytest.raises(UnsupportedSchema):
         arrow_type(codec)
+
+
+def test_values_of_every_version_decode_into_the_latest_type() -> None:
+    """Avro v1 values read with v2 as reader schema (its default applies); a value of an
+    id that is not one of the versions, or of no wire format, is a counted null."""
+    v1 = wire.codec("AVRO", json.dumps({"type": "record", "name": "O", "fields": [{"name": "id", "type": "string"}]}))
+    v2 = wire.codec("AVRO", json.dumps({"type": "record", "name": "O", "fields": [
+        {"name": "id", "type": "string"}, {"name": "n", "type": "long", "default": 7}]}))
+    values = pa.array([_framed(v1, 1, {"id": "a"}), _framed(v2, 2, {"id": "b", "n": 3}), None,
+                       _framed(v1, 9, {"id": "c"}), b"plain"], pa.binary())
+    column, failures = decode_versions(values, {1: v1, 2: v2}, latest=2)
+    assert column.type == pa.struct([("id", pa.string()), ("n", pa.int64())])
+    assert column.to_pylist() == [{"id": "a", "n": 7}, {"id": "b", "n": 3}, None, None, None]
+    assert failures == 2
+
+
+def test_json_values_that_do_not_fit_the_latest_type_are_counted_nulls() -> None:
+    """Under compatibility NONE a version may change a field's type: values of the old
+    shape that do not fit the latest type are nulls, the others kept."""
+    old = wire.codec("JSON", json.dumps({"type": "object", "properties": {"n": {"type": "string"}}}))
+    new = wire.codec("JSON", json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}}))
+    values = pa.array([_framed(old, 1, {"n": "x"}), _framed(new, 2, {"n": 5})], pa.binary())
+    column, failures = decode_versions(values, {1: old, 2: new}, latest=2)
+    assert column.to_pylist() == [None, {"n": 5}]
+    assert failures == 1

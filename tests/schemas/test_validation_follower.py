@@ -65,3 +65,30 @@ def test_where_the_registry_runs_its_state_is_read() -> None:
             await validation.check("t", batch, values=True, keys=True)
 
     asyncio.run(run())
+
+
+def test_the_tier_pass_gets_the_subjects_live_versions_from_the_follower_copy() -> None:
+    """``value_versions`` (what the tier pass of a topic with typed columns decodes by)
+    on a broker where the registry does not run: the follower's copy, refreshed after its
+    interval; soft-deleted versions left out."""
+    async def run() -> None:
+        log = InMemoryLog()
+        registry = SchemaRegistry(log, 1)
+        clock = ManualClock()
+        follower = SchemaValidation(SchemaRegistry(log, 1), lambda: False, log, clock, refresh_interval_ms=1000)
+        first = await registry.register("t-value", {"schema": ORDER})
+        (only,) = await follower.value_versions("t")
+        assert (only["id"], only["schema_type"], json.loads(only["schema"]), only["references"]) == (
+            first, "AVRO", json.loads(ORDER), [])
+        later = json.dumps({"type": "record", "name": "Order", "fields": [
+            {"name": "id", "type": "string"}, {"name": "n", "type": "int", "default": 0}]})
+        second = await registry.register("t-value", {"schema": later})
+        assert [v["id"] for v in await follower.value_versions("t")] == [first]  # within the interval
+        clock.advance(1000)
+        assert [v["id"] for v in await follower.value_versions("t")] == [first, second]
+        await registry.delete_version("t-value", "1")
+        clock.advance(1000)
+        assert [v["id"] for v in await follower.value_versions("t")] == [second]
+        assert await follower.value_versions("nothing") == []
+
+    asyncio.run(run())

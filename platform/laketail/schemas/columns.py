@@ -4,8 +4,9 @@
 Arrow type of one decoded value, and :func:`decode_column` decodes a column of
 wire-format values into that type. They are the pure part of typed columns: the
 column a topic's Delta table would hold next to the raw ``value`` (named
-:data:`TYPED_VALUE_COLUMN`), written off the request path. Not wired into the tier
-pass yet (see the README's Schema Registry section).
+:data:`TYPED_VALUE_COLUMN`), written off the request path: the tier pass of a topic
+with ``laketail.table.mode=value_schema_id_prefix`` calls :func:`decode_versions`
+(``storage/tierer.py``).
 
 Types, as Spark's ``from_avro`` / ``from_protobuf`` map them where they can:
 
@@ -39,9 +40,8 @@ import pyarrow as pa
 from google.protobuf import message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
+from laketail.records import TYPED_VALUE_COLUMN
 from laketail.schemas import wire
-
-TYPED_VALUE_COLUMN = "value_struct"
 
 _AVRO_PRIMITIVES = {
     "null": pa.null(), "boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
@@ -179,14 +179,60 @@ def decode_column(values: pa.Array | pa.ChunkedArray, schema_id: int, codec: wir
     return pa.array(out, target), failures
 
 
-def _native(codec: wire.Codec, payload: bytes) -> Any:
+def decode_versions(values: pa.Array | pa.ChunkedArray, versions: dict[int, wire.Codec], latest: int
+                    ) -> tuple[pa.Array, int]:
+    """``values`` decoded each by the version its wire-format prefix names (``versions``:
+    schema id -> codec, the subject's live versions) into the type of version ``latest``
+    (the column a table with ``laketail.table.mode=value_schema_id_prefix`` holds); the
+    number of non-null values that did not decode (null in the column).
+
+    Avro values of an older version are read with ``latest`` as the reader schema
+    (Avro's schema resolution: added fields take their defaults); JSON Schema and
+    Protobuf values keep the fields ``latest``'s type names. A value whose shape does not
+    fit ``latest``'s type (an incompatible change made with compatibility NONE) is a
+    counted null too."""
+    reader = versions[latest]
+    target = arrow_type(reader)
+    out: list[Any] = []
+    failures = 0
+    for data in values.to_pylist():
+        if data is None:
+            out.append(None)
+            continue
+        try:
+            codec = versions.get(wire.schema_id_of(data))
+            if codec is None:
+                raise wire.NotDecodable("not a version of the subject")
+            out.append(_native(codec, data[5:], reader))
+        except wire.NotDecodable:
+            out.append(None)
+            failures += 1
+    try:
+        return pa.array(out, target), failures
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        pass
+    fitted: list[Any] = []
+    for value in out:  # one that does not fit: null, counted, the others kept
+        try:
+            pa.array([value], target)
+            fitted.append(value)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            fitted.append(None)
+            failures += 1
+    return pa.array(fitted, target), failures
+
+
+def _native(codec: wire.Codec, payload: bytes, reader: wire.Codec | None = None) -> Any:
     if isinstance(codec, wire.AvroCodec):
+        target = reader.parsed if isinstance(reader, wire.AvroCodec) else codec.parsed
         buffer = io.BytesIO(payload)
         try:
-            datum = fastavro.schemaless_reader(buffer, codec.parsed, None)
+            datum = fastavro.schemaless_reader(buffer, codec.parsed, target if target is not codec.parsed else None)
         except Exception as exc:
             raise wire.NotDecodable(str(exc)) from exc
-        return _avro_value(datum, codec.parsed, codec.parsed.get("__named_schemas", {}))
+        return _avro_value(datum, target, target.get("__named_schemas", {}) if isinstance(target, dict) else {})
+    if isinstance(codec, wire.JsonSchemaCodec) and isinstance(reader, wire.JsonSchemaCodec):
+        return _json_value(codec.decode(payload), reader.validator.schema)
     if isinstance(codec, wire.JsonSchemaCodec):
         return _json_value(codec.decode(payload), codec.validator.schema)
     if isinstance(codec, wire.ProtobufCodec):
@@ -290,4 +336,4 @@ def _proto_single_value(field: FieldDescriptor, value: Any) -> Any:
     return value
 
 
-__all__ = ["TYPED_VALUE_COLUMN", "UnsupportedSchema", "arrow_type", "decode_column"]
+__all__ = ["TYPED_VALUE_COLUMN", "UnsupportedSchema", "arrow_type", "decode_column", "decode_versions"]

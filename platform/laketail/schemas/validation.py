@@ -92,6 +92,23 @@ class SchemaValidation:
             return self._follower
 
 
+    async def value_versions(self, topic: str) -> list[dict]:
+        """The live versions of ``<topic>-value``, oldest first, as the tier pass of a topic
+        with typed columns takes them (``storage/tierer.py``): ``id``, ``schema_type``,
+        ``schema`` and the texts of its ``references``. The follower's copy, where the
+        registry does not run, is read again at most once per ``refresh_interval_ms``."""
+        registry = self.registry if self.registry_here() else await self.follower(fresh=True)
+        out = []
+        for v in registry.versions_of_subject(f"{topic}-value"):
+            if v.deleted:
+                continue
+            stored = registry.schema(v.id)
+            refs = [registry.schema(registry.version(s, str(n), deleted=True).id).schema
+                    for _, s, n in stored.references]
+            out.append({"id": v.id, "schema_type": stored.schema_type, "schema": stored.schema, "references": refs})
+        return out
+
+
 def _columns(batch: pa.RecordBatch | pa.Table, values: bool, keys: bool) -> list[tuple[pa.Array, bool]]:
     names = batch.schema.names
     return [(batch.column(n), n == "key") for n, on in (("value", values), ("key", keys)) if on and n in names]

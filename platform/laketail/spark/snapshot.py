@@ -33,6 +33,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from laketail.records import TYPED_VALUE_COLUMN
 from laketail.storage.table_reader import catch_up, commit_file, disjoint, files_between, log_start_app_id, tier_app_id
 
 
@@ -55,6 +56,9 @@ class TableSnapshot:
     files: dict[int, tuple[TableFile, ...]]
     tiered: dict[int, int]
     log_start: dict[int, int]
+    #: the type of the table's ``value_struct`` (typed columns, ``laketail.table.mode``);
+    #: None for a table without it
+    value_type: pa.DataType | None = None
 
     def partition_files(self, partition: int) -> tuple[TableFile, ...]:
         return self.files.get(partition, ())
@@ -98,7 +102,9 @@ def read_snapshot(table: DeltaTable, uri: str, partitions: int) -> TableSnapshot
     files = {p: tuple(sorted(lst)) for p, lst in by_partition.items()}
     tiered = {p: table.transaction_version(tier_app_id(p)) or 0 for p in range(partitions)}
     log_start = {p: table.transaction_version(log_start_app_id(p)) or 0 for p in range(partitions)}
-    return TableSnapshot(uri, table.version(), files, tiered, log_start)
+    schema = pa.schema(table.schema().to_arrow())
+    value_type = schema.field(TYPED_VALUE_COLUMN).type if TYPED_VALUE_COLUMN in schema.names else None
+    return TableSnapshot(uri, table.version(), files, tiered, log_start, value_type)
 
 
 def log_identity(uri: str) -> tuple[int, int] | None:

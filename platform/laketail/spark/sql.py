@@ -75,7 +75,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window, WindowSpec
 
 from laketail.errors import UnknownTopicOrPartition
-from laketail.records import RECORD_SCHEMA
+from laketail.records import RECORD_SCHEMA, TYPED_VALUE_COLUMN
 from laketail.spark import jvm
 from laketail.spark.columns import TABLE_COLUMNS
 from laketail.spark.gateway import SparkGateway, TopicTable, parse_servers
@@ -147,18 +147,39 @@ def partition_ranges(snapshot: TableSnapshot) -> dict[int, TransactionRanges]:
     return out
 
 
-def scan(spark: SparkSession, uri: str, paths: list[str]) -> DataFrame:
+def scan(spark: SparkSession, uri: str, paths: list[str], typed: str | None = None) -> DataFrame:
     """These files of the table at ``uri``, through Spark's Parquet reader, in the
-    record schema (``partition`` from the paths, so Spark prunes on it)."""
+    record schema (``partition`` from the paths, so Spark prunes on it), plus the typed
+    value column when ``typed`` gives its DDL (:func:`typed_value_ddl`; files written
+    before it read it as null)."""
+    columns = TABLE_COLUMNS if typed is None else f"{TABLE_COLUMNS}, {typed}"
+    names = RECORD_SCHEMA.names + ([TYPED_VALUE_COLUMN] if typed is not None else [])
     if not paths:
-        return spark.createDataFrame([], TABLE_COLUMNS)
-    frame = spark.read.schema(TABLE_COLUMNS).option("basePath", uri).parquet(*paths)
-    return frame.select(*RECORD_SCHEMA.names)
+        return spark.createDataFrame([], columns)
+    frame = spark.read.schema(columns).option("basePath", uri).parquet(*paths)
+    return frame.select(*names)
+
+
+def typed_value_ddl(snapshot: TableSnapshot) -> str | None:
+    """``value_struct <type>`` of a table with typed columns (``laketail.table.mode``), in
+    Spark's DDL; None for a table without."""
+    value_type = value_type_ddl(snapshot)
+    return None if value_type is None else f"{TYPED_VALUE_COLUMN} {value_type}"
+
+
+def value_type_ddl(snapshot: TableSnapshot) -> str | None:
+    """The Spark DDL type of the table's ``value_struct``; None for a table without."""
+    if snapshot.value_type is None:
+        return None
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    return str(from_arrow_type(snapshot.value_type).simpleString())
 
 
 def table_frame(spark: SparkSession, snapshot: TableSnapshot) -> DataFrame:
     """Every row of the table at ``snapshot``."""
-    return scan(spark, snapshot.uri, [f.path for p in sorted(snapshot.files) for f in snapshot.files[p]])
+    return scan(spark, snapshot.uri, [f.path for p in sorted(snapshot.files) for f in snapshot.files[p]],
+                typed_value_ddl(snapshot))
 
 
 def _bounds(snapshot: TableSnapshot, ranges: dict[int, TransactionRanges], table: TopicTable | None) -> dict[int, int]:
@@ -187,18 +208,24 @@ def committed_frame(spark: SparkSession, snapshot: TableSnapshot, table: TopicTa
         for data_file in snapshot.files[partition]:
             plain = _TXN_ROWS.rows(data_file) is None and (bound is None or data_file.last_offset < bound)
             (clean if plain else mixed).append(data_file.path)
+    typed = typed_value_ddl(snapshot)
     if not mixed:
-        return scan(spark, snapshot.uri, clean)
-    filtered = _without_uncommitted(spark, scan(spark, snapshot.uri, mixed), ranges, bounds)
-    return filtered if not clean else scan(spark, snapshot.uri, clean).unionAll(filtered)
+        return scan(spark, snapshot.uri, clean, typed)
+    filtered = _without_uncommitted(spark, scan(spark, snapshot.uri, mixed, typed), ranges, bounds)
+    return filtered if not clean else scan(spark, snapshot.uri, clean, typed).unionAll(filtered)
 
 
-def live_frame(spark: SparkSession, uri: str) -> DataFrame:
-    """Every row of the table at ``uri`` as of each query (``format("laketail_table")``)."""
-    return jvm.topic_table(spark, uri).select(*RECORD_SCHEMA.names)
+def _live_names(value_type: str | None) -> list[str]:
+    return RECORD_SCHEMA.names + ([TYPED_VALUE_COLUMN] if value_type is not None else [])
 
 
-def live_committed_frame(spark: SparkSession, uri: str) -> DataFrame:
+def live_frame(spark: SparkSession, uri: str, value_type: str | None = None) -> DataFrame:
+    """Every row of the table at ``uri`` as of each query (``format("laketail_table")``);
+    with ``value_type`` (:func:`value_type_ddl`), its ``value_struct`` too."""
+    return jvm.topic_table(spark, uri, value_type=value_type).select(*_live_names(value_type))
+
+
+def live_committed_frame(spark: SparkSession, uri: str, value_type: str | None = None) -> DataFrame:
     """Committed data of the table at ``uri`` as of each query: what read_committed may
     see of its latest version, all of it worked out by Spark while it runs the query.
 
@@ -220,9 +247,9 @@ def live_committed_frame(spark: SparkSession, uri: str) -> DataFrame:
     bounds are empty relations, which Spark's adaptive execution drops (with the
     anti-join) once it has run them, so the rows are read by a plain Parquet scan; the
     planning and the empty stages are a fixed cost per query."""
-    names = RECORD_SCHEMA.names
-    plain = jvm.topic_table(spark, uri, rows="plain").select(*names)
-    marked = jvm.topic_table(spark, uri, rows="marked").select(*names)
+    names = _live_names(value_type)
+    plain = jvm.topic_table(spark, uri, rows="plain", value_type=value_type).select(*names)
+    marked = jvm.topic_table(spark, uri, rows="marked", value_type=value_type).select(*names)
     transactional = F.coalesce(F.col("transactional"), F.lit(False))
     outside = plain.unionAll(marked.where(F.col("control").isNull() & ~transactional))
     ends = marked.where(transactional | F.col("control").isNotNull()).withColumn(
@@ -417,10 +444,12 @@ class _TopicViews:
         return self.cache.latest(asked.uri, asked.partitions).version == asked.version
 
     def _refresh_live(self, topic: str, table: TopicTable) -> None:
-        if self.shown.get(topic) != table.uri:
-            live_frame(self.spark, table.uri).createOrReplaceTempView(view_name(f"{topic}_all"))
-            live_committed_frame(self.spark, table.uri).createOrReplaceTempView(view_name(topic))
-            self.shown[topic] = table.uri
+        # a typed table's value_struct type is read from its schema; a wider one makes the views again
+        value_type = value_type_ddl(self.cache.latest(table.uri, max(table.partitions, default=-1) + 1))
+        if self.shown.get(topic) != (table.uri, value_type):
+            live_frame(self.spark, table.uri, value_type).createOrReplaceTempView(view_name(f"{topic}_all"))
+            live_committed_frame(self.spark, table.uri, value_type).createOrReplaceTempView(view_name(topic))
+            self.shown[topic] = (table.uri, value_type)
 
     def _refresh_pinned(self, topic: str, table: TopicTable, snapshot: TableSnapshot) -> bool:
         bounds = tuple(sorted(

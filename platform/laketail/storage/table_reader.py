@@ -53,7 +53,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from laketail.errors import CorruptMessage
-from laketail.records import COORDINATOR_PRODUCER_ID, RECORD_SCHEMA, payload_bytes
+from laketail.records import COORDINATOR_PRODUCER_ID, RECORD_SCHEMA, laketail_schema_changed, payload_bytes
 from laketail.storage import object_store
 from laketail.storage.block_cache import BLOCKS, NotCached
 from laketail.storage.producer_state import LearnedProducer, learned_producers, sequence_runs
@@ -373,7 +373,7 @@ class TableReader:
         topic = entry.uri.rsplit("/", 1)[-1]
         try:
             schema = pa.schema(entry.table.schema().to_arrow())
-            schema_changed = [(f.name, f.type) for f in schema] != [(f.name, f.type) for f in RECORD_SCHEMA]
+            schema_changed = laketail_schema_changed(schema)
             tiered = {p: entry.table.transaction_version(tier_app_id(p)) or 0 for p in files}
             log_start = {p: entry.table.transaction_version(log_start_app_id(p)) or 0 for p in files}
             gaps_allowed = self.gaps_allowed(topic)

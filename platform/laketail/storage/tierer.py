@@ -13,6 +13,16 @@ unreferenced files (never read, removed by vacuum), never duplicates.
 
 Files are written by :func:`laketail.storage.data_files.write_data_file`.
 
+Typed columns: for a topic with ``laketail.table.mode=value_schema_id_prefix`` the plan
+carries the live versions of its ``<topic>-value`` subject (``value_schemas``), and the
+pass adds ``value_struct`` (``records.TYPED_VALUE_COLUMN``): each value decoded by the
+version its wire-format prefix names, in the latest version's Arrow type
+(:func:`laketail.schemas.columns.decode_versions`); a value that does not decode is a
+null there, counted in :attr:`Tierer.undecoded_values`. Before the commit that first
+carries the column, or a wider type of it (a new schema version), the pass evolves the
+table's schema (``_evolve``): an append whose schema is wider leaves a Delta table's
+schema as it is in deltalake 1.6, so an empty merge-mode write widens it first.
+
 Where the work runs: the :class:`Tierer` (in the broker, on its event loop) plans each
 pass -- which led partitions have records below HW, at which leader epoch, where on
 disk -- and learns what was tiered (``mark_tiered``, the table index); the pass itself
@@ -34,16 +44,16 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction
 
 from laketail.clock import Clock
 from laketail.errors import UnknownTopicOrPartition
-from laketail.records import RECORD_SCHEMA, widen_frames
+from laketail.records import RECORD_SCHEMA, TYPED_VALUE_COLUMN, widen_frames
 from laketail.storage import frame, object_store
 from laketail.storage.data_files import write_data_file
 from laketail.storage.frame import CorruptFrame
@@ -95,6 +105,11 @@ class Tierer:
         # per topic: (table version, partitions, followed partitions) last followed
         self._followed: dict[str, tuple] = {}
         self.commits = 0
+        #: the live versions of ``<topic>-value`` (oldest first, as :meth:`_plan`'s
+        #: ``value_schemas``), for topics with typed columns; set by the broker
+        self.value_schemas: Callable[[str], Awaitable[list[dict]]] | None = None
+        #: per topic, values tiered as a null ``value_struct`` because they did not decode
+        self.undecoded_values: dict[str, int] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -309,7 +324,15 @@ class Tierer:
             if planned is None:
                 return 0
             request, led = planned
+            try:
+                typed = self.topics.topic_config(topic).laketail_table_mode != "key_value"
+            except UnknownTopicOrPartition:  # deleted since the plan
+                return 0
+            if typed and self.value_schemas is not None:
+                request["value_schemas"] = await self.value_schemas(topic)
             result = await self._execute(request)
+            if result.get("undecoded"):
+                self.undecoded_values[topic] = self.undecoded_values.get(topic, 0) + result["undecoded"]
             return await asyncio.to_thread(self._apply, topic, led, result)
 
 
@@ -383,12 +406,18 @@ def execute_pass(dt: DeltaTable, lock: threading.Lock | contextlib.nullcontext, 
     files: dict[int, dict] = {}
     ends: dict[int, int] = {}
     written_paths: list[str] = []
+    typed = _typed_value(request.get("value_schemas"))
+    undecoded = 0
     try:
         for part in parts:
             partition = part["partition"]
             records = read_part(part)
             if records.num_rows == 0:
                 continue
+            if typed is not None:
+                column, failed = typed(records.column("value"))
+                records = records.append_column(pa.field(TYPED_VALUE_COLUMN, column.type), column)
+                undecoded += failed
             new_end = records.column("offset")[-1].as_py() + 1
             rel, add, data_file = write_data_file(uri, partition, records, now_ms)
             written_paths.append(f"{uri}/{rel}")
@@ -398,9 +427,11 @@ def execute_pass(dt: DeltaTable, lock: threading.Lock | contextlib.nullcontext, 
             txns.append(Transaction(epoch_app_id(partition), part["epoch"], last_updated=now_ms))
             ends[partition] = new_end
         if not adds:
-            return {"version": None, "ends": {}, "files": {}}
+            return {"version": None, "ends": {}, "files": {}, "undecoded": undecoded}
         with lock:
             catch_up(dt, uri)  # another writer's commits (our own are loaded after each commit)
+            if typed is not None:
+                _evolve(dt, typed.type)
             ahead = {}
             for part in parts:
                 partition = part["partition"]
@@ -420,7 +451,51 @@ def execute_pass(dt: DeltaTable, lock: threading.Lock | contextlib.nullcontext, 
         for path in written_paths:
             object_store.remove_file(path)
         raise
-    return {"version": version, "ends": ends, "files": files}
+    return {"version": version, "ends": ends, "files": files, "undecoded": undecoded}
+
+
+class _TypedValue:
+    """Decodes a value column into ``value_struct`` by a subject's versions."""
+
+    def __init__(self, versions: list[dict]) -> None:
+        from laketail.schemas import columns, wire  # only topics with typed columns pay for the import
+
+        self._decode = columns.decode_versions
+        self.codecs = {v["id"]: wire.codec(v["schema_type"], v["schema"], tuple(v["references"])) for v in versions}
+        self.latest = versions[-1]["id"]
+        self.type = columns.arrow_type(self.codecs[self.latest])
+
+    def __call__(self, values: pa.ChunkedArray) -> tuple[pa.Array, int]:
+        return self._decode(values, self.codecs, self.latest)
+
+
+def _typed_value(versions: list[dict] | None) -> _TypedValue | None:
+    """The decoder of a pass's ``value_schemas``; None without typed columns, and when the
+    subject has no live version yet (nothing to decode by: the column waits for one)."""
+    return _TypedValue(versions) if versions else None
+
+
+def _holds(table_type: pa.DataType, value_type: pa.DataType) -> bool:
+    """Whether a column of ``table_type`` holds values of ``value_type`` as they are: the
+    same type, or a struct with at least its fields (a version that dropped a field)."""
+    if table_type == value_type:
+        return True
+    if not (pa.types.is_struct(table_type) and pa.types.is_struct(value_type)):
+        return False
+    names = {table_type.field(i).name: table_type.field(i).type for i in range(table_type.num_fields)}
+    return all(f.name in names and _holds(names[f.name], f.type)
+               for f in (value_type.field(i) for i in range(value_type.num_fields)))
+
+
+def _evolve(dt: DeltaTable, value_type: pa.DataType) -> None:
+    """Widen the table's schema to hold ``value_struct`` of ``value_type`` (added, or its
+    struct merged with the new fields) unless it holds it already. Caller holds the lock."""
+    schema = pa.schema(dt.schema().to_arrow())
+    if TYPED_VALUE_COLUMN in schema.names and _holds(schema.field(TYPED_VALUE_COLUMN).type, value_type):
+        return
+    wider = RECORD_SCHEMA.append(pa.field(TYPED_VALUE_COLUMN, value_type))
+    write_deltalake(dt, wider.empty_table(), mode="append", schema_mode="merge", partition_by=["partition"])
+    dt.update_incremental()
 
 class LeaderFenced(Exception):
     """A tier commit from a broker that no longer leads the partition (or whose view of

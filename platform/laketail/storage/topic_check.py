@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from laketail.records import RECORD_SCHEMA
+from laketail.records import RECORD_SCHEMA, laketail_schema_changed
 from laketail.storage.table_check import Damage, OffsetFacts, find_damage
 
 _COLUMNS = ["offset", "control", "transactional", "producer_id"]
@@ -83,7 +83,7 @@ def check_partition(tables, topic: str, partition: int, plog, *, gaps_allowed: b
             )
         if len(offsets) > 1 and not bool(np.all(offsets[1:] > offsets[:-1])):
             report.notes.append(f"file {f.path}: rows are not in offset order (an outside rewrite; reads sort them)")
-    schema_changed = [(x.name, x.type) for x in schema] != [(x.name, x.type) for x in RECORD_SCHEMA]
+    schema_changed = laketail_schema_changed(schema)
     damage = find_damage(
         {partition: files}, {partition: tiered}, {partition: log_start},
         gaps_allowed=gaps_allowed, schema_changed=schema_changed, trust_names=False,

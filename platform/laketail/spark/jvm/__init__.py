@@ -121,8 +121,12 @@ def _loadable(spark: SparkSession) -> bool:
     return True
 
 
-def topic_table(spark: SparkSession, uri: str, rows: str = "all") -> DataFrame:
+def topic_table(spark: SparkSession, uri: str, rows: str = "all", value_type: str | None = None) -> DataFrame:
     """The rows of the topic table at ``uri``, at its latest version at every query, in
     the files ``rows`` selects: ``all``; ``plain``, the files whose statistics prove they
-    hold only records outside transactions; ``marked``, the others."""
-    return spark.read.format(SHORT_NAME).option("rows", rows).load(uri)
+    hold only records outside transactions; ``marked``, the others. ``value_type``: the
+    Spark DDL type of a typed table's ``value_struct``, then read as well."""
+    reader = spark.read.format(SHORT_NAME).option("rows", rows)
+    if value_type is not None:
+        reader = reader.option("value_struct", value_type)
+    return reader.load(uri)

@@ -35,7 +35,8 @@ import scala.collection.immutable.Map;
  * <p>Options: {@code path} (required; a table URI Hadoop can open); {@code rows}: {@code all}
  * (default), {@code plain} (only files whose statistics prove they hold records outside
  * transactions only) or {@code marked} (the other files); the rest go to Hadoop's configuration
- * and Spark's Parquet reader as with {@code spark.read.parquet}.
+ * and Spark's Parquet reader as with {@code spark.read.parquet}; {@code value_struct}: the type
+ * (Spark DDL) of a typed table's {@code value_struct} column, read after the record columns.
  */
 public final class TopicTableSource implements RelationProvider, DataSourceRegister {
   public static final String SHORT_NAME = "laketail_table";
@@ -66,7 +67,12 @@ public final class TopicTableSource implements RelationProvider, DataSourceRegis
       throw new UncheckedIOException("opening " + path.get() + ": " + e.getMessage(), e);
     }
     index.inputFiles(); // fail now on a wrong path, not at the first query
-    return new HadoopFsRelation(index, TopicFileIndex.PARTITION_SCHEMA, recordSchema(), Option.empty(),
+    StructType columns = recordSchema();
+    Option<String> typed = parameters.get("value_struct");
+    if (typed.isDefined() && !typed.get().isBlank()) { // typed columns: the table's value_struct type
+      columns = columns.add("value_struct", org.apache.spark.sql.types.DataType.fromDDL(typed.get()));
+    }
+    return new HadoopFsRelation(index, TopicFileIndex.PARTITION_SCHEMA, columns, Option.empty(),
         new ParquetFileFormat(), parameters, spark);
   }
 
