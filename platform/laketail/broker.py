@@ -691,6 +691,14 @@ class Broker:
             tiered_offset=plog.tiered_offset,
         )
 
+    def epoch_history(self, topic: str, partition: int) -> tuple[list[tuple[int, int]], int]:
+        """This broker's replica's leader epochs, as ``(epoch, start offset)`` oldest
+        first, and its log end offset (Kafka's OffsetForLeaderEpoch answers from them);
+        UNKNOWN_TOPIC_OR_PARTITION when this broker holds no replica of the partition."""
+        self.check_partition(topic, partition)
+        plog = self.logs.get(topic, partition)
+        return list(plog.epochs), plog.log_end_offset
+
     def leads(self, topic: str, partition: int) -> bool:
         return (topic, partition) in self.cluster.replicas.leading and not self.cluster.fenced
 

@@ -292,3 +292,71 @@ def test_a_consumer_group_follows_its_coordinator_through_a_controller_kill(kill
     # the group's last commit went to the new controller and reads back there
     assert {tp.partition: tp.offset for tp in final} == ends
     assert _metadata(cluster.bootstrap(*cluster.live_ids()), None).controller_id != controller
+
+
+def _epoch_answer(port: int, topic: str, current: int, requested: int) -> tuple[int, int, int]:
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        answer = _call(sock, 23, 4, {"replica_id": -1, "topics": [{"topic": topic, "partitions": [
+            {"partition": 0, "current_leader_epoch": current, "leader_epoch": requested}]}]})
+    part = answer.topics[0].partitions[0]
+    return int(part.error_code), part.leader_epoch, part.end_offset
+
+
+def _leader_epoch(port: int, topic: str) -> int:
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        md = _call(sock, 3, 9, {"topics": [{"name": topic}], "allow_auto_topic_creation": False,
+                                "include_cluster_authorized_operations": False,
+                                "include_topic_authorized_operations": False})
+    return md.topics[0].partitions[0].leader_epoch
+
+
+@pytest.mark.timeout(600)
+def test_offset_for_leader_epoch_through_a_leader_change(killable_cluster):
+    """After the leader's kill -9 the new leader says where the old epoch ended (where
+    its own began), fences a client still on the old epoch, and a confluent-kafka
+    consumer that validates its position there (KIP-320) reads on without a gap."""
+    cluster = killable_cluster
+    topic = cluster.make_topic(f"epoch-{uuid.uuid4().hex[:8]}", 1, 3, {"min.insync.replicas": "2"})
+    first = [b"a-%04d" % i for i in range(200)]
+    _produce_all(cluster.bootstrap(), topic, first)
+    old_leader = cluster.leader(topic, 0)
+    old_epoch = _leader_epoch(cluster.kafka_ports[old_leader], topic)
+    assert _epoch_answer(cluster.kafka_ports[old_leader], topic, old_epoch, old_epoch) == (0, old_epoch, 200)
+    follower = next(i for i in cluster.brokers if i != old_leader)
+    assert _epoch_answer(cluster.kafka_ports[follower], topic, old_epoch, old_epoch)[0] == 6  # not the leader
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False, "topic.metadata.refresh.interval.ms": 1000, **QUIET})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[tuple[int, bytes]] = []
+    errors: list[str] = []
+    second = [b"b-%04d" % i for i in range(200)]
+    deadline = time.monotonic() + 300
+    try:
+        while len(got) < 100 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                got.append((msg.offset(), msg.value()))
+        cluster[old_leader].kill9()
+        new_leader = cluster.wait_new_leaders(topic, [0], old_leader, time.monotonic())[0]
+        port = cluster.kafka_ports[new_leader]
+        new_epoch = wait_until(lambda: (e := _leader_epoch(port, topic)) > old_epoch and e, "the new epoch")
+        # the old epoch ended where the new leader's began: after the 200 acknowledged records
+        assert _epoch_answer(port, topic, new_epoch, old_epoch) == (0, old_epoch, 200)
+        assert _epoch_answer(port, topic, new_epoch, new_epoch) == (0, new_epoch, 200)
+        assert _epoch_answer(port, topic, old_epoch, old_epoch)[0] == 74  # FENCED_LEADER_EPOCH
+        assert _epoch_answer(port, topic, new_epoch + 1, new_epoch)[0] == 76  # UNKNOWN_LEADER_EPOCH
+        _produce_all(cluster.bootstrap(*cluster.live_ids()), topic, second)
+        while len(got) < 400 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                errors.append(str(msg.error()))
+            else:
+                got.append((msg.offset(), msg.value()))
+    finally:
+        consumer.close()
+    # no reset, no gap, no repeat: offsets 0..399 in order with the records produced
+    assert [o for o, _ in got] == list(range(400)), errors[:5]
+    assert [v for _, v in got] == first + second

@@ -56,6 +56,7 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 5),
     22: ("InitProducerId", 0, 4),
+    23: ("OffsetForLeaderEpoch", 2, 4),  # laketail.kafka.epochs
     # transactions (laketail.kafka.txn): the client's versions, before KIP-890's
     24: ("AddPartitionsToTxn", 0, 3),
     25: ("AddOffsetsToTxn", 0, 3),
