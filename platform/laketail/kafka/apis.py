@@ -146,8 +146,10 @@ class KafkaApis:
         from laketail.kafka.configs import ConfigApis  # noqa: PLC0415
         from laketail.kafka.epochs import EpochApis  # noqa: PLC0415
         from laketail.kafka.txn import TransactionApis  # noqa: PLC0415
+        from laketail.kafka.txn_admin import TransactionAdminApis  # noqa: PLC0415
 
-        for part in (TransactionApis(self), ConfigApis(self), AdminApis(self), AclApis(self), EpochApis(self)):
+        for part in (TransactionApis(self), ConfigApis(self), AdminApis(self), AclApis(self), EpochApis(self),
+                     TransactionAdminApis(self)):
             self.handlers.update(part.handlers)
         self.handlers.update(sasl.AFTER_AUTHENTICATION)  # the SASL exchange itself is sasl.SaslGate's
         gate = LeaderGate(self)  # Produce and Fetch only on the partition's leader

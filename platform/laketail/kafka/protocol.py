@@ -74,6 +74,10 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     44: ("IncrementalAlterConfigs", 0, 1),
     47: ("OffsetDelete", 0, 0),
     60: ("DescribeCluster", 0, 1),
+    # transaction admin (laketail.kafka.txn_admin, KIP-664)
+    61: ("DescribeProducers", 0, 0),
+    65: ("DescribeTransactions", 0, 0),
+    66: ("ListTransactions", 0, 1),
 }
 API_VERSIONS = 18
 _KEY_VERSION = struct.Struct(">hh")
