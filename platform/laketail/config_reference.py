@@ -129,6 +129,13 @@ BROKER_KEY_DOCS: dict[str, str] = {
                                   "served there only.",
     "laketail.kafka.listener.names": "Listeners that speak Kafka's binary protocol rather "
                                      "than HTTP.",
+    "laketail.kafka.connections.max.idle.ms": "A Kafka-protocol connection with no request "
+                                              "this long is closed (Kafka's "
+                                              "`connections.max.idle.ms` and default).",
+    "connections.max.reauth.ms": "On SASL Kafka listeners, the session lifetime given to "
+                                 "clients (KIP-368): a client re-authenticates on the same "
+                                 "connection before it ends, or its next request closes the "
+                                 "connection. 0: sessions never end.",
     "laketail.inter.broker.secret": "The cluster secret every peer shows on the inter-broker "
                                     "listener (laketail's stand-in for Kafka's inter-broker "
                                     "credentials). Keep it in the environment; never shown.",

@@ -1,0 +1,60 @@
+"""SASL re-authentication (KIP-368) on a real broker with ``connections.max.reauth.ms``:
+the session lifetime is answered, a client that re-authenticates on its connection
+keeps it, and a request after the lifetime closes a connection that did not. The
+gate's rules (same principal, same mechanism) are pinned without a socket in
+test_sasl_exchange.py."""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Iterator
+
+import pytest
+
+from tests.kafka_listener.conftest import KafkaBroker
+from tests.kafka_listener.test_listener import _call, _closed
+from tests.security.support import add_user
+
+pytestmark = pytest.mark.integration
+LIFETIME_MS = 5000
+PASSWORD = "carol-pw-9"
+
+
+@pytest.fixture(scope="module")
+def reauth_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    data = tmp_path_factory.mktemp("kafka-reauth") / "data"
+    add_user(data, "carol", PASSWORD)
+    proc = KafkaBroker(data, env={"LAKETAIL_LISTENER_SECURITY_PROTOCOL_MAP": "KAFKA:SASL_PLAINTEXT",
+                                  "LAKETAIL_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-256,PLAIN",
+                                  "LAKETAIL_CONNECTIONS_MAX_REAUTH_MS": str(LIFETIME_MS)})
+    try:
+        proc.start()
+        yield proc
+    finally:
+        proc.stop()
+
+
+def _plain(sock: socket.socket, user: str = "carol", password: str = PASSWORD) -> tuple[int, int]:
+    shake = _call(sock, 17, 1, {"mechanism": "PLAIN"})
+    assert int(shake.error_code) == 0
+    done = _call(sock, 36, 2, {"auth_bytes": b"\0%s\0%s" % (user.encode(), password.encode())})
+    return int(done.error_code), int(done.session_lifetime.total_seconds() * 1000)
+
+
+def _metadata(sock: socket.socket) -> None:
+    _call(sock, 3, 9, {"topics": [], "allow_auto_topic_creation": False,
+                       "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False})
+
+
+def test_the_lifetime_is_answered_renewed_and_enforced(reauth_broker):
+    with socket.create_connection(("127.0.0.1", reauth_broker.kafka_port), timeout=30) as sock:
+        assert _plain(sock) == (0, LIFETIME_MS)
+        _metadata(sock)
+        assert _plain(sock) == (0, LIFETIME_MS)  # re-authentication on the same connection
+        renewed = time.monotonic()
+        _metadata(sock)
+        time.sleep(max(0.0, renewed + LIFETIME_MS / 1000 + 0.5 - time.monotonic()))  # past the session's end
+        with pytest.raises((ConnectionError, AssertionError, OSError)):
+            _metadata(sock)
+        assert _closed(sock)
