@@ -6,11 +6,14 @@ test_sasl_exchange.py."""
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
+import uuid
 from typing import Iterator
 
 import pytest
+from confluent_kafka import Producer
 
 from tests.kafka_listener.conftest import KafkaBroker
 from tests.kafka_listener.test_listener import _call, _closed
@@ -58,3 +61,39 @@ def test_the_lifetime_is_answered_renewed_and_enforced(reauth_broker):
         with pytest.raises((ConnectionError, AssertionError, OSError)):
             _metadata(sock)
         assert _closed(sock)
+
+
+class Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_librdkafka_reauthenticates_and_keeps_its_connection(reauth_broker):
+    """librdkafka (2.2+) re-authenticates before the lifetime it was answered ends, so
+    the broker never closes its connection under it (librdkafka logs each close)."""
+    topic = f"reauth-{uuid.uuid4().hex[:8]}"
+    assert reauth_broker.rest.create_topic(topic, 1).status_code in (200, 201)
+    lines = Lines()
+    logger = logging.getLogger(f"rdkafka-{topic}")
+    logger.addHandler(lines)
+    logger.setLevel(logging.DEBUG)
+    producer = Producer({"bootstrap.servers": reauth_broker.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanisms": "SCRAM-SHA-256", "sasl.username": "carol", "sasl.password": PASSWORD,
+                         "acks": "all", "debug": "security,broker", "logger": logger})
+    errors: list = []
+    start = time.monotonic()
+    sent = 0
+    while time.monotonic() - start < 2.5 * LIFETIME_MS / 1000:  # through two session ends
+        producer.produce(topic, value=b"v%d" % sent, on_delivery=lambda err, _msg: errors.append(err) if err else None)
+        sent += 1
+        producer.poll(0.25)
+    assert producer.flush(60) == 0 and errors == []
+    assert [line for line in lines.lines if "Received session lifetime" in line]
+    assert len([line for line in lines.lines if "Auth in state REAUTH" in line]) >= 2
+    connects = [line for line in lines.lines if "/0: Broker changed state" in line and "-> CONNECT" in line]
+    assert len(connects) == 1, connects  # one connection to the broker, never closed and reopened
+    assert reauth_broker.rest.offsets(topic, 0)[1] == sent
