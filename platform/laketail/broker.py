@@ -80,6 +80,7 @@ from laketail.storage import object_store
 from laketail.storage.block_cache import BLOCKS
 from laketail.storage.log_manager import LogManager
 from laketail.storage.partition_log import PartitionLog, ProducerBatch
+from laketail.storage.producer_state import ProducerEntry
 from laketail.storage.sibling_log import SiblingLog, SiblingLogs
 from laketail.storage.table_reader import TableReader
 from laketail.storage.tierer import Tierer
@@ -712,6 +713,21 @@ class Broker:
             last_stable_offset=plog.last_stable_offset,
             tiered_offset=plog.tiered_offset,
         )
+
+    def epoch_history(self, topic: str, partition: int) -> tuple[list[tuple[int, int]], int]:
+        """This broker's replica's leader epochs, as ``(epoch, start offset)`` oldest
+        first, and its log end offset (Kafka's OffsetForLeaderEpoch answers from them);
+        UNKNOWN_TOPIC_OR_PARTITION when this broker holds no replica of the partition."""
+        self.check_partition(topic, partition)
+        plog = self.logs.get(topic, partition)
+        return list(plog.epochs), plog.log_end_offset
+
+    def producers(self, topic: str, partition: int) -> dict[int, ProducerEntry]:
+        """This broker's replica's idempotent and transactional producers by producer id
+        (a copy: epoch, the batches it remembers, the open transaction's first offset);
+        UNKNOWN_TOPIC_OR_PARTITION when this broker holds no replica of the partition."""
+        self.check_partition(topic, partition)
+        return dict(self.logs.get(topic, partition).producer_state.producers)
 
     def leads(self, topic: str, partition: int) -> bool:
         return self.cluster.replicas.leads(topic, partition) and not self.cluster.fenced

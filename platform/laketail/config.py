@@ -280,6 +280,7 @@ class BrokerSettings:
     # Kafka's connections.max.idle.ms and its default (10 min) for the Kafka listeners, whose
     # clients keep connections open between requests; connections.max.idle.ms above is HTTP's.
     kafka_connections_max_idle_ms: int = 600_000
+    connections_max_reauth_ms: int = 0  # Kafka's: SASL session lifetime on Kafka listeners (KIP-368)
     inter_broker_secret: str = ""
     sasl_enabled_mechanisms: str = "SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"
     sasl_credential_cache_ms: int = 30_000
@@ -394,6 +395,7 @@ _BROKER_KEYS = {
     "inter.broker.listener.name": "inter_broker_listener_name",
     "laketail.kafka.listener.names": "kafka_listener_names",
     "laketail.kafka.connections.max.idle.ms": "kafka_connections_max_idle_ms",
+    "connections.max.reauth.ms": "connections_max_reauth_ms",
     # laketail: the secret every broker shows on the inter-broker listener (a cluster secret,
     # laketail's stand-in for Kafka's inter-broker SASL credentials); keep it in the environment.
     "laketail.inter.broker.secret": "inter_broker_secret",

@@ -133,6 +133,10 @@ BROKER_KEY_DOCS: dict[str, str] = {
                                               "before the broker closes it (Kafka's "
                                               "`connections.max.idle.ms` default, 10 minutes; the "
                                               "HTTP listeners keep `connections.max.idle.ms`).",
+    "connections.max.reauth.ms": "On SASL Kafka listeners, the session lifetime given to "
+                                 "clients (KIP-368): a client re-authenticates on the same "
+                                 "connection before it ends, or its next request closes the "
+                                 "connection. 0: sessions never end.",
     "laketail.inter.broker.secret": "The cluster secret every peer shows on the inter-broker "
                                     "listener (laketail's stand-in for Kafka's inter-broker "
                                     "credentials). Keep it in the environment; never shown.",

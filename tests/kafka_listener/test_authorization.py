@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 
@@ -12,15 +13,18 @@ from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 
 from tests.kafka_listener.conftest import KafkaBroker
+from tests.kafka_listener.test_listener import _call
+from tests.kafka_listener.test_txn_admin import _describe_error_code
 
 pytestmark = pytest.mark.integration
 QUIET = {"log_level": 0}
 
 
 
-def _deny(broker: KafkaBroker, topic: str, operation: str, permission: str = "DENY") -> None:
+def _deny(broker: KafkaBroker, topic: str, operation: str, permission: str = "DENY",
+          resource_type: str = "TOPIC") -> None:
     resp = httpx.post(f"{broker.url}/v3/clusters/{broker.rest.cluster_id}/acls", json={
-        "resource_type": "TOPIC", "resource_name": topic, "pattern_type": "LITERAL",
+        "resource_type": resource_type, "resource_name": topic, "pattern_type": "LITERAL",
         "principal": "User:ANONYMOUS", "host": "*", "operation": operation, "permission": permission})
     assert resp.status_code == 201, resp.text
 
@@ -73,3 +77,35 @@ def test_create_partitions_needs_alter_on_the_topic(acl_broker):
         admin.create_partitions([NewPartitions(topic, 3)])[topic].result(60)
     assert denied.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert len(admin.list_topics(topic, timeout=30).topics[topic].partitions) == 1
+
+
+def test_transaction_admin_and_leader_epochs_are_authorized_as_kafka(acl_broker):
+    """ListTransactions leaves out, and DescribeTransactions refuses, a transactional id
+    the principal may not Describe; DescribeProducers needs Read and OffsetForLeaderEpoch
+    Describe on the topic."""
+    topic, txn_id = f"txa-{uuid.uuid4().hex[:8]}", f"tx-{uuid.uuid4().hex[:8]}"
+    assert acl_broker.rest.create_topic(topic, 1).status_code in (200, 201)
+    producer = Producer({"bootstrap.servers": acl_broker.bootstrap, "transactional.id": txn_id, **QUIET})
+    producer.init_transactions(30)
+    with socket.create_connection(("127.0.0.1", acl_broker.kafka_port), timeout=30) as sock:
+        def listed() -> set[str]:
+            answer = _call(sock, 66, 1, {"state_filters": [], "producer_id_filters": [], "duration_filter": -1})
+            return {t.transactional_id for t in answer.transaction_states}
+
+        def producers_code() -> int:
+            answer = _call(sock, 61, 0, {"topics": [{"name": topic, "partition_indexes": [0]}]})
+            return int(answer.topics[0].partitions[0].error_code)
+
+        def epochs_code() -> int:
+            answer = _call(sock, 23, 4, {"replica_id": -1, "topics": [{"topic": topic, "partitions": [
+                {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]})
+            return int(answer.topics[0].partitions[0].error_code)
+
+        assert txn_id in listed() and producers_code() == 0 and epochs_code() == 0
+        _deny(acl_broker, txn_id, "DESCRIBE", resource_type="TRANSACTIONAL_ID")
+        _deny(acl_broker, topic, "READ")
+        _deny(acl_broker, topic, "DESCRIBE")
+        time.sleep(0.5)  # acl.refresh
+        assert txn_id not in listed()
+        assert _describe_error_code(sock, txn_id) == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert producers_code() == 29 and epochs_code() == 29  # TOPIC_AUTHORIZATION_FAILED

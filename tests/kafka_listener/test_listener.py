@@ -64,8 +64,9 @@ def _api_versions_answer(kafka_broker) -> list[int]:
 
 
 def test_api_versions_lists_only_what_is_served(kafka_broker):
-    assert _api_versions_answer(kafka_broker) == [0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22, 24,
-                                                  25, 26, 28, 29, 30, 31, 32, 33, 36, 37, 42, 44, 47, 60]
+    assert _api_versions_answer(kafka_broker) == [0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22,
+                                                  23, 24, 25, 26, 28, 29, 30, 31, 32, 33, 36, 37, 42, 44, 47, 60, 61,
+                                                  65, 66]
 
 
 @pytest.mark.parametrize("send", [

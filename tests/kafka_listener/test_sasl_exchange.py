@@ -220,3 +220,79 @@ def test_a_failed_answer_waits_connection_failed_authentication_delay_ms(monkeyp
                                                   FakeAuthenticator())  # type: ignore[arg-type]
     asyncio.run(listener_security.before_failure_answer())
     assert waited == [0.25]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _plain_login(gate: SaslGate, token: bytes = b"\0alice\0pw", mechanism: str = "PLAIN"):
+    async def run():
+        shake = await gate.answer(_request(17, mechanism=mechanism))
+        if shake.close:
+            return shake
+        return await gate.answer(_request(36, auth_bytes=token))
+
+    return asyncio.run(run())
+
+
+def _reauth_gate(reauth_ms: int = 5000) -> tuple[SaslGate, Session, Clock]:
+    session, clock = Session(ANONYMOUS, "127.0.0.1"), Clock()
+    gate = SaslGate(FakeAuthenticator(), session, "SASL", reauth_ms=reauth_ms, now=clock)  # type: ignore[arg-type]
+    return gate, session, clock
+
+
+def test_a_session_lifetime_is_given_and_renewed_by_reauthentication():
+    gate, session, clock = _reauth_gate()
+    done = _plain_login(gate)
+    assert done.data["session_lifetime"] == 5000 and gate.authenticated
+    clock.now += 4.9
+    assert not gate.expired()
+    gate.reauthenticate()  # KIP-368: the same connection, the same principal, the same mechanism
+    assert not gate.authenticated and session.principal == KafkaPrincipal.user("alice")
+    again = _plain_login(gate)
+    assert again.data["error_code"] == 0 and again.data["session_lifetime"] == 5000 and gate.authenticated
+    clock.now += 4.9  # 9.8 s after the first login: the renewed session still runs
+    assert not gate.expired()
+    clock.now += 0.2
+    assert gate.expired()
+
+
+def test_without_connections_max_reauth_ms_a_session_never_ends():
+    gate, _, clock = _reauth_gate(reauth_ms=0)
+    assert _plain_login(gate).data["session_lifetime"] == 0
+    clock.now += 10 ** 9
+    assert not gate.expired()
+
+
+def test_reauthentication_may_not_change_the_principal_or_the_mechanism():
+    gate, session, _ = _reauth_gate()
+    _plain_login(gate)
+    gate.reauthenticate()
+    other = _plain_login(gate, b"\0alice\0nope")
+    assert other.close and other.data["error_code"] == 58
+    assert session.principal == KafkaPrincipal.user("alice") and not gate.authenticated
+
+    gate, session, _ = _reauth_gate()
+    _plain_login(gate)
+    gate.reauthenticate()
+    switched = _plain_login(gate, mechanism="SCRAM-SHA-512")
+    assert switched.close and switched.data["error_code"] == 34  # ILLEGAL_SASL_STATE
+
+
+def test_reauthentication_as_another_principal_is_refused():
+    class TwoUsers(FakeAuthenticator):
+        async def basic(self, header_value: str) -> KafkaPrincipal:
+            return KafkaPrincipal.user(base64.b64decode(header_value).decode().split(":")[0])
+
+    session, clock = Session(ANONYMOUS, "127.0.0.1"), Clock()
+    gate = SaslGate(TwoUsers(), session, "SASL", reauth_ms=5000, now=clock)  # type: ignore[arg-type]
+    _plain_login(gate)
+    gate.reauthenticate()
+    bob = _plain_login(gate, b"\0bob\0pw")
+    assert bob.close and bob.data["error_code"] == 58 and "cannot change principals" in bob.data["error_message"]
+    assert session.principal == KafkaPrincipal.user("alice")

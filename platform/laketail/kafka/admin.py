@@ -34,7 +34,6 @@ from laketail.kafka.acl_codes import (
 from laketail.kafka.apis import (
     GROUP_AUTHORIZATION_FAILED,
     INVALID_REQUEST,
-    NOT_COORDINATOR,
     TOPIC_AUTHORIZATION_FAILED,
     ApiPart,
     Session,
@@ -65,11 +64,9 @@ class AdminApis(ApiPart):
     async def delete_groups(self, request: Request, session: Session) -> dict:
         results = []
         for group_id in request.body.groups_names:
-            if not self._allowed(session, Op.DELETE, R.GROUP, group_id):
-                code = GROUP_AUTHORIZATION_FAILED
-            elif not self.coordinates():
-                code = NOT_COORDINATOR
-            else:
+            code = GROUP_AUTHORIZATION_FAILED if not self._allowed(session, Op.DELETE, R.GROUP, group_id) else (
+                self.coordinator_error())
+            if not code:
                 try:
                     await self.broker.groups.delete(group_id)
                     code = 0
@@ -89,8 +86,8 @@ class AdminApis(ApiPart):
 
         if not self._allowed(session, Op.DELETE, R.GROUP, body.group_id):
             return answer(GROUP_AUTHORIZATION_FAILED, {})
-        if not self.coordinates():
-            return answer(NOT_COORDINATOR, {})
+        if code := self.coordinator_error():
+            return answer(code, {})
         group = self.broker.groups.describe(body.group_id)
         if group.state == "Dead":
             return answer(69, {})  # GROUP_ID_NOT_FOUND

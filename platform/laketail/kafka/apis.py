@@ -29,7 +29,9 @@ Differences from Kafka's broker, on purpose or not yet done:
   :mod:`laketail.kafka.configs`, :mod:`laketail.kafka.admin` and
   :mod:`laketail.kafka.acls`; CreatePartitions is in :mod:`laketail.kafka.admin`.
 * Group and transaction coordination only on the controller (this broker alone, or the
-  cluster's controller): FindCoordinator names the controller, whichever broker is asked.
+  cluster's controller): FindCoordinator names the controller, whichever broker is asked,
+  and group requests elsewhere answer NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS on a
+  new controller still loading), which sends the client back to FindCoordinator.
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ class ApiPart:
         self.broker = apis.broker
         self.authorizer = apis.authorizer
         self.coordinates = apis.coordinates
+        self.coordinator_error = apis.coordinator_error
         self.brokers = apis.brokers
         self.controller_id = apis.controller_id
 
@@ -141,9 +144,12 @@ class KafkaApis:
         from laketail.kafka.acls import AclApis  # noqa: PLC0415 - they build on this module
         from laketail.kafka.admin import AdminApis  # noqa: PLC0415
         from laketail.kafka.configs import ConfigApis  # noqa: PLC0415
+        from laketail.kafka.epochs import EpochApis  # noqa: PLC0415
         from laketail.kafka.txn import TransactionApis  # noqa: PLC0415
+        from laketail.kafka.txn_admin import TransactionAdminApis  # noqa: PLC0415
 
-        for part in (TransactionApis(self), ConfigApis(self), AdminApis(self), AclApis(self)):
+        for part in (TransactionApis(self), ConfigApis(self), AdminApis(self), AclApis(self), EpochApis(self),
+                     TransactionAdminApis(self)):
             self.handlers.update(part.handlers)
         self.handlers.update(sasl.AFTER_AUTHENTICATION)  # the SASL exchange itself is sasl.SaslGate's
         gate = LeaderGate(self)  # Produce and Fetch only on the partition's leader
@@ -448,6 +454,17 @@ class KafkaApis:
         """Whether this broker runs the group and transaction coordinators."""
         return self.broker.controller_id in (self.broker.broker_id, -1)
 
+    def coordinator_error(self) -> int:
+        """0 when the coordinators here may answer; else Kafka's code that sends the client
+        back to FindCoordinator: COORDINATOR_LOAD_IN_PROGRESS while a new controller loads
+        ``__consumer_offsets``, NOT_COORDINATOR on a broker that does not run them (the
+        client's coordinator was deposed or died, and another broker is the controller)."""
+        try:
+            self.broker.check_coordinating()
+        except LaketailError as exc:
+            return exc.kafka_code
+        return 0
+
     async def find_coordinator(self, request: Request, session: Session) -> dict:
         body = request.body
         key_type = getattr(body, "key_type", 0)
@@ -473,6 +490,8 @@ class KafkaApis:
                                "protocol_name": "", "leader": "", "member_id": body.member_id, "members": []}
         if not self._allowed(session, Op.READ, R.GROUP, body.group_id):
             return {**out, "error_code": GROUP_AUTHORIZATION_FAILED}
+        if code := self.coordinator_error():
+            return {**out, "error_code": code}
         if body.protocol_type != "consumer" or not body.protocols:
             return {**out, "error_code": INCONSISTENT_GROUP_PROTOCOL}
         try:
@@ -507,6 +526,8 @@ class KafkaApis:
                                "protocol_name": getattr(body, "protocol_name", None), "assignment": b""}
         if not self._allowed(session, Op.READ, R.GROUP, body.group_id):
             return {**out, "error_code": GROUP_AUTHORIZATION_FAILED}
+        if code := self.coordinator_error():
+            return {**out, "error_code": code}
         try:
             assignment = self.broker.groups.sync(body.group_id, body.generation_id, body.member_id)
         except Exception as exc:  # noqa: BLE001
@@ -517,6 +538,8 @@ class KafkaApis:
         body = request.body
         if not self._allowed(session, Op.READ, R.GROUP, body.group_id):
             return {"throttle_time": 0, "error_code": GROUP_AUTHORIZATION_FAILED}
+        if code := self.coordinator_error():
+            return {"throttle_time": 0, "error_code": code}
         try:
             self.broker.groups.heartbeat(body.group_id, body.generation_id, body.member_id)
         except Exception as exc:  # noqa: BLE001
@@ -528,6 +551,8 @@ class KafkaApis:
         ids = [m.member_id for m in body.members] if request.api_version >= 3 else [body.member_id]
         if not self._allowed(session, Op.READ, R.GROUP, body.group_id):
             return {"throttle_time": 0, "error_code": GROUP_AUTHORIZATION_FAILED, "members": []}
+        if code := self.coordinator_error():
+            return {"throttle_time": 0, "error_code": code, "members": []}
         members = []
         for member_id in ids:
             try:
@@ -546,8 +571,8 @@ class KafkaApis:
                                    "protocol_type": "", "protocol_data": "", "members": []}
             if not self._allowed(session, Op.DESCRIBE, R.GROUP, group_id):
                 out["error_code"] = GROUP_AUTHORIZATION_FAILED
-            elif not self.coordinates():
-                out["error_code"] = NOT_COORDINATOR
+            elif code := self.coordinator_error():
+                out["error_code"] = code
             else:
                 group = self.broker.groups.describe(group_id)
                 out.update(group_state=group.state, protocol_type="consumer" if group.members else "",
@@ -563,7 +588,9 @@ class KafkaApis:
         states = set(getattr(request.body, "states_filter", ()) or ())
         everything = self._allowed(session, Op.DESCRIBE, R.CLUSTER)
         groups = []
-        for group in self.broker.groups.list_groups() if self.coordinates() else []:
+        if code := self.coordinator_error():
+            return {"throttle_time": 0, "error_code": code, "groups": []}
+        for group in self.broker.groups.list_groups():
             if states and group.state not in states:
                 continue
             if everything or self.authorizer.authorize(session.principal, session.host, Op.DESCRIBE, R.GROUP,
@@ -578,11 +605,14 @@ class KafkaApis:
         offsets = {}
         now_ms = self.broker.clock.now_ms()
         group_ok = self._allowed(session, Op.READ, R.GROUP, body.group_id)
+        coordinator = self.coordinator_error() if group_ok else 0
         for topic in body.topics:
             topic_ok = self._allowed(session, Op.READ, R.TOPIC, topic.name)
             for p in topic.partitions:
                 if not group_ok:
                     codes[(topic.name, p.partition_index)] = GROUP_AUTHORIZATION_FAILED
+                elif coordinator:
+                    codes[(topic.name, p.partition_index)] = coordinator
                 elif not topic_ok:
                     codes[(topic.name, p.partition_index)] = TOPIC_AUTHORIZATION_FAILED
                 else:
@@ -603,27 +633,27 @@ class KafkaApis:
 
     async def offset_fetch(self, request: Request, session: Session) -> dict:
         body = request.body
-        if not self._allowed(session, Op.DESCRIBE, R.GROUP, body.group_id):
-            if request.api_version >= 2:
-                return {"throttle_time": 0, "topics": [], "error_code": GROUP_AUTHORIZATION_FAILED}
+        group_ok = self._allowed(session, Op.DESCRIBE, R.GROUP, body.group_id)
+        coordinator = self.coordinator_error() if group_ok else 0
+        if request.api_version >= 2 and (not group_ok or coordinator):
+            return {"throttle_time": 0, "topics": [], "error_code": coordinator or GROUP_AUTHORIZATION_FAILED}
         if body.topics is None:  # every partition the group committed
             by_topic: dict[str, list[int]] = {}
-            for (t, p) in self.broker.groups.offsets.group_offsets(body.group_id):
+            for (t, p) in self.broker.groups.offsets.group_offsets(body.group_id) if not coordinator else ():
                 by_topic.setdefault(t, []).append(p)
             wanted = sorted(by_topic.items())
         else:
             wanted = [(t.name, list(t.partition_indexes)) for t in body.topics]
-        group_ok = self._allowed(session, Op.DESCRIBE, R.GROUP, body.group_id)
         topics = []
         for name, partitions in wanted:
             topic_ok = self._allowed(session, Op.DESCRIBE, R.TOPIC, name)
-            found = self.broker.groups.committed(body.group_id, [(name, p) for p in partitions]) if (
-                group_ok and topic_ok) else {}
+            readable = group_ok and topic_ok and not coordinator
+            found = self.broker.groups.committed(body.group_id, [(name, p) for p in partitions]) if readable else {}
+            code = 0 if readable else (GROUP_AUTHORIZATION_FAILED if not group_ok else
+                                       coordinator or TOPIC_AUTHORIZATION_FAILED)
             parts = []
             for p in partitions:
                 c = found.get((name, p))
-                code = 0 if group_ok and topic_ok else (
-                    GROUP_AUTHORIZATION_FAILED if not group_ok else TOPIC_AUTHORIZATION_FAILED)
                 parts.append({"partition_index": p, "committed_offset": c.offset if c else -1,
                               "committed_leader_epoch": -1, "metadata": c.metadata if c else "", "error_code": code})
             topics.append({"name": name, "partitions": parts})

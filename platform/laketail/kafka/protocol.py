@@ -57,6 +57,7 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 5),
     22: ("InitProducerId", 0, 4),
+    23: ("OffsetForLeaderEpoch", 2, 4),  # laketail.kafka.epochs
     # transactions (laketail.kafka.txn): the client's versions, before KIP-890's
     24: ("AddPartitionsToTxn", 0, 3),
     25: ("AddOffsetsToTxn", 0, 3),
@@ -74,6 +75,10 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     44: ("IncrementalAlterConfigs", 0, 1),
     47: ("OffsetDelete", 0, 0),
     60: ("DescribeCluster", 0, 1),
+    # transaction admin (laketail.kafka.txn_admin, KIP-664)
+    61: ("DescribeProducers", 0, 0),
+    65: ("DescribeTransactions", 0, 0),
+    66: ("ListTransactions", 0, 1),
 }
 API_VERSIONS = 18
 _KEY_VERSION = struct.Struct(">hh")

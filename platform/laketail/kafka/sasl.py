@@ -31,7 +31,17 @@ any of them:
 A failed exchange is answered SASL_AUTHENTICATION_FAILED (58) with a message that
 never says whether the user exists, after ``connection.failed.authentication.delay.ms``
 (:mod:`laketail.kafka.security`), logged on ``laketail.audit``, and the connection
-is closed. Re-authentication (KIP-368) is not offered: ``session_lifetime_ms`` is 0.
+is closed.
+
+Re-authentication (KIP-368): with ``connections.max.reauth.ms`` above 0, the last
+SaslAuthenticate answer (v1+) carries it as ``session_lifetime_ms``, and the client
+must authenticate again on the same connection before that much time has passed:
+SaslHandshake and SaslAuthenticate once more (:meth:`SaslGate.reauthenticate`), with
+the same mechanism (else ILLEGAL_SASL_STATE and the connection closes) ending as the
+same principal (else SASL_AUTHENTICATION_FAILED and the connection closes), which
+starts a new session. A request other than SaslHandshake on a connection whose session
+has expired closes it (:meth:`SaslGate.expired`), as Kafka's broker does. The lifetime
+is the setting's alone (an OAUTHBEARER token's own expiry does not shorten it).
 After success the connection's :class:`~laketail.kafka.apis.Session` carries
 ``User:<name>``, the principal the HTTP listeners give the same user, so the same
 ACLs apply.
@@ -47,7 +57,8 @@ import hashlib
 import hmac
 import logging
 import os
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Callable
 
 from laketail.errors import SaslAuthenticationFailed
 from laketail.kafka.protocol import API_VERSIONS, CloseConnection, Request
@@ -80,15 +91,35 @@ class Answer:
 class SaslGate:
     """The SASL state of one connection: handshake, then authenticate, then done."""
 
-    def __init__(self, authenticator: "Authenticator", session: "Session", listener: str) -> None:
+    def __init__(self, authenticator: "Authenticator", session: "Session", listener: str,
+                 reauth_ms: int = 0, now: Callable[[], float] = time.monotonic) -> None:
         self.authenticator = authenticator
         self.session = session
         self.listener = listener
         self.mechanism: str | None = None
         self.scram: ScramExchange | None = None
         self.authenticated = False
+        #: connections.max.reauth.ms: the session lifetime given to clients (0: unlimited)
+        self.reauth_ms = reauth_ms
+        self._now = now  # monotonic seconds
+        #: when the session ends unless the client re-authenticates (None: never)
+        self.expires_at: float | None = None
+        #: while re-authenticating: the principal and mechanism the new exchange must keep
+        self._before: tuple[KafkaPrincipal, str] | None = None
         #: after a SaslHandshake v0: the next frames are raw SASL tokens, not requests
         self.raw = False
+
+    def expired(self) -> bool:
+        """Whether the authenticated session outlived ``connections.max.reauth.ms``."""
+        return self.expires_at is not None and self._now() >= self.expires_at
+
+    def reauthenticate(self) -> None:
+        """An authenticated client starts the exchange again (KIP-368): until it
+        completes, only the exchange is served, and it must keep the principal and the
+        mechanism."""
+        assert self.authenticated and self.mechanism is not None
+        self._before = (self.session.principal, self.mechanism)
+        self.mechanism, self.scram, self.authenticated = None, None, False
 
     async def answer(self, request: Request) -> Answer:
         if request.api_key == API_VERSIONS:
@@ -103,7 +134,8 @@ class SaslGate:
                            "reason=%s", self.session.host, self.listener, exc.detail)
                 return Answer({"error_code": SASL_AUTHENTICATION_FAILED, "error_message": exc.message,
                                "auth_bytes": b"", "session_lifetime": 0}, close=True)
-            return Answer({"error_code": 0, "error_message": None, "auth_bytes": token, "session_lifetime": 0})
+            lifetime = self.reauth_ms if self.authenticated else 0
+            return Answer({"error_code": 0, "error_message": None, "auth_bytes": token, "session_lifetime": lifetime})
         raise CloseConnection(f"API key {request.api_key} before SASL authentication completed")
 
     async def raw_token(self, token: bytes) -> bytes:
@@ -120,6 +152,8 @@ class SaslGate:
         enabled = self.authenticator.mechanisms
         if mechanism not in enabled:
             return Answer({"error_code": UNSUPPORTED_SASL_MECHANISM, "mechanisms": enabled}, close=True)
+        if self._before is not None and mechanism != self._before[1]:
+            return Answer({"error_code": ILLEGAL_SASL_STATE, "mechanisms": enabled}, close=True)
         self.mechanism = mechanism
         self.raw = version == 0
         return Answer({"error_code": 0, "mechanisms": enabled})
@@ -152,8 +186,13 @@ class SaslGate:
         return final
 
     def _done(self, principal: KafkaPrincipal) -> None:
+        if self._before is not None and principal != self._before[0]:
+            raise SaslAuthenticationFailed(f"cannot change principals during re-authentication from "
+                                           f"{self._before[0]}: {principal}")
         self.session.principal = principal
         self.authenticated = True
+        self._before = None
+        self.expires_at = self._now() + self.reauth_ms / 1000 if self.reauth_ms > 0 else None
 
 
 def _plain(token: bytes) -> tuple[str, str, str]:

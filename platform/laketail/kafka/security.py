@@ -77,7 +77,8 @@ class ListenerSecurity:
         SASL gate on ``SASL_*``; :class:`CloseConnection` for an unmapped certificate."""
         if self.listener.sasl:
             assert self.authenticator is not None
-            return SaslGate(self.authenticator, session, self.listener.name)
+            return SaslGate(self.authenticator, session, self.listener.name,
+                            reauth_ms=self.settings.connections_max_reauth_ms)
         if ssl_object is not None and self.authenticator is not None:
             subject = (ssl_object.getpeercert() or {}).get("subject")  # {} unless verified
             if subject:

@@ -15,7 +15,9 @@ A connection is closed, and only that connection, when:
   ``connections.max.idle.ms`` and default, 10 minutes), or a started frame is not
   complete within ``laketail.request.body.timeout.ms`` (a slow or half-open client);
 * on a ``SASL_*`` listener, a request other than ApiVersions, SaslHandshake and
-  SaslAuthenticate arrives before authentication, or authentication fails (answered
+  SaslAuthenticate arrives before authentication (or re-authentication, KIP-368), a
+  request other than SaslHandshake arrives after the session's
+  ``connections.max.reauth.ms``, or authentication fails (answered
   first, except after SaslHandshake v0, whose raw tokens have no error frame); on
   ``SSL``/``SASL_SSL``, the TLS handshake fails or a client certificate's
   subject matches no ``ssl.principal.mapping.rules`` rule
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence
 from laketail.errors import SaslAuthenticationFailed
 from laketail.kafka.apis import KafkaApis, Session
 from laketail.kafka.protocol import CloseConnection, build, decode_request, encode_response
+from laketail.kafka.sasl import SASL_HANDSHAKE
 from laketail.kafka.security import ListenerSecurity
 from laketail.security.principal import ANONYMOUS
 
@@ -127,6 +130,12 @@ class KafkaListener:
                 await self._raw_sasl_token(gate, frame, writer)
                 continue
             request = decode_request(frame)
+            if gate is not None and gate.authenticated:  # KIP-368: a session ends unless renewed
+                if request.api_key == SASL_HANDSHAKE and gate.reauth_ms > 0:
+                    gate.reauthenticate()
+                elif gate.expired():
+                    raise CloseConnection("the SASL session expired without re-authentication "
+                                          "(connections.max.reauth.ms)")
             if gate is not None and not gate.authenticated:  # SASL: nothing but the exchange until it succeeds
                 answer = await gate.answer(request)
                 if answer.data is not None:

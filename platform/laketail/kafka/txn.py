@@ -42,7 +42,6 @@ from laketail.kafka.apis import (
     CLUSTER_AUTHORIZATION_FAILED,
     GROUP_AUTHORIZATION_FAILED,
     INVALID_REQUEST,
-    NOT_COORDINATOR,
     TOPIC_AUTHORIZATION_FAILED,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     ApiPart,
@@ -88,7 +87,7 @@ class TransactionApis(ApiPart):
         or this broker does not coordinate transactions."""
         if not self._allowed(session, Op.WRITE, R.TRANSACTIONAL_ID, transactional_id):
             return TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        return 0 if self.coordinates() else NOT_COORDINATOR
+        return self.coordinator_error()
 
     async def init_producer_id(self, request: Request, session: Session) -> dict:
         body = request.body
