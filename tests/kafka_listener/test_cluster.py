@@ -235,6 +235,7 @@ def _produce_all(bootstrap: str, topic: str, values: list[bytes]) -> None:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.fault
 def test_a_consumer_group_follows_its_coordinator_through_a_controller_kill(killable_cluster):
     """FindCoordinator names the controller; when it is killed -9 mid-consumption the
     group's next requests get NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE, the client
@@ -312,6 +313,7 @@ def _leader_epoch(port: int, topic: str) -> int:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.fault
 def test_offset_for_leader_epoch_through_a_leader_change(killable_cluster):
     """After the leader's kill -9 the new leader says where the old epoch ended (where
     its own began), fences a client still on the old epoch, and a confluent-kafka
