@@ -288,7 +288,8 @@ class ProducePath:
     ) -> int:
         """One producer batch to one named partition, as Kafka's Produce carries it:
         the checks of :meth:`produce` (internal topics, the producer's state, every
-        record against ``max.message.bytes``, timestamps, ``message.timestamp.type``)
+        record against ``max.message.bytes``, the subject's schemas on a topic with
+        ``confluent.*.schema.validation``, timestamps, ``message.timestamp.type``)
         without its partitioning and column work, which cost more than the append for
         the one- or two-record batches a client sends at a low rate. Returns the base
         offset once ``acks`` is satisfied; nothing is written unless every check passes."""
@@ -305,6 +306,8 @@ class ProducePath:
             raise InvalidRequest("a produce request needs at least one record")
         config = self._runtime(topic).config
         self._check_sizes(keys, values, headers, config.max_message_bytes)
+        if config.confluent_value_schema_validation or config.confluent_key_schema_validation:
+            await self._check_schemas(topic, pa.table({"key": keys, "value": values}))
         if config.message_timestamp_type == "LogAppendTime":
             ts_type = LOG_APPEND_TIME
             max_ts_us = self.clock.now_ms() * 1000
