@@ -14,7 +14,7 @@ Kafka's milliseconds and convert at their edge.
 from __future__ import annotations
 
 import functools
-from typing import Literal
+from typing import Any, Iterator, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -227,6 +227,17 @@ def _wide_columns(narrow: pa.RecordBatch | pa.Table, partition: int, first_offse
     by_name["offset"] = pa.array(np.arange(first_offset, first_offset + n, dtype=np.int64))
     by_name["leader_epoch"] = leader_epochs
     return [by_name[f.name] for f in RECORD_SCHEMA]
+
+
+def data_records(records: pa.Table | pa.RecordBatch) -> Iterator[tuple[Any, Any, int]]:
+    """``(key, value, offset)`` of each record that is not a transaction marker: what an
+    internal topic's reader (a coordinator's or the schema registry's load) replays."""
+    for key, value, offset, control in zip(
+        records.column("key").to_pylist(), records.column("value").to_pylist(),
+        records.column("offset").to_pylist(), records.column("control").to_pylist(),
+    ):
+        if control is None:
+            yield key, value, offset
 
 
 def payload_bytes(column: pa.Array | pa.ChunkedArray) -> int:

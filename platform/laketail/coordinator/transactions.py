@@ -99,7 +99,7 @@ from laketail.errors import (
     TransactionalIdNotFound,
     UnknownTopicOrPartition,
 )
-from laketail.records import build_frame_batch
+from laketail.records import build_frame_batch, data_records
 from laketail.storage.partition_log import ProducerBatch
 
 if TYPE_CHECKING:
@@ -343,12 +343,7 @@ class TransactionCoordinator:
     async def _read_partition(self, partition: int, latest: dict[StateKey, tuple[bytes | None, int, int]]) -> None:
         """Fill ``latest`` (state key -> value, partition, offset) from one partition."""
         async for records in self.internal_log.read_to_log_end(TXN_TOPIC, partition):
-            for key, value, offset, control in zip(
-                records.column("key").to_pylist(), records.column("value").to_pylist(),
-                records.column("offset").to_pylist(), records.column("control").to_pylist(),
-            ):
-                if control is not None:
-                    continue
+            for key, value, offset in data_records(records):
                 try:
                     state_key = decode_key(key)
                 except UNDECODABLE as exc:

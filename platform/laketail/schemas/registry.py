@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pyarrow as pa
 
+from laketail.records import data_records
 from laketail.schemas import compatibility as compat
 from laketail.schemas.errors import (
     IncompatibleSchema,
@@ -129,12 +130,7 @@ class SchemaRegistry:
             return
         self._topic_ready = True
         async for records in self.internal_log.read_to_log_end(SCHEMAS_TOPIC, 0):
-            for key, value, offset, control in zip(
-                records.column("key").to_pylist(), records.column("value").to_pylist(),
-                records.column("offset").to_pylist(), records.column("control").to_pylist(),
-            ):
-                if control is not None:
-                    continue
+            for key, value, offset in data_records(records):
                 try:
                     self.replay(key, value)
                 except (ValueError, TypeError, KeyError, AttributeError) as exc:
