@@ -232,3 +232,39 @@ def test_a_topic_created_through_a_deposed_controller_is_not_controller_and_leav
         assert "late" not in {t.name for t in new.catalog.topics()}
 
     run(tmp_path, scenario)
+
+
+def test_a_controller_deposed_while_it_had_nothing_to_write_steps_down_and_the_cluster_heals(tmp_path):
+    """The old controller, cut off from every broker, declares them dead and writes that
+    (its tick comes first); the others then elect a new controller that takes it for dead.
+    The old one has nothing left to write, so no write of its own is ever fenced: it stayed
+    the controller in its own eyes, never heartbeat to the new one, and the partitions
+    whose ISR it had shrunk to itself stayed offline for good (the short Jepsen run in CI:
+    ``__consumer_offsets-1 has no leader`` for minutes after healing). Now a controller
+    checks its epoch in the store every heartbeat interval and steps down when it was
+    superseded."""
+
+    async def scenario(c: Cluster) -> None:
+        await _topic(c, "t", 3)
+        old = c.controller()
+        c.network.isolated.add(old.broker_id)  # running, reaching the store, reaching no broker
+        await c.advance(SESSION_MS + 2 * HEARTBEAT_MS)
+        new = c.controller()
+        assert new.broker_id != old.broker_id
+
+        c.network.heal()
+        await c.advance(3 * HEARTBEAT_MS)
+        assert [b.broker_id for b in c.brokers.values() if b.cluster.is_controller] == [new.broker_id]
+
+        async def rounds() -> None:
+            await c.advance(HEARTBEAT_MS)
+            c.check_isr()
+
+        def healed() -> bool:
+            regs = [c.registration("t", p) for p in range(3)]
+            return all(r.leader != -1 and sorted(r.isr) == [1, 2, 3] for r in regs) and c.converged("t", 3)
+
+        await c.until("every partition led and fully in sync again", healed, step=rounds, rounds=60)
+        assert old.cluster.image.controller_id == new.broker_id
+
+    run(tmp_path, scenario)

@@ -18,6 +18,13 @@ Elections (Kafka's rules):
   even have noticed) gets a new leader epoch for what it leads, so its followers can
   tell its new appends from whatever the old process wrote and never acknowledged.
 
+Staying the controller: a write of a controller that another broker superseded is
+fenced (:class:`ControllerDeposed`), but a controller with nothing to write would never
+learn of it. So the tick reads the controller's epoch in the store every heartbeat
+interval and steps down when it moved on; and time the controller itself did not run
+(a stalled process: SIGSTOP, a long pause) does not count against the brokers'
+sessions: their heartbeats could not have been heard.
+
 Time: liveness, session deadlines and registration times read the node's injected
 clock (:attr:`ClusterNode.clock`), so a test moves them by hand.
 
@@ -96,6 +103,8 @@ class Controller:
         self._lock = asyncio.Lock()
         self._leos_dirty = False
         self._last_leo_write = self.clock.monotonic()
+        self._last_tick = self.clock.monotonic()
+        self._verified_at = self.clock.monotonic()
         self.active = False
 
     # -- activation ------------------------------------------------------------------------
@@ -107,6 +116,7 @@ class Controller:
         partitions = await asyncio.to_thread(self.store.partitions)
         await asyncio.to_thread(self.host.catalog.reload)
         now = self.clock.monotonic()
+        self._last_tick = self._verified_at = now
         me = self.node.registration
         brokers[me.broker_id] = me
         for b in brokers.values():
@@ -211,8 +221,17 @@ class Controller:
         """Declare brokers silent past the session timeout dead; elect what that needs;
         write the replicas' last known log end offsets now and then."""
         now = self.clock.monotonic()
-        self._record_leos(self.node.broker_id, self.node.leos())
         timeout = self.settings.broker_session_timeout_ms / 1000
+        stalled = now - self._last_tick
+        self._last_tick = now
+        if stalled > timeout:  # this process did not run: nobody's heartbeat could be heard
+            log.warning("the controller did not run for %.1f s: every broker gets that time back", stalled)
+            for broker_id in self.last_seen:
+                self.last_seen[broker_id] += stalled
+        if now - self._verified_at >= self.settings.broker_heartbeat_interval_ms / 1000:
+            if not await self._still_controller():
+                return
+        self._record_leos(self.node.broker_id, self.node.leos())
         dead = [
             b.broker_id for b in self.brokers.values()
             if b.alive and b.broker_id != self.node.broker_id and now - self.last_seen.get(b.broker_id, now) > timeout
@@ -230,6 +249,19 @@ class Controller:
                 await self._persist()
             elif self._leos_dirty and now - self._last_leo_write > LEO_WRITE_INTERVAL_S:
                 await self._persist(publish=False)
+
+    async def _still_controller(self) -> bool:
+        """Whether the store still names this controller; steps down when not (another
+        broker claimed while this one was cut off, stalled, or wrote nothing to be fenced)."""
+        controller_id, epoch = await asyncio.to_thread(self.store.controller)
+        self._verified_at = self.clock.monotonic()
+        if (controller_id, epoch) == (self.node.broker_id, self.epoch):
+            return True
+        log.warning("controller epoch %d was superseded by broker %d at epoch %d; stepping down",
+                    self.epoch, controller_id, epoch)
+        self.active = False
+        self.node.controller_deposed(self)
+        return False
 
     def _alive(self, broker_id: int) -> bool:
         b = self.brokers.get(broker_id)
