@@ -105,6 +105,7 @@ class Controller:
         self._last_leo_write = self.clock.monotonic()
         self._last_tick = self.clock.monotonic()
         self._verified_at = self.clock.monotonic()
+        self._alone_since: float | None = None  # since when no broker is heard from (:meth:`_cut_off`)
         self.active = False
 
     # -- activation ------------------------------------------------------------------------
@@ -236,7 +237,13 @@ class Controller:
             b.broker_id for b in self.brokers.values()
             if b.alive and b.broker_id != self.node.broker_id and now - self.last_seen.get(b.broker_id, now) > timeout
         ]
+        if not dead:
+            self._alone_since = None
+        elif self._cut_off(dead, now, timeout):
+            return
         if dead:
+            if not await self._still_controller():  # a claim may be what silenced them
+                return
             async with self._lock:
                 for broker_id in dead:
                     log.warning("broker %d missed heartbeats for %.1f s: it is dead", broker_id, timeout)
@@ -249,6 +256,23 @@ class Controller:
                 await self._persist()
             elif self._leos_dirty and now - self._last_leo_write > LEO_WRITE_INTERVAL_S:
                 await self._persist(publish=False)
+
+    def _cut_off(self, silent: list[int], now: float, timeout: float) -> bool:
+        """Whether to hold off declaring ``silent`` dead: when every other live broker of
+        three or more went silent at once, the likelier story is that this controller is
+        the one cut off; they then claim the controller after a session of not hearing
+        from it (and this one steps down at its next epoch check, having written nothing).
+        Only after one more session of silence are they declared dead (every other broker
+        really died). Two brokers keep the plain rule: the survivor of a pair cannot tell."""
+        others = {b.broker_id for b in self.brokers.values() if b.alive and b.broker_id != self.node.broker_id}
+        if len(others) < 2 or set(silent) != others:
+            self._alone_since = None
+            return False
+        if self._alone_since is None:
+            self._alone_since = now
+            log.warning("no broker was heard from for %.1f s: waiting a session for a claim of the controller "
+                        "before declaring brokers %s dead", timeout, sorted(others))
+        return now - self._alone_since <= timeout
 
     async def _still_controller(self) -> bool:
         """Whether the store still names this controller; steps down when not (another
