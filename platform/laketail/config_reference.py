@@ -137,6 +137,10 @@ BROKER_KEY_DOCS: dict[str, str] = {
                                  "clients (KIP-368): a client re-authenticates on the same "
                                  "connection before it ends, or its next request closes the "
                                  "connection. 0: sessions never end.",
+    "max.incremental.fetch.session.cache.slots": "Incremental fetch sessions (KIP-227) a broker "
+                                                 "keeps for Kafka consumers; past it a new session "
+                                                 "evicts a stale or smaller one, or the fetch goes "
+                                                 "without a session.",
     "laketail.inter.broker.secret": "The cluster secret every peer shows on the inter-broker "
                                     "listener (laketail's stand-in for Kafka's inter-broker "
                                     "credentials). Keep it in the environment; never shown.",

@@ -9,12 +9,14 @@ metadata and retry at the new leader; Fetch v12 also carries the leader it knows
 leader instead (§8); the Kafka listener answers as Kafka does, so clients learn where
 to go rather than paying a forward on every request.
 
-:class:`LeaderGate` wraps the Produce and Fetch handlers of
+:class:`LeaderGate` wraps the Produce handler of
 :class:`~laketail.kafka.apis.KafkaApis`: it takes the partitions this broker does not
 lead out of the request, lets the handler answer the rest, and adds the refusals to
-its answer. A partition the cluster image gives this broker (an election it has not
-opened its replica for yet), an unknown one and an unauthorized one go to the handler,
-which answers them as before. A broker that leads everything (alone, the common case)
+its answer. Fetch asks it per partition (``fetch_refusal``), since a fetch session's
+partitions need not be in the request; a refused partition is an error, so that fetch
+answers at once rather than long-polling the rest. A partition the cluster image gives
+this broker (an election it has not opened its replica for yet) and an unknown one go
+to the handler, which answers them as before. A broker that leads everything (alone, the common case)
 costs one lookup per partition. ``acks=0`` produce is never refused: that client reads
 no answer, so the broker forwards it as the REST path does.
 """
@@ -22,7 +24,6 @@ no answer, so the broker forwards it as the REST path does.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from laketail.cluster.metadata import NO_LEADER
@@ -84,37 +85,16 @@ class LeaderGate:
 
         return gated
 
-    def fetch(self, handler: Handler) -> Handler:
-        async def gated(request: Request, session: "Session") -> Any:
-            body = request.body
-            if body.session_id != 0:
-                return await handler(request, session)
-            refused: dict[str, list[dict]] = {}
-            kept = []
-            for topic in body.topics:
-                parts = []
-                for part in topic.partitions:
-                    elsewhere = self.leader_elsewhere(topic.topic, part.partition)
-                    if elsewhere is None:
-                        parts.append(part)
-                    else:
-                        refused.setdefault(topic.topic, []).append(
-                            {"partition_index": part.partition, "error_code": NOT_LEADER_OR_FOLLOWER,
-                             "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
-                             "aborted_transactions": [], "preferred_read_replica": -1, "records": b"",
-                             "current_leader": {"leader_id": elsewhere[0], "leader_epoch": elsewhere[1]}})
-                if parts:
-                    kept.append(dataclasses.replace(topic, partitions=tuple(parts)))
-            if not refused:
-                return await handler(request, session)
-            answer: dict = {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": []}
-            if kept:  # an error answer makes Kafka's fetch complete at once: no long poll for the rest
-                answer = await handler(_with_body(request, dataclasses.replace(body, topics=tuple(kept),
-                                                                               max_wait=datetime.timedelta(0))),
-                                       session)
-            return _merge(answer, refused, "responses", "topic", "partitions")
-
-        return gated
+    def fetch_refusal(self, topic: str, partition: int) -> dict | None:
+        """A Fetch partition's answer fields when another broker leads it (with Fetch
+        v12's ``current_leader``), None when this broker answers it. Asked per partition
+        of the fetch context (a fetch session's partitions are not in the request), after
+        the Read check, as Kafka's ``KafkaApis`` authorizes before it reads."""
+        elsewhere = self.leader_elsewhere(topic, partition)
+        if elsewhere is None:
+            return None
+        return {"error_code": NOT_LEADER_OR_FOLLOWER,
+                "current_leader": {"leader_id": elsewhere[0], "leader_epoch": elsewhere[1]}}
 
 
 def _with_body(request: Request, body: Any) -> Request:

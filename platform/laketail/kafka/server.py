@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence
 
 from laketail.errors import SaslAuthenticationFailed
 from laketail.kafka.apis import KafkaApis, Session
+from laketail.kafka.fetch_session import FetchSessionCache
 from laketail.kafka.protocol import CloseConnection, build, decode_request, encode_response
 from laketail.kafka.sasl import SASL_HANDSHAKE
 from laketail.kafka.security import ListenerSecurity
@@ -173,9 +174,11 @@ def kafka_listeners(app: Any, settings: "BrokerSettings") -> list[KafkaListener]
 
     out = []
     authenticator = None
+    sessions = FetchSessionCache(settings.max_incremental_fetch_session_cache_slots)  # one per broker, as Kafka's
     for lst in listener_plan(settings).kafka:
         host, _, port = lst.advertised_url.removeprefix("kafka://").rpartition(":")
-        apis = KafkaApis(app.state.broker, app.state.authorizer, (host.strip("[]"), int(port)), lst.name)
+        apis = KafkaApis(app.state.broker, app.state.authorizer, (host.strip("[]"), int(port)), lst.name,
+                         sessions)
         if (lst.sasl or lst.tls) and authenticator is None:
             authenticator = Authenticator(settings)  # one credential snapshot for every Kafka listener
         out.append(KafkaListener(lst, apis, settings, ListenerSecurity(lst, settings, authenticator)))
