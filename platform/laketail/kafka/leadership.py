@@ -18,7 +18,10 @@ answers at once rather than long-polling the rest. A partition the cluster image
 this broker (an election it has not opened its replica for yet) and an unknown one go
 to the handler, which answers them as before. A broker that leads everything (alone, the common case)
 costs one lookup per partition. ``acks=0`` produce is never refused: that client reads
-no answer, so the broker forwards it as the REST path does.
+no answer, so the broker forwards it as the REST path does. Produce v10+ answers carry
+KIP-951's hints: each refused partition's ``current_leader`` and the leaders'
+``node_endpoints``. Fetch's ``node_endpoints`` come only with v16, which names topics by
+id and is not served.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class LeaderGate:
 
     def __init__(self, apis: "KafkaApis") -> None:
         self.broker = apis.broker
+        self.brokers = apis.brokers
 
     def leader_elsewhere(self, topic: str, partition: int) -> tuple[int, int] | None:
         """``(leader id, leader epoch)`` when another broker leads the partition (or none
@@ -76,14 +80,40 @@ class LeaderGate:
                 if parts:
                     kept.append(dataclasses.replace(topic, partition_data=tuple(parts)))
             if not refused:
-                return await handler(request, session)
+                return self._leader_hints(await handler(request, session))
             answer: dict = {"responses": [], "throttle_time": 0}
             if kept:
                 answer = await handler(_with_body(request, dataclasses.replace(body, topic_data=tuple(kept))),
                                        session)
-            return _merge(answer, refused, "responses", "name", "partition_responses")
+            return self._leader_hints(_merge(answer, refused, "responses", "name", "partition_responses"))
 
         return gated
+
+    def _leader_hints(self, answer: dict | None) -> dict | None:
+        """KIP-951 (Produce v10+, tagged fields older versions do not write): every
+        partition answered NOT_LEADER_OR_FOLLOWER, refused here or by the replica, names
+        its leader and epoch as the cluster image has them (-1 when it has none), and the
+        answer lists those leaders' endpoints on this listener, as Kafka's
+        ``KafkaApis.handleProduceRequest`` does, so the client retries there without
+        waiting for a Metadata round trip."""
+        if answer is None:
+            return None
+        leaders: set[int] = set()
+        for topic in answer["responses"]:
+            for part in topic["partition_responses"]:
+                if part["error_code"] != NOT_LEADER_OR_FOLLOWER:
+                    continue
+                try:
+                    state = self.broker.partition_state(topic["name"], part["index"])
+                    leader, epoch = state.leader, state.leader_epoch
+                except Exception:  # noqa: BLE001 - a partition the image lacks: no hint
+                    leader, epoch = NO_LEADER, -1
+                part["current_leader"] = {"leader_id": leader, "leader_epoch": epoch}
+                leaders.add(leader)
+        if leaders:
+            answer["node_endpoints"] = [{"node_id": b["node_id"], "host": b["host"], "port": b["port"],
+                                         "rack": b["rack"]} for b in self.brokers() if b["node_id"] in leaders]
+        return answer
 
     def fetch_refusal(self, topic: str, partition: int) -> dict | None:
         """A Fetch partition's answer fields when another broker leads it (with Fetch
