@@ -281,6 +281,7 @@ class BrokerSettings:
     # clients keep connections open between requests; connections.max.idle.ms above is HTTP's.
     kafka_connections_max_idle_ms: int = 600_000
     connections_max_reauth_ms: int = 0  # Kafka's: SASL session lifetime on Kafka listeners (KIP-368)
+    max_incremental_fetch_session_cache_slots: int = 1000  # Kafka's: fetch sessions per broker (KIP-227)
     inter_broker_secret: str = ""
     sasl_enabled_mechanisms: str = "SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"
     sasl_credential_cache_ms: int = 30_000
@@ -396,6 +397,7 @@ _BROKER_KEYS = {
     "laketail.kafka.listener.names": "kafka_listener_names",
     "laketail.kafka.connections.max.idle.ms": "kafka_connections_max_idle_ms",
     "connections.max.reauth.ms": "connections_max_reauth_ms",
+    "max.incremental.fetch.session.cache.slots": "max_incremental_fetch_session_cache_slots",
     # laketail: the secret every broker shows on the inter-broker listener (a cluster secret,
     # laketail's stand-in for Kafka's inter-broker SASL credentials); keep it in the environment.
     "laketail.inter.broker.secret": "inter_broker_secret",

@@ -136,7 +136,13 @@ BROKER_KEY_DOCS: dict[str, str] = {
     "connections.max.reauth.ms": "On SASL Kafka listeners, the session lifetime given to "
                                  "clients (KIP-368): a client re-authenticates on the same "
                                  "connection before it ends, or its next request closes the "
-                                 "connection. 0: sessions never end.",
+                                 "connection. An OAUTHBEARER session ends at its token's "
+                                 "expiry if that comes first. 0: only OAUTHBEARER sessions "
+                                 "end (at their token's expiry), as in Kafka.",
+    "max.incremental.fetch.session.cache.slots": "Incremental fetch sessions (KIP-227) a broker "
+                                                 "keeps for Kafka consumers; past it a new session "
+                                                 "evicts a stale or smaller one, or the fetch goes "
+                                                 "without a session.",
     "laketail.inter.broker.secret": "The cluster secret every peer shows on the inter-broker "
                                     "listener (laketail's stand-in for Kafka's inter-broker "
                                     "credentials). Keep it in the environment; never shown.",

@@ -113,6 +113,31 @@ def test_produce_and_fetch_to_a_follower_are_not_leader_or_follower(kafka_cluste
         part = fetched.responses[0].partitions[0]
         assert int(part.error_code) == 6
         assert part.current_leader.leader_id == leader  # KIP-595's hint
+        # Produce v10 (KIP-951): the leader and its Kafka endpoint in the refusal
+        answer = _call(sock, 0, 10, {"acks": -1, "timeout": 30_000, "transactional_id": None,
+                                     "topic_data": [{"name": topic, "partition_data": [{"index": 0,
+                                                                                        "records": batch}]}]},
+                       correlation_id=9)
+        part = answer.responses[0].partition_responses[0]
+        assert int(part.error_code) == 6
+        meta = _call(sock, 3, 9, {"topics": [{"name": topic}], "allow_auto_topic_creation": False},
+                     correlation_id=12)
+        epoch = meta.topics[0].partitions[0].leader_epoch
+        assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (leader, epoch)
+        assert [(n.node_id, n.host, n.port) for n in answer.node_endpoints] == [
+            (leader, "127.0.0.1", kafka_cluster.kafka_ports[leader])]
+        # a fetch session's partitions are checked too: refused in the full answer and
+        # in every incremental one (an error is always answered)
+        session_fetch = {"max_wait": 100, "min_bytes": 1, "session_id": 0, "session_epoch": 0,
+                         "forgotten_topics_data": [],
+                         "topics": [{"topic": topic, "partitions": [{"partition": 0, "fetch_offset": 0,
+                                                                     "partition_max_bytes": 1 << 20}]}]}
+        full = _call(sock, 1, 12, session_fetch, correlation_id=10)
+        assert full.session_id > 0 and int(full.responses[0].partitions[0].error_code) == 6
+        incremental = _call(sock, 1, 12, {**session_fetch, "session_id": full.session_id, "session_epoch": 1,
+                                          "topics": []}, correlation_id=11)
+        part = incremental.responses[0].partitions[0]
+        assert (int(part.error_code), part.current_leader.leader_id) == (6, leader)
     assert kafka_cluster.partitions(topic)[0]["leader"] == leader
     # nothing was written through the follower
     assert kafka_cluster.get(kafka_cluster[leader], f"/topics/{topic}/partitions/0/offsets").json()["end_offset"] == 0

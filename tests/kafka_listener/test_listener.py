@@ -132,7 +132,7 @@ def test_invalid_acks_is_invalid_required_acks(kafka_broker):
     assert httpx.get(f"{kafka_broker.url}/topics/{topic}/partitions/0/offsets").json()["end_offset"] == 0
 
 
-def test_an_incremental_fetch_session_is_refused(kafka_broker):
+def test_an_incremental_fetch_of_an_unknown_session_is_fetch_session_id_not_found(kafka_broker):
     with _connect(kafka_broker) as sock:
         answer = _call(sock, 1, 12, {"max_wait": 0, "min_bytes": 1, "session_id": 123, "session_epoch": 1,
                                      "topics": [], "forgotten_topics_data": []})

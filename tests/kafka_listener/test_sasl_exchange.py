@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import base64
 
+import jwt
 import pytest
 
 from laketail.errors import SaslAuthenticationFailed
 from laketail.kafka.apis import Session
 from laketail.kafka.protocol import CloseConnection, Request
-from laketail.kafka.sasl import SaslGate, ScramExchange
+from laketail.kafka.sasl import SaslGate, ScramExchange, session_lifetime_ms
 from laketail.security import scram
 from laketail.security.principal import ANONYMOUS, KafkaPrincipal
 
@@ -296,3 +297,54 @@ def test_reauthentication_as_another_principal_is_refused():
     bob = _plain_login(gate, b"\0bob\0pw")
     assert bob.close and bob.data["error_code"] == 58 and "cannot change principals" in bob.data["error_message"]
     assert session.principal == KafkaPrincipal.user("alice")
+
+
+def test_the_session_lifetime_is_kafkas_rule():
+    # connections.max.reauth.ms alone; capped at a credential's remaining life; that life
+    # alone when the setting is 0; never below 0; no end when neither applies
+    assert session_lifetime_ms(5000, None, 1_000_000) == 5000
+    assert session_lifetime_ms(5000, 1_003_000, 1_000_000) == 3000
+    assert session_lifetime_ms(5000, 1_600_000, 1_000_000) == 5000
+    assert session_lifetime_ms(0, 1_003_000, 1_000_000) == 3000
+    assert session_lifetime_ms(5000, 999_000, 1_000_000) == 0
+    assert session_lifetime_ms(0, None, 1_000_000) is None
+
+
+class OAuthAuthenticator(FakeAuthenticator):
+    """Verifies nothing (the real one checks the signature): any JWT is ``alice``."""
+
+    mechanisms = ["OAUTHBEARER", "PLAIN"]
+
+    def bearer(self, token: str) -> KafkaPrincipal:
+        return KafkaPrincipal.user("alice")
+
+
+def _oauth_login(gate: SaslGate, exp: int):
+    token = jwt.encode({"sub": "alice", "exp": exp}, "k" * 32, algorithm="HS256")
+    return _plain_login(gate, b"n,,\x01auth=Bearer %s\x01\x01" % token.encode(), mechanism="OAUTHBEARER")
+
+
+@pytest.mark.parametrize("reauth_ms", [5000, 0])
+def test_an_oauthbearer_session_ends_when_its_token_does(reauth_ms):
+    session, clock = Session(ANONYMOUS, "127.0.0.1"), Clock()
+    wall = 1_700_000_000.0
+    gate = SaslGate(OAuthAuthenticator(), session, "SASL", reauth_ms=reauth_ms, now=clock,  # type: ignore[arg-type]
+                    wall=lambda: wall)
+    done = _oauth_login(gate, exp=int(wall) + 3)
+    assert done.data["error_code"] == 0 and done.data["session_lifetime"] == 3000  # the token's, not 5000
+    clock.now += 2.9
+    assert not gate.expired()
+    gate.reauthenticate()  # a fresh token renews the session on the same connection
+    wall += 2.9
+    again = _oauth_login(gate, exp=int(wall) + 600)
+    assert again.data["session_lifetime"] == (5000 if reauth_ms else 600_000 - 900)
+    clock.now += 4.9
+    assert not gate.expired()
+    clock.now += 600
+    assert gate.expired()
+
+
+def test_a_plain_session_with_reauth_off_still_never_ends_beside_oauthbearer():
+    session, clock = Session(ANONYMOUS, "127.0.0.1"), Clock()
+    gate = SaslGate(OAuthAuthenticator(), session, "SASL", reauth_ms=0, now=clock)  # type: ignore[arg-type]
+    assert _plain_login(gate).data["session_lifetime"] == 0 and gate.expires_at is None

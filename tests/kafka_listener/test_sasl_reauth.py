@@ -12,8 +12,11 @@ import time
 import uuid
 from typing import Iterator
 
+import jwt
 import pytest
 from confluent_kafka import Producer
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tests.kafka_listener.conftest import KafkaBroker
 from tests.kafka_listener.test_listener import _call, _closed
@@ -22,14 +25,20 @@ from tests.security.support import add_user
 pytestmark = pytest.mark.integration
 LIFETIME_MS = 5000
 PASSWORD = "carol-pw-9"
+OAUTH_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
 
 @pytest.fixture(scope="module")
 def reauth_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    data = tmp_path_factory.mktemp("kafka-reauth") / "data"
+    base = tmp_path_factory.mktemp("kafka-reauth")
+    data = base / "data"
     add_user(data, "carol", PASSWORD)
+    public_pem = base / "oauth-public.pem"
+    public_pem.write_bytes(OAUTH_KEY.public_key().public_bytes(serialization.Encoding.PEM,
+                                                                serialization.PublicFormat.SubjectPublicKeyInfo))
     proc = KafkaBroker(data, env={"LAKETAIL_LISTENER_SECURITY_PROTOCOL_MAP": "KAFKA:SASL_PLAINTEXT",
-                                  "LAKETAIL_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-256,PLAIN",
+                                  "LAKETAIL_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-256,PLAIN,OAUTHBEARER",
+                                  "LAKETAIL_SASL_OAUTHBEARER_JWKS_ENDPOINT_URL": str(public_pem),
                                   "LAKETAIL_CONNECTIONS_MAX_REAUTH_MS": str(LIFETIME_MS)})
     try:
         proc.start()
@@ -58,6 +67,31 @@ def test_the_lifetime_is_answered_renewed_and_enforced(reauth_broker):
         renewed = time.monotonic()
         _metadata(sock)
         time.sleep(max(0.0, renewed + LIFETIME_MS / 1000 + 0.5 - time.monotonic()))  # past the session's end
+        with pytest.raises((ConnectionError, AssertionError, OSError)):
+            _metadata(sock)
+        assert _closed(sock)
+
+
+def _oauth(sock: socket.socket, expires_in_s: int) -> tuple[int, int]:
+    token = jwt.encode({"sub": "carol", "exp": int(time.time()) + expires_in_s}, OAUTH_KEY, algorithm="RS256")
+    shake = _call(sock, 17, 1, {"mechanism": "OAUTHBEARER"})
+    assert int(shake.error_code) == 0
+    done = _call(sock, 36, 2, {"auth_bytes": b"n,,\x01auth=Bearer %s\x01\x01" % token.encode()})
+    return int(done.error_code), int(done.session_lifetime.total_seconds() * 1000)
+
+
+def test_an_oauthbearer_session_is_capped_at_its_tokens_expiry(reauth_broker):
+    """KIP-368: the lifetime is min(connections.max.reauth.ms, exp - now); a token that
+    outlives the setting gets the setting's lifetime, one that expires sooner its own,
+    and a request after the token's expiry closes a connection that did not renew."""
+    with socket.create_connection(("127.0.0.1", reauth_broker.kafka_port), timeout=30) as sock:
+        assert _oauth(sock, 600) == (0, LIFETIME_MS)
+    with socket.create_connection(("127.0.0.1", reauth_broker.kafka_port), timeout=30) as sock:
+        code, lifetime = _oauth(sock, 2)
+        authenticated = time.monotonic()
+        assert code == 0 and 0 < lifetime <= 2000 < LIFETIME_MS  # exp is whole seconds
+        _metadata(sock)
+        time.sleep(max(0.0, authenticated + lifetime / 1000 + 0.5 - time.monotonic()))  # past the token's end
         with pytest.raises((ConnectionError, AssertionError, OSError)):
             _metadata(sock)
         assert _closed(sock)

@@ -7,8 +7,9 @@ operation per API, as Kafka's ``AclAuthorizer`` documents them), calls the same 
 broker methods the routes call (``produce``, ``fetch``, ``partition_state_async``,
 ``offset_for_timestamp``, ``topic_for_produce``, ``groups``, ``transactions``) and
 answers in Kafka's layout with Kafka's error codes (``LaketailError.kafka_code``). It
-holds no state of its own: a record produced here is the record REST reads, a group
-joined here is the group v3 describes.
+holds no state of its own but the fetch sessions (KIP-227, which only shape answers): a
+record produced here is the record REST reads, a group joined here is the group v3
+describes.
 
 Differences from Kafka's broker, on purpose or not yet done:
 
@@ -19,8 +20,9 @@ Differences from Kafka's broker, on purpose or not yet done:
 * The group coordinator assigns partitions itself (docs/architecture.md §9): JoinGroup
   gives the leader the members' subscriptions so the client runs, but SyncGroup answers
   every member the coordinator's assignment and ignores the leader's.
-* Fetch sessions (KIP-227) are refused: every answer has session id 0, so clients send
-  full fetch requests; an incremental one gets FETCH_SESSION_ID_NOT_FOUND.
+* Incremental fetch sessions (KIP-227) are kept per broker by
+  :class:`~laketail.kafka.fetch_session.FetchSessionCache`, Kafka's rules, except that a
+  session belongs to the principal that opened it.
 * CreateTopics takes no explicit replica assignments (INVALID_REQUEST) and answers no
   configs; DeleteTopics names topics (v6's topic ids are not served).
 * Transactions (InitProducerId, AddPartitionsToTxn, EndTxn, ...) are in
@@ -51,6 +53,7 @@ from laketail.coordinator.offsets import CommittedOffset
 from laketail.errors import InconsistentGroupProtocol, LaketailError, ProducerFenced
 from laketail.kafka import records, sasl
 from laketail.kafka.acl_codes import NOT_ASKED, authorized_operations
+from laketail.kafka.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchSessionCache
 from laketail.kafka.leadership import LeaderGate
 from laketail.kafka.protocol import API_VERSIONS, SUPPORTED, Request, build, ms
 from laketail.security.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -80,7 +83,6 @@ UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
 INVALID_PRODUCER_EPOCH = 47
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-FETCH_SESSION_ID_NOT_FOUND = 70
 ACKS = {0: "0", 1: "1", -1: "all"}
 
 
@@ -130,8 +132,11 @@ class KafkaApis:
     as Kafka's Metadata does. Event loop thread only."""
 
     def __init__(self, broker: "Broker", authorizer: "Authorizer", advertised: tuple[str, int],
-                 listener_name: str = "KAFKA") -> None:
+                 listener_name: str = "KAFKA", fetch_sessions: FetchSessionCache | None = None) -> None:
         self.broker = broker
+        # one cache per broker, shared by its Kafka listeners (kafka_listeners passes it)
+        self.fetch_sessions = fetch_sessions or FetchSessionCache(
+            broker.settings.max_incremental_fetch_session_cache_slots)
         self.authorizer = authorizer
         self.host, self.port = advertised
         self.listener_name = listener_name
@@ -152,8 +157,8 @@ class KafkaApis:
                      TransactionAdminApis(self)):
             self.handlers.update(part.handlers)
         self.handlers.update(sasl.AFTER_AUTHENTICATION)  # the SASL exchange itself is sasl.SaslGate's
-        gate = LeaderGate(self)  # Produce and Fetch only on the partition's leader
-        self.handlers[0], self.handlers[1] = gate.produce(self.handlers[0]), gate.fetch(self.handlers[1])
+        self.leader_gate = LeaderGate(self)  # Produce and Fetch only on the partition's leader
+        self.handlers[0] = self.leader_gate.produce(self.handlers[0])
         assert set(self.handlers) == set(SUPPORTED), "every served API has a handler and only those"
 
     async def handle(self, request: Request, session: Session) -> Any:
@@ -309,21 +314,26 @@ class KafkaApis:
 
     async def fetch(self, request: Request, session: Session) -> dict:
         body = request.body
-        if body.session_id != 0:  # no incremental fetch sessions (KIP-227): refuse, clients fall back
-            return {"throttle_time": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []}
+        requested = {(t.topic, p.partition): (p.fetch_offset, p.partition_max_bytes)
+                     for t in body.topics for p in t.partitions}
+        forgotten = [(t.topic, p) for t in getattr(body, "forgotten_topics_data", ()) for p in t.partitions]
+        context = self.fetch_sessions.new_context(  # v4-6 have no session: sessionless (0, -1)
+            getattr(body, "session_id", INVALID_SESSION_ID), getattr(body, "session_epoch", FINAL_EPOCH),
+            requested, forgotten, session.principal, self.broker.clock.now_ms())
         isolation = "read_committed" if body.isolation_level == 1 else "read_uncommitted"
-        wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
-                  for t in body.topics for p in t.partitions]
+        wanted = context.wanted
         answers = list(await asyncio.gather(*(self._fetch_one(t, p, o, m, 0, isolation, session)
                                               for t, p, o, m in wanted)))
         wait_ms = ms(body.max_wait)
         if wait_ms > 0 and wanted and sum(len(a["records"]) for a in answers) < max(body.min_bytes, 1) and all(
-                a["error_code"] == 0 for a in answers):
+                a["error_code"] == 0 for a in answers):  # an error answers at once, as Kafka's fetch does
             answers = await self._long_poll(wanted, answers, wait_ms, isolation, session)
+        answer = context.respond([((t, p), a) for (t, p, _, _), a in zip(wanted, answers)],
+                                 self.broker.clock.now_ms())
         by_topic: dict[str, list[dict]] = {}
-        for (topic, _, _, _), answer in zip(wanted, answers):
-            by_topic.setdefault(topic, []).append(answer)
-        return {"throttle_time": 0, "error_code": 0, "session_id": 0,
+        for (topic, _), part in answer.partitions:
+            by_topic.setdefault(topic, []).append(part)
+        return {"throttle_time": 0, "error_code": answer.error_code, "session_id": answer.session_id,
                 "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
 
     async def _long_poll(self, wanted: list, answers: list[dict], wait_ms: int, isolation: str,
@@ -361,6 +371,9 @@ class KafkaApis:
                                "preferred_read_replica": -1, "records": b""}
         if not self._allowed(session, Op.READ, R.TOPIC, topic):
             out["error_code"] = TOPIC_AUTHORIZATION_FAILED
+            return out
+        if refusal := self.leader_gate.fetch_refusal(topic, partition):
+            out.update(refusal)
             return out
         try:
             result = await self.broker.fetch(topic, partition, offset, max_bytes=max_bytes, timeout_ms=wait_ms,

@@ -9,20 +9,24 @@ metadata and retry at the new leader; Fetch v12 also carries the leader it knows
 leader instead (§8); the Kafka listener answers as Kafka does, so clients learn where
 to go rather than paying a forward on every request.
 
-:class:`LeaderGate` wraps the Produce and Fetch handlers of
+:class:`LeaderGate` wraps the Produce handler of
 :class:`~laketail.kafka.apis.KafkaApis`: it takes the partitions this broker does not
 lead out of the request, lets the handler answer the rest, and adds the refusals to
-its answer. A partition the cluster image gives this broker (an election it has not
-opened its replica for yet), an unknown one and an unauthorized one go to the handler,
-which answers them as before. A broker that leads everything (alone, the common case)
+its answer. Fetch asks it per partition (``fetch_refusal``), since a fetch session's
+partitions need not be in the request; a refused partition is an error, so that fetch
+answers at once rather than long-polling the rest. A partition the cluster image gives
+this broker (an election it has not opened its replica for yet) and an unknown one go
+to the handler, which answers them as before. A broker that leads everything (alone, the common case)
 costs one lookup per partition. ``acks=0`` produce is never refused: that client reads
-no answer, so the broker forwards it as the REST path does.
+no answer, so the broker forwards it as the REST path does. Produce v10+ answers carry
+KIP-951's hints: each refused partition's ``current_leader`` and the leaders'
+``node_endpoints``. Fetch's ``node_endpoints`` come only with v16, which names topics by
+id and is not served.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from laketail.cluster.metadata import NO_LEADER
@@ -41,6 +45,7 @@ class LeaderGate:
 
     def __init__(self, apis: "KafkaApis") -> None:
         self.broker = apis.broker
+        self.brokers = apis.brokers
 
     def leader_elsewhere(self, topic: str, partition: int) -> tuple[int, int] | None:
         """``(leader id, leader epoch)`` when another broker leads the partition (or none
@@ -75,46 +80,51 @@ class LeaderGate:
                 if parts:
                     kept.append(dataclasses.replace(topic, partition_data=tuple(parts)))
             if not refused:
-                return await handler(request, session)
+                return self._leader_hints(await handler(request, session))
             answer: dict = {"responses": [], "throttle_time": 0}
             if kept:
                 answer = await handler(_with_body(request, dataclasses.replace(body, topic_data=tuple(kept))),
                                        session)
-            return _merge(answer, refused, "responses", "name", "partition_responses")
+            return self._leader_hints(_merge(answer, refused, "responses", "name", "partition_responses"))
 
         return gated
 
-    def fetch(self, handler: Handler) -> Handler:
-        async def gated(request: Request, session: "Session") -> Any:
-            body = request.body
-            if body.session_id != 0:
-                return await handler(request, session)
-            refused: dict[str, list[dict]] = {}
-            kept = []
-            for topic in body.topics:
-                parts = []
-                for part in topic.partitions:
-                    elsewhere = self.leader_elsewhere(topic.topic, part.partition)
-                    if elsewhere is None:
-                        parts.append(part)
-                    else:
-                        refused.setdefault(topic.topic, []).append(
-                            {"partition_index": part.partition, "error_code": NOT_LEADER_OR_FOLLOWER,
-                             "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
-                             "aborted_transactions": [], "preferred_read_replica": -1, "records": b"",
-                             "current_leader": {"leader_id": elsewhere[0], "leader_epoch": elsewhere[1]}})
-                if parts:
-                    kept.append(dataclasses.replace(topic, partitions=tuple(parts)))
-            if not refused:
-                return await handler(request, session)
-            answer: dict = {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": []}
-            if kept:  # an error answer makes Kafka's fetch complete at once: no long poll for the rest
-                answer = await handler(_with_body(request, dataclasses.replace(body, topics=tuple(kept),
-                                                                               max_wait=datetime.timedelta(0))),
-                                       session)
-            return _merge(answer, refused, "responses", "topic", "partitions")
+    def _leader_hints(self, answer: dict | None) -> dict | None:
+        """KIP-951 (Produce v10+, tagged fields older versions do not write): every
+        partition answered NOT_LEADER_OR_FOLLOWER, refused here or by the replica, names
+        its leader and epoch as the cluster image has them (-1 when it has none), and the
+        answer lists those leaders' endpoints on this listener, as Kafka's
+        ``KafkaApis.handleProduceRequest`` does, so the client retries there without
+        waiting for a Metadata round trip."""
+        if answer is None:
+            return None
+        leaders: set[int] = set()
+        for topic in answer["responses"]:
+            for part in topic["partition_responses"]:
+                if part["error_code"] != NOT_LEADER_OR_FOLLOWER:
+                    continue
+                try:
+                    state = self.broker.partition_state(topic["name"], part["index"])
+                    leader, epoch = state.leader, state.leader_epoch
+                except Exception:  # noqa: BLE001 - a partition the image lacks: no hint
+                    leader, epoch = NO_LEADER, -1
+                part["current_leader"] = {"leader_id": leader, "leader_epoch": epoch}
+                leaders.add(leader)
+        if leaders:
+            answer["node_endpoints"] = [{"node_id": b["node_id"], "host": b["host"], "port": b["port"],
+                                         "rack": b["rack"]} for b in self.brokers() if b["node_id"] in leaders]
+        return answer
 
-        return gated
+    def fetch_refusal(self, topic: str, partition: int) -> dict | None:
+        """A Fetch partition's answer fields when another broker leads it (with Fetch
+        v12's ``current_leader``), None when this broker answers it. Asked per partition
+        of the fetch context (a fetch session's partitions are not in the request), after
+        the Read check, as Kafka's ``KafkaApis`` authorizes before it reads."""
+        elsewhere = self.leader_elsewhere(topic, partition)
+        if elsewhere is None:
+            return None
+        return {"error_code": NOT_LEADER_OR_FOLLOWER,
+                "current_leader": {"leader_id": elsewhere[0], "leader_epoch": elsewhere[1]}}
 
 
 def _with_body(request: Request, body: Any) -> Request:

@@ -17,7 +17,8 @@ that does not parse means:
 
 :data:`SUPPORTED` is the whole list ApiVersions answers: an API not in it is never
 served. The maximum versions are the newest whose fields laketail fills honestly
-(Fetch stops at v12: v13 names topics by id; Produce at v9, the last with topic names).
+(Fetch stops at v12: v13 names topics by id; Produce at v10, KIP-951's leader hints:
+v11 and v12 belong to KIP-890's transactions, not served).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from kio.static.primitive import i32Timedelta, i64Timedelta
 
 #: api key -> (name, min version, max version): every API laketail's Kafka listener serves.
 SUPPORTED: dict[int, tuple[str, int, int]] = {
-    0: ("Produce", 3, 9),
+    0: ("Produce", 3, 10),  # v10: KIP-951's leader hints (laketail.kafka.leadership)
     1: ("Fetch", 4, 12),
     2: ("ListOffsets", 1, 7),
     3: ("Metadata", 0, 12),

@@ -40,8 +40,13 @@ SaslHandshake and SaslAuthenticate once more (:meth:`SaslGate.reauthenticate`), 
 the same mechanism (else ILLEGAL_SASL_STATE and the connection closes) ending as the
 same principal (else SASL_AUTHENTICATION_FAILED and the connection closes), which
 starts a new session. A request other than SaslHandshake on a connection whose session
-has expired closes it (:meth:`SaslGate.expired`), as Kafka's broker does. The lifetime
-is the setting's alone (an OAUTHBEARER token's own expiry does not shorten it).
+has expired closes it (:meth:`SaslGate.expired`), as Kafka's broker does. An
+OAUTHBEARER session also ends when its token does (the JWT's ``exp``, read once the
+authenticator has verified the token): the lifetime answered is then
+``min(connections.max.reauth.ms, exp - now)``, and ``exp - now`` alone when the setting
+is 0, as Kafka's ``SaslServerAuthenticator`` computes it. A connection whose session
+has an end may re-authenticate; one without (PLAIN or SCRAM with the setting 0) never
+needs to.
 After success the connection's :class:`~laketail.kafka.apis.Session` carries
 ``User:<name>``, the principal the HTTP listeners give the same user, so the same
 ACLs apply.
@@ -92,7 +97,8 @@ class SaslGate:
     """The SASL state of one connection: handshake, then authenticate, then done."""
 
     def __init__(self, authenticator: "Authenticator", session: "Session", listener: str,
-                 reauth_ms: int = 0, now: Callable[[], float] = time.monotonic) -> None:
+                 reauth_ms: int = 0, now: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
         self.authenticator = authenticator
         self.session = session
         self.listener = listener
@@ -102,15 +108,19 @@ class SaslGate:
         #: connections.max.reauth.ms: the session lifetime given to clients (0: unlimited)
         self.reauth_ms = reauth_ms
         self._now = now  # monotonic seconds
+        self._wall = wall  # seconds since the epoch, what a token's exp counts
         #: when the session ends unless the client re-authenticates (None: never)
         self.expires_at: float | None = None
+        #: the session_lifetime_ms the last successful SaslAuthenticate answered (0: none)
+        self.lifetime_ms = 0
         #: while re-authenticating: the principal and mechanism the new exchange must keep
         self._before: tuple[KafkaPrincipal, str] | None = None
         #: after a SaslHandshake v0: the next frames are raw SASL tokens, not requests
         self.raw = False
 
     def expired(self) -> bool:
-        """Whether the authenticated session outlived ``connections.max.reauth.ms``."""
+        """Whether the authenticated session outlived its lifetime (``connections.max.reauth.ms``,
+        or an OAUTHBEARER token's expiry)."""
         return self.expires_at is not None and self._now() >= self.expires_at
 
     def reauthenticate(self) -> None:
@@ -134,7 +144,7 @@ class SaslGate:
                            "reason=%s", self.session.host, self.listener, exc.detail)
                 return Answer({"error_code": SASL_AUTHENTICATION_FAILED, "error_message": exc.message,
                                "auth_bytes": b"", "session_lifetime": 0}, close=True)
-            lifetime = self.reauth_ms if self.authenticated else 0
+            lifetime = self.lifetime_ms if self.authenticated else 0
             return Answer({"error_code": 0, "error_message": None, "auth_bytes": token, "session_lifetime": lifetime})
         raise CloseConnection(f"API key {request.api_key} before SASL authentication completed")
 
@@ -169,7 +179,8 @@ class SaslGate:
             self._done(await self.authenticator.basic(basic))
             return b""
         if mechanism == "OAUTHBEARER":
-            self._done(self.authenticator.bearer(_bearer(token)))
+            jwt_token = _bearer(token)
+            self._done(self.authenticator.bearer(jwt_token), _expiry_ms(jwt_token))
             return b""
         assert mechanism in scram.MECHANISMS
         if self.scram is None:
@@ -185,14 +196,38 @@ class SaslGate:
         self._done(KafkaPrincipal.user(self.scram.user))
         return final
 
-    def _done(self, principal: KafkaPrincipal) -> None:
+    def _done(self, principal: KafkaPrincipal, credential_expiry_ms: float | None = None) -> None:
+        """The exchange succeeded as ``principal``; ``credential_expiry_ms`` is when its
+        credential ends (an OAUTHBEARER token's exp, ms since the epoch), if it does."""
         if self._before is not None and principal != self._before[0]:
             raise SaslAuthenticationFailed(f"cannot change principals during re-authentication from "
                                            f"{self._before[0]}: {principal}")
         self.session.principal = principal
         self.authenticated = True
         self._before = None
-        self.expires_at = self._now() + self.reauth_ms / 1000 if self.reauth_ms > 0 else None
+        lifetime = session_lifetime_ms(self.reauth_ms, credential_expiry_ms, self._wall() * 1000)
+        self.lifetime_ms = lifetime or 0
+        self.expires_at = None if lifetime is None else self._now() + lifetime / 1000
+
+
+def session_lifetime_ms(reauth_ms: int, credential_expiry_ms: float | None, now_ms: float) -> int | None:
+    """KIP-368's session lifetime (Kafka's ``calcCompletionTimesAndReturnSessionLifetimeMs``):
+    ``connections.max.reauth.ms`` (when above 0) capped at the credential's remaining
+    life (when it has an expiry), never below 0; None when neither applies (the session
+    never ends)."""
+    limits = [reauth_ms] if reauth_ms > 0 else []
+    if credential_expiry_ms is not None:
+        limits.append(int(credential_expiry_ms - now_ms))
+    return max(0, min(limits)) if limits else None
+
+
+def _expiry_ms(jwt_token: str) -> float | None:
+    """The ``exp`` of a JWT the authenticator has just verified (it requires the claim),
+    in ms since the epoch; read without checking the signature again."""
+    import jwt
+
+    exp = jwt.decode(jwt_token.strip(), options={"verify_signature": False}).get("exp")
+    return float(exp) * 1000 if isinstance(exp, (int, float)) else None
 
 
 def _plain(token: bytes) -> tuple[str, str, str]:

@@ -16,8 +16,8 @@ A connection is closed, and only that connection, when:
   complete within ``laketail.request.body.timeout.ms`` (a slow or half-open client);
 * on a ``SASL_*`` listener, a request other than ApiVersions, SaslHandshake and
   SaslAuthenticate arrives before authentication (or re-authentication, KIP-368), a
-  request other than SaslHandshake arrives after the session's
-  ``connections.max.reauth.ms``, or authentication fails (answered
+  request other than SaslHandshake arrives after the session's end
+  (``connections.max.reauth.ms``, or an OAUTHBEARER token's expiry), or authentication fails (answered
   first, except after SaslHandshake v0, whose raw tokens have no error frame); on
   ``SSL``/``SASL_SSL``, the TLS handshake fails or a client certificate's
   subject matches no ``ssl.principal.mapping.rules`` rule
@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence
 
 from laketail.errors import SaslAuthenticationFailed
 from laketail.kafka.apis import KafkaApis, Session
+from laketail.kafka.fetch_session import FetchSessionCache
 from laketail.kafka.protocol import CloseConnection, build, decode_request, encode_response
 from laketail.kafka.sasl import SASL_HANDSHAKE
 from laketail.kafka.security import ListenerSecurity
@@ -131,11 +132,11 @@ class KafkaListener:
                 continue
             request = decode_request(frame)
             if gate is not None and gate.authenticated:  # KIP-368: a session ends unless renewed
-                if request.api_key == SASL_HANDSHAKE and gate.reauth_ms > 0:
+                if request.api_key == SASL_HANDSHAKE and gate.expires_at is not None:  # a session that ends
                     gate.reauthenticate()
                 elif gate.expired():
                     raise CloseConnection("the SASL session expired without re-authentication "
-                                          "(connections.max.reauth.ms)")
+                                          "(connections.max.reauth.ms or the token's expiry)")
             if gate is not None and not gate.authenticated:  # SASL: nothing but the exchange until it succeeds
                 answer = await gate.answer(request)
                 if answer.data is not None:
@@ -173,9 +174,11 @@ def kafka_listeners(app: Any, settings: "BrokerSettings") -> list[KafkaListener]
 
     out = []
     authenticator = None
+    sessions = FetchSessionCache(settings.max_incremental_fetch_session_cache_slots)  # one per broker, as Kafka's
     for lst in listener_plan(settings).kafka:
         host, _, port = lst.advertised_url.removeprefix("kafka://").rpartition(":")
-        apis = KafkaApis(app.state.broker, app.state.authorizer, (host.strip("[]"), int(port)), lst.name)
+        apis = KafkaApis(app.state.broker, app.state.authorizer, (host.strip("[]"), int(port)), lst.name,
+                         sessions)
         if (lst.sasl or lst.tls) and authenticator is None:
             authenticator = Authenticator(settings)  # one credential snapshot for every Kafka listener
         out.append(KafkaListener(lst, apis, settings, ListenerSecurity(lst, settings, authenticator)))
