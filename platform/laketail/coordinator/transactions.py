@@ -30,8 +30,10 @@ PrepareCommit/PrepareAbort is in ``__transaction_state`` and before any marker i
 written, so a test can kill the broker at exactly that point. Unset (the default), it
 costs nothing.
 
-State lives in the internal compacted topic ``__transaction_state``, JSON values,
-cached in memory and rebuilt from the log at start. Its keys are typed JSON objects, so
+State lives in the internal compacted topic ``__transaction_state``, JSON values, and
+in memory, where it changes only through :meth:`TransactionCoordinator.replay` of one
+record: at load, each key's latest record; after a write, the record written (Kafka's
+``CoordinatorShard.replay``), so a restart reads back exactly what the writes made. Its keys are typed JSON objects, so
 no client-chosen name can ever be read back as another kind of record:
 
 * ``{"txn": "<transactional id>"}`` -- a :class:`TxnMetadata`;
@@ -70,7 +72,7 @@ import logging
 import os
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Iterable, Literal
 
 import orjson
@@ -287,6 +289,7 @@ class TransactionCoordinator:
         self.max_timeout_ms = max_timeout_ms
         self._txns: dict[str, TxnMetadata] = {}
         self._by_pid: dict[int, str] = {}
+        self._pid_of: dict[str, int] = {}  # transactional id -> the producer id last replayed for it
         self._sinks: dict[str, SinkState] = {}
         self._next_pid = 0  # the next id of the block this coordinator holds
         self._pid_block_end = 0  # the end of that block (excluded)
@@ -329,6 +332,7 @@ class TransactionCoordinator:
             raise NotCoordinator(f"a newer coordinator has written to {TXN_TOPIC}: {exc}") from exc
         if self.fence is not None:  # a deposed coordinator goes no further (the client retries at the new one)
             await self.fence.check_coordinator_epoch()
+        self.replay(key, value)
 
     def _skip(self, partition: int, offset: int, why: object) -> None:
         self.skipped_records += 1
@@ -340,8 +344,11 @@ class TransactionCoordinator:
         """Isolated (damaged) partitions -> why; see :mod:`laketail.coordinator.isolation`."""
         return self.isolated.unavailable
 
-    async def _read_partition(self, partition: int, latest: dict[StateKey, tuple[bytes | None, int, int]]) -> None:
-        """Fill ``latest`` (state key -> value, partition, offset) from one partition."""
+    async def _read_partition(self, partition: int) -> dict[StateKey, tuple[bytes | None, int]]:
+        """The latest record (value, offset) of each state key in one partition: what
+        compaction would keep, and all :meth:`replay` needs (a key's latest record is its
+        whole state)."""
+        latest: dict[StateKey, tuple[bytes | None, int]] = {}
         async for records in self.internal_log.read_to_log_end(TXN_TOPIC, partition):
             for key, value, offset in data_records(records):
                 try:
@@ -349,38 +356,85 @@ class TransactionCoordinator:
                 except UNDECODABLE as exc:
                     self._skip(partition, offset, exc)
                     continue
-                latest[state_key] = (value, partition, offset)
+                latest.pop(state_key, None)  # kept in log order
+                latest[state_key] = (value, offset)
+        return latest
 
-    def _decode(self, latest: dict[StateKey, tuple[bytes | None, int, int]]
-                ) -> tuple[dict[str, TxnMetadata], dict[int, str], dict[str, SinkState]]:
-        """The state ``latest`` names (a tombstone: none); raises the producer id floor."""
-        txns: dict[str, TxnMetadata] = {}
-        by_pid: dict[int, str] = {}
-        sinks: dict[str, SinkState] = {}
-        for (kind, name), (value, partition, offset) in latest.items():
-            if value is None:
-                continue
+    def _replay_loaded(self, partition: int, latest: dict[StateKey, tuple[bytes | None, int]]) -> None:
+        """Replay what :meth:`_read_partition` read (no await: nothing is served half-loaded)."""
+        for state_key, (value, offset) in latest.items():
             try:
-                if kind == "producer_id_block":
-                    end = _int(orjson.loads(value), "end")
-                    self._pid_floor = max(self._pid_floor, end)
-                elif kind == "sink":
-                    sinks[name] = SinkState.from_json(name, value)
-                else:
-                    meta = TxnMetadata.from_json(name, value)
-                    txns[name] = meta
-                    by_pid[meta.producer_id] = name
+                self.replay(state_key, value)
             except UNDECODABLE as exc:
                 self._skip(partition, offset, exc)
-        # The first block taken is above every id the loaded state names (blocks handed
-        # out before ``_system/producer_ids`` existed, a transaction whose block record
-        # was the one skipped).
-        if by_pid:
-            self._pid_floor = max(self._pid_floor, max(by_pid) + 1)
-        return txns, by_pid, sinks
+
+    def replay(self, key: StateKey, value: bytes | None) -> None:
+        """The one way this coordinator's state changes: apply a record of
+        ``__transaction_state`` -- at load, each key's latest record; after a write, the
+        record written, once it is acknowledged (Kafka's ``CoordinatorShard.replay``). A
+        restart so reads back exactly the state the writes made.
+
+        A record is the whole state of its key: a transaction's metadata, a sink's state,
+        the legacy producer id block (which only raises the floor of the first block
+        taken); a tombstone forgets the key. A value that cannot be decoded forgets the key
+        too (its state is unknown) and raises one of :data:`UNDECODABLE`, which a load
+        counts as skipped. A transaction's metadata is updated in place, so the live path,
+        which holds it across its writes, keeps seeing the current state."""
+        kind, name = key
+        if kind == "producer_id_block":
+            if value is not None:
+                self._pid_floor = max(self._pid_floor, _int(orjson.loads(value), "end"))
+        elif kind == "sink":
+            try:
+                sink = SinkState.from_json(name, value) if value is not None else None
+            except UNDECODABLE:
+                self._sinks.pop(name, None)
+                raise
+            if sink is None:
+                self._sinks.pop(name, None)
+            elif (held_sink := self._sinks.get(name)) is not None:
+                _assign(held_sink, sink)
+            else:
+                self._sinks[name] = sink
+        else:
+            try:
+                meta = TxnMetadata.from_json(name, value) if value is not None else None
+            except UNDECODABLE:
+                self._forget_txn(name)
+                raise
+            if meta is None:
+                self._forget_txn(name)
+                return
+            replayed_pid = self._pid_of.get(name)  # the held metadata may be changed already
+            if replayed_pid is not None and replayed_pid != meta.producer_id:
+                self._unmap_pid(replayed_pid, name)
+            held = self._txns.get(name)
+            if held is not None:
+                _assign(held, meta)
+            else:
+                self._txns[name] = meta
+            self._by_pid[meta.producer_id] = name
+            self._pid_of[name] = meta.producer_id
+
+    def _forget_txn(self, transactional_id: str) -> None:
+        self._txns.pop(transactional_id, None)
+        producer_id = self._pid_of.pop(transactional_id, None)
+        if producer_id is not None:
+            self._unmap_pid(producer_id, transactional_id)
+
+    def _unmap_pid(self, producer_id: int, transactional_id: str) -> None:
+        if self._by_pid.get(producer_id) == transactional_id:
+            del self._by_pid[producer_id]
+
+    def _raise_pid_floor(self) -> None:
+        """The first block taken is above every id the loaded state names (blocks handed
+        out before ``_system/producer_ids`` existed, a transaction whose block record was
+        the one skipped)."""
+        if self._by_pid:
+            self._pid_floor = max(self._pid_floor, max(self._by_pid) + 1)
 
     async def load(self) -> None:
-        """Rebuild from ``__transaction_state`` (latest value per state key).
+        """Rebuild from ``__transaction_state``: each key's latest record, replayed.
 
         Forgiving: a record that cannot be decoded is skipped, logged and counted in
         :attr:`skipped_records`, and the rest is loaded. A damaged partition is isolated
@@ -391,17 +445,18 @@ class TransactionCoordinator:
         self._topic_ready = True
         self.num_partitions = self.internal_log.topic(TXN_TOPIC).partitions
         self.skipped_records = 0
-        latest: dict[StateKey, tuple[bytes | None, int, int]] = {}
+        loaded: dict[int, dict[StateKey, tuple[bytes | None, int]]] = {}
 
         async def load_partition(partition: int) -> None:
-            mine: dict[StateKey, tuple[bytes | None, int, int]] = {}
-            await self._read_partition(partition, mine)
-            latest.update(mine)  # a key lives in one partition: none is read twice
+            loaded[partition] = await self._read_partition(partition)
 
         await self.isolated.load(range(self.num_partitions), load_partition)
         # What was loaded replaces what this coordinator had (a reload on becoming the
         # controller again must not keep state another coordinator has since changed).
-        self._txns, self._by_pid, self._sinks = self._decode(latest)
+        self._txns, self._by_pid, self._pid_of, self._sinks = {}, {}, {}, {}
+        for partition, latest in loaded.items():
+            self._replay_loaded(partition, latest)
+        self._raise_pid_floor()
 
     async def load_unavailable(self) -> None:
         """Load the partitions the last :meth:`load` isolated, each once it reads whole
@@ -411,15 +466,12 @@ class TransactionCoordinator:
         loaded_sinks: list[SinkState] = []
 
         async def load_partition(partition: int) -> None:
-            latest: dict[StateKey, tuple[bytes | None, int, int]] = {}
-            await self._read_partition(partition, latest)
-            txns, by_pid, sinks = self._decode(latest)
+            latest = await self._read_partition(partition)
             async with self._lock:  # no key of this partition was served meanwhile: no overlap
-                self._txns.update(txns)
-                self._by_pid.update(by_pid)
-                self._sinks.update(sinks)
-            loaded_txns.extend(txns.values())
-            loaded_sinks.extend(sinks.values())
+                self._replay_loaded(partition, latest)
+                self._raise_pid_floor()
+            loaded_txns.extend(self._txns[n] for k, n in latest if k == "txn" and n in self._txns)
+            loaded_sinks.extend(self._sinks[n] for k, n in latest if k == "sink" and n in self._sinks)
 
         try:
             await self.isolated.load_unavailable(load_partition)
@@ -522,9 +574,8 @@ class TransactionCoordinator:
                     meta.producer_epoch += 1
                 meta.timeout_ms = timeout_ms
                 meta.state = "Empty"
-            self._txns[transactional_id] = meta
-            self._by_pid[meta.producer_id] = transactional_id
             await self._write(("txn", transactional_id), meta.to_json())
+            meta = self._txns[transactional_id]  # what the write's replay installed
             return meta.producer_id, meta.producer_epoch
 
     def _check(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TxnMetadata:
@@ -708,7 +759,7 @@ class TransactionCoordinator:
                 break
         producer_id, epoch = await self._init_producer_id(transactional_id, timeout_ms, None)
         async with self._lock:
-            sink = self._sinks.setdefault(sink_id, SinkState(sink_id))
+            sink = self._sinks.get(sink_id) or SinkState(sink_id)  # installed by its first write's replay
             sink.enlisted.setdefault(batch_id, []).append(transactional_id)
             await self._write(("sink", sink_id), sink.to_json())
         return transactional_id, producer_id, epoch
@@ -721,7 +772,7 @@ class TransactionCoordinator:
         _check_batch_id(batch_id)
         self._check_available(("sink", sink_id))
         async with self._lock:
-            sink = self._sinks.setdefault(sink_id, SinkState(sink_id))
+            sink = self._sinks.get(sink_id) or SinkState(sink_id)  # installed by its first write's replay
             self._check_sessions_available(sink.enlisted.get(batch_id, []) + transactional_ids)
             if batch_id <= sink.committed_batch:
                 await self._abort_sessions(sink.enlisted.pop(batch_id, []))
@@ -748,6 +799,7 @@ class TransactionCoordinator:
                 )
             sink.committing = (batch_id, list(transactional_ids))
             await self._write(("sink", sink_id), sink.to_json())  # the batch's point of no return
+            sink = self._sinks[sink_id]  # what the write's replay installed
             await self._finish_batch(sink, batch_id, transactional_ids)
             return True
 
@@ -774,7 +826,7 @@ class TransactionCoordinator:
         _check_batch_id(batch_id)
         self._check_available(("sink", sink_id))
         async with self._lock:
-            sink = self._sinks.setdefault(sink_id, SinkState(sink_id))
+            sink = self._sinks.get(sink_id) or SinkState(sink_id)  # installed by its first write's replay
             self._check_sessions_available(sink.enlisted.get(batch_id, []))
             ids = sink.enlisted.pop(batch_id, [])
             await self._abort_sessions(ids)
@@ -793,7 +845,6 @@ class TransactionCoordinator:
         if meta is not None and meta.state in ("Empty", "CompleteCommit", "CompleteAbort"):
             # A tombstone keeps __transaction_state small; nobody is ever handed this
             # transactional id again, so its producer id stays unusable.
-            del self._txns[transactional_id]
             await self._write(("txn", transactional_id), None)
 
     def _check_sessions_available(self, transactional_ids: list[str]) -> None:
@@ -803,6 +854,12 @@ class TransactionCoordinator:
     def sink(self, sink_id: str) -> SinkState:
         self._check_available(("sink", sink_id))
         return self._sinks.get(sink_id) or SinkState(sink_id)
+
+
+def _assign(held: "TxnMetadata | SinkState", new: "TxnMetadata | SinkState") -> None:
+    """Give ``held`` the fields of ``new`` (same type), keeping the object callers hold."""
+    for f in fields(new):
+        setattr(held, f.name, getattr(new, f.name))
 
 
 def _check_batch_id(batch_id: int) -> None:
