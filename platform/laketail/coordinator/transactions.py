@@ -612,8 +612,9 @@ class TransactionCoordinator:
             meta = self._check(transactional_id, producer_id, producer_epoch)
             for topic, partition in partitions:
                 self.markers.check_partition(topic, partition)  # UNKNOWN_TOPIC_OR_PARTITION
+            begins = meta.state != "Ongoing"
             self._begin(meta)
-            if not set(partitions) <= meta.partitions:
+            if begins or not set(partitions) <= meta.partitions:  # a change the log must hold too
                 meta.partitions |= set(partitions)
                 await self._write(("txn", transactional_id), meta.to_json())
 
