@@ -115,3 +115,39 @@ def test_a_rebalance_completes_without_the_member_that_missed_its_deadline() -> 
         assert groups.timer.deadline(("rebalance", "g")) is None
 
     asyncio.run(scenario())
+
+
+def test_a_loaded_open_transaction_keeps_its_deadline() -> None:
+    """The timeout of a transaction is set when its Ongoing state is replayed: after a
+    write, and at load (from the start time in the record), so another coordinator that
+    loads it aborts it at the same moment."""
+    from laketail.coordinator.fakes import InMemoryProducerIdBlocks
+    from laketail.coordinator.transactions import TransactionCoordinator
+
+    def coordinator(log: InMemoryLog, clock: ManualClock) -> TransactionCoordinator:
+        offsets = OffsetStore(log, clock, num_partitions=1, replication_factor=1)
+        groups = GroupCoordinator(log, offsets, clock, initial_rebalance_delay_ms=0)
+        return TransactionCoordinator(log, log, groups, offsets, clock, num_partitions=1, replication_factor=1,
+                                      producer_ids=InMemoryProducerIdBlocks())
+
+    async def scenario() -> None:
+        log, clock = InMemoryLog(), ManualClock()
+        log.add_topic("t", 1)
+        live = coordinator(log, clock)
+        pid, epoch = await live.init_producer_id("app", timeout_ms=10_000)
+        await live.add_partitions("app", pid, epoch, [("t", 0)])
+        clock.advance(4_000)
+
+        loaded = coordinator(log, clock)  # another coordinator takes over 4 s in
+        await loaded.load()
+        assert loaded.describe("app").state == "Ongoing"
+        clock.advance(6_000)
+        assert loaded.tick() == []  # exactly transaction.timeout.ms open: not longer
+        clock.advance(1)
+        assert loaded.tick() == ["app"]
+        assert await loaded.expire() == 1
+        assert loaded.describe("app").state == "CompleteAbort"
+        assert loaded.describe("app").producer_epoch == epoch + 1
+        assert len(loaded.timer) == 0
+
+    asyncio.run(scenario())

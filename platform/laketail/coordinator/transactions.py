@@ -16,8 +16,11 @@ Role: Kafka's transaction protocol on laketail's logs.
   partition, then (on commit) the offsets to ``__consumer_offsets``, then
   CompleteCommit/CompleteAbort. A broker that crashes after the prepare finishes the
   transaction when it starts again (:meth:`recover`).
-* ``transaction.timeout.ms`` -- :meth:`tick` aborts transactions left open longer, with
-  an epoch bump so the late producer is fenced.
+* ``transaction.timeout.ms`` -- each open transaction has a deadline on the
+  coordinator's :class:`~laketail.coordinator.timer.CoordinatorTimer` (set when its
+  Ongoing state is replayed, at load or after a write; cancelled by any other state);
+  :meth:`TransactionCoordinator.expire` aborts those past it, with an epoch bump so the
+  late producer is fenced.
 
 Batch transactions (Spark's exactly-once sink): many sessions enlist under one batch
 id of one sink; :meth:`commit_batch` commits exactly the sessions it is given, together,
@@ -88,6 +91,7 @@ from laketail.coordinator.offsets import (
     partition_for_group,
 )
 from laketail.coordinator.ports import coordinator_batch
+from laketail.coordinator.timer import CoordinatorTimer
 from laketail.errors import (
     ConcurrentTransactions,
     CoordinatorLoadInProgress,
@@ -296,6 +300,9 @@ class TransactionCoordinator:
         self._pid_floor = 0  # ids at or above it may be taken: above what the loaded state names
         self._lock = asyncio.Lock()
         self._topic_ready = False
+        #: transaction timeouts (see :meth:`_schedule_timeout`)
+        self.timer = CoordinatorTimer(clock)
+        self._timed_out: set[str] = set()  # past transaction.timeout.ms, not aborted yet
         #: Partitions whose table is damaged (CORRUPT_MESSAGE): isolated, what hashes to
         #: them refused, reloaded by :meth:`load_unavailable` once repaired.
         self.isolated = IsolatedPartitions(TXN_TOPIC)
@@ -415,9 +422,33 @@ class TransactionCoordinator:
                 self._txns[name] = meta
             self._by_pid[meta.producer_id] = name
             self._pid_of[name] = meta.producer_id
+            self._schedule_timeout(name, meta)
+
+    def _schedule_timeout(self, transactional_id: str, meta: TxnMetadata) -> None:
+        """An Ongoing transaction times out ``transaction.timeout.ms`` after it began
+        (``start_ms``, wall clock, so a loaded one keeps its deadline); any other state
+        has no deadline."""
+        key = ("txn-timeout", transactional_id)
+        self._timed_out.discard(transactional_id)
+        if meta.state != "Ongoing":
+            self.timer.cancel(key)
+            return
+        due_in_s = (meta.start_ms + meta.timeout_ms - self.clock.now_ms()) / 1000
+        self.timer.schedule(key, self.clock.monotonic() + due_in_s, lambda: self._timeout_due(transactional_id))
+
+    def _timeout_due(self, transactional_id: str) -> None:
+        meta = self._txns.get(transactional_id)
+        if meta is None or meta.state != "Ongoing":
+            return
+        if self.clock.now_ms() - meta.start_ms > meta.timeout_ms:
+            self._timed_out.add(transactional_id)  # :meth:`expire` aborts it
+        else:  # not longer than the timeout yet (the wall clock moved back?): again later
+            self._schedule_timeout(transactional_id, meta)
 
     def _forget_txn(self, transactional_id: str) -> None:
         self._txns.pop(transactional_id, None)
+        self.timer.cancel(("txn-timeout", transactional_id))
+        self._timed_out.discard(transactional_id)
         producer_id = self._pid_of.pop(transactional_id, None)
         if producer_id is not None:
             self._unmap_pid(producer_id, transactional_id)
@@ -454,6 +485,7 @@ class TransactionCoordinator:
         # What was loaded replaces what this coordinator had (a reload on becoming the
         # controller again must not keep state another coordinator has since changed).
         self._txns, self._by_pid, self._pid_of, self._sinks = {}, {}, {}, {}
+        self.timer, self._timed_out = CoordinatorTimer(self.clock), set()
         for partition, latest in loaded.items():
             self._replay_loaded(partition, latest)
         self._raise_pid_floor()
@@ -716,20 +748,18 @@ class TransactionCoordinator:
                                  producer=ProducerBatch(producer_id, epoch, -1, True, kind))
 
     def tick(self) -> list[str]:
-        """Transactions open past ``transaction.timeout.ms``; :meth:`expire` aborts them."""
-        now = self.clock.now_ms()
-        return [
-            m.transactional_id for m in self._txns.values()
-            if m.state == "Ongoing" and now - m.start_ms > m.timeout_ms
-        ]
+        """Transactions open past ``transaction.timeout.ms`` (their deadlines on
+        :attr:`timer` came due); :meth:`expire` aborts them."""
+        self.timer.poll()
+        return sorted(t for t in self._timed_out if (m := self._txns.get(t)) is not None and m.state == "Ongoing")
 
     async def expire(self) -> int:
         """Abort timed-out transactions and bump their epoch (fencing the late producer)."""
         expired = self.tick()
         async with self._lock:
             for transactional_id in expired:
-                meta = self._txns[transactional_id]
-                if meta.state != "Ongoing":
+                meta = self._txns.get(transactional_id)
+                if meta is None or meta.state != "Ongoing":
                     continue
                 log.info("aborting %s: open longer than transaction.timeout.ms", transactional_id)
                 await self._prepare_and_complete(meta, commit=False)
