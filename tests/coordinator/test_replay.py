@@ -172,3 +172,30 @@ def test_loading_the_transaction_state_written_gives_the_live_state(ops) -> None
         assert _txn_state(replayed) == _txn_state(live)
 
     asyncio.run(scenario())
+
+
+def test_a_partitions_shard_unloads_and_loads_alone() -> None:
+    """Each partition of ``__consumer_offsets`` is its own shard: unloading one forgets
+    only the groups that hash to it, and loading it back replays only its records."""
+    from laketail.coordinator.offsets import partition_for_group
+
+    async def scenario() -> None:
+        log = _offset_log()
+        store = OffsetStore(log, ManualClock(), num_partitions=3, replication_factor=1)
+        groups = [f"group-{i}" for i in range(12)]
+        for i, group in enumerate(groups):
+            await store.commit(group, {("t", 0): CommittedOffset(i)})
+        partition = partition_for_group("group-0", 3)
+        here = [g for g in groups if partition_for_group(g, 3) == partition]
+        elsewhere = [g for g in groups if g not in here]
+        assert here and elsewhere
+
+        store.unload_partition(partition)
+        assert store.groups() == sorted(elsewhere)
+        assert store.committed("group-0", ("t", 0)) is None
+
+        await store.load_partition(partition)
+        assert store.groups() == sorted(groups)
+        assert {g: store.committed(g, ("t", 0)).offset for g in groups} == {g: i for i, g in enumerate(groups)}
+
+    asyncio.run(scenario())
