@@ -28,10 +28,14 @@ States (Kafka's names)::
 * ``cooperative-sticky``: partitions that must move are revoked in one generation and
   handed over in the next, which the coordinator starts once every member has synced.
 
-Time: ``tick()`` takes ``now`` from the injected clock; it expires members and
-rebalance deadlines, and starts a rebalance when a subscribed topic appears, goes or
-changes its partition count. The Broker's housekeeping task calls it; tests advance a
-``ManualClock`` and call it. Thread-safety: event loop thread only.
+Time: deadlines are tasks on a :class:`~laketail.coordinator.timer.CoordinatorTimer`
+over the injected clock, as on Kafka's coordinator timer: each member's session (put
+back at ``last heartbeat + session.timeout.ms`` when it comes due and the member was
+heard from since, or is waiting in a join), each rebalance's deadline and initial delay.
+``tick()`` runs the tasks due, and starts a rebalance when a subscribed topic appears,
+goes or changes its partition count (a check of the topic directory, not a deadline).
+The Broker's housekeeping task calls it; tests advance a ``ManualClock`` and call it.
+Thread-safety: event loop thread only.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from typing import TYPE_CHECKING, Literal
 from laketail.clock import Clock
 from laketail.coordinator.assignors import ASSIGNORS, assign
 from laketail.coordinator.offsets import CommittedOffset, OffsetStore, TopicPartition
+from laketail.coordinator.timer import CoordinatorTimer
 from laketail.errors import (
     GroupIdNotFound,
     GroupSubscribedToTopic,
@@ -114,8 +119,8 @@ class GroupCoordinator:
 
     Parts (passed in by the broker): ``topics`` -- partition counts of the subscribed
     topics (:class:`~laketail.coordinator.ports.TopicDirectory`); ``offsets`` -- the
-    sibling offset store commits go to; ``clock`` -- session and rebalance deadlines.
-    Event loop thread only."""
+    sibling offset store commits go to; ``clock`` -- session and rebalance deadlines, run
+    by ``timer`` (default: a :class:`CoordinatorTimer` on ``clock``). Event loop thread only."""
 
     def __init__(
         self,
@@ -126,10 +131,12 @@ class GroupCoordinator:
         min_session_timeout_ms: int = 6_000,
         max_session_timeout_ms: int = 1_800_000,
         initial_rebalance_delay_ms: int = 3_000,
+        timer: CoordinatorTimer | None = None,
     ) -> None:
         self.topics = topics
         self.offsets = offsets
         self.clock = clock
+        self.timer = timer if timer is not None else CoordinatorTimer(clock)
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
@@ -198,6 +205,7 @@ class GroupCoordinator:
                 list(topics), list(strategies), list(owned or []), last_heartbeat=now,
             )
             group.members[member_id] = member
+            self._schedule_session(group, member)
         if member.join_waiter is not None and not member.join_waiter.done():
             # A newer join from the same member supersedes the pending one.
             member.join_waiter.set_exception(
@@ -216,6 +224,41 @@ class GroupCoordinator:
             group.state = "PreparingRebalance"
             timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
             group.rebalance_deadline = now + timeout / 1000.0
+            group_id = group.group_id
+            self.timer.schedule(("rebalance", group_id), group.rebalance_deadline,
+                                lambda: self._rebalance_deadline(group_id))
+            if group.initial_delay_until is not None:
+                self.timer.schedule(("initial-delay", group_id), group.initial_delay_until,
+                                    lambda: self._rebalance_deadline(group_id))
+
+    def _rebalance_deadline(self, group_id: str) -> None:
+        """A rebalance's initial delay or deadline came due: complete it if it can."""
+        group = self._groups.get(group_id)
+        if group is not None and group.state == "PreparingRebalance":
+            now = self.clock.monotonic()
+            overdue = group.rebalance_deadline is not None and now >= group.rebalance_deadline
+            self._maybe_complete(group, now, deadline_passed=overdue)
+
+    def _schedule_session(self, group: Group, member: Member) -> None:
+        group_id, member_id = group.group_id, member.member_id
+        self.timer.schedule(("session", group_id, member_id),
+                            member.last_heartbeat + member.session_timeout_ms / 1000.0,
+                            lambda: self._session_deadline(group_id, member_id))
+
+    def _session_deadline(self, group_id: str, member_id: str) -> None:
+        """A member's session came due: it is removed if it has been silent longer than
+        ``session.timeout.ms`` and is not waiting in a join; otherwise the task is put
+        back at its last heartbeat's deadline (a member waiting in a join is checked at
+        every poll, as long as it waits)."""
+        group = self._groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            return
+        waiting = member.join_waiter is not None
+        if not waiting and self.clock.monotonic() - member.last_heartbeat > member.session_timeout_ms / 1000.0:
+            self._remove(group, member, "stopped heartbeating (session.timeout.ms)")
+        else:
+            self._schedule_session(group, member)
 
     def _maybe_complete(self, group: Group, now: float, deadline_passed: bool = False) -> None:
         if group.state != "PreparingRebalance":
@@ -227,14 +270,20 @@ class GroupCoordinator:
         for member_id in [m for m, member in group.members.items() if member.join_waiter is None]:
             log.info("group %s: member %s did not rejoin in time; removing it", group.group_id, member_id)
             del group.members[member_id]
+            self.timer.cancel(("session", group.group_id, member_id))
         group.initial_delay_until = None
         group.rebalance_deadline = None
+        self._cancel_rebalance_deadlines(group)
         if not group.members:
             group.state = "Empty"
             group.generation_id += 1
             group.leader_id = group.protocol = None
             return
         self._complete(group)
+
+    def _cancel_rebalance_deadlines(self, group: Group) -> None:
+        self.timer.cancel(("rebalance", group.group_id))
+        self.timer.cancel(("initial-delay", group.group_id))
 
     def _complete(self, group: Group) -> None:
         members = list(group.members.values())
@@ -246,6 +295,7 @@ class GroupCoordinator:
                 if m.join_waiter is not None and not m.join_waiter.done():
                     m.join_waiter.set_exception(err)
                 m.join_waiter = None
+                self.timer.cancel(("session", group.group_id, m.member_id))
             group.members.clear()
             group.state = "Empty"
             return
@@ -317,6 +367,7 @@ class GroupCoordinator:
     def _remove(self, group: Group, member: Member, why: str) -> None:
         log.info("group %s: member %s %s", group.group_id, member.member_id, why)
         del group.members[member.member_id]
+        self.timer.cancel(("session", group.group_id, member.member_id))
         if member.join_waiter is not None and not member.join_waiter.done():
             member.join_waiter.set_exception(UnknownMemberId(f"member '{member.member_id}' {why}"))
         now = self.clock.monotonic()
@@ -325,6 +376,7 @@ class GroupCoordinator:
             group.generation_id += 1
             group.leader_id = group.protocol = None
             group.rebalance_deadline = None
+            self._cancel_rebalance_deadlines(group)
             return
         self._prepare_rebalance(group, now)
         self._maybe_complete(group, now)
@@ -344,17 +396,12 @@ class GroupCoordinator:
                         f"this broker is shutting down and no longer coordinates group '{group.group_id}'"))
 
     def tick(self) -> None:
-        """Expire silent members and overdue rebalances."""
+        """Run the deadlines due (sessions, rebalances; :attr:`timer`), then rebalance
+        every stable group whose subscribed topics changed."""
+        self.timer.poll()
         now = self.clock.monotonic()
         for group in list(self._groups.values()):
-            for member in list(group.members.values()):
-                waiting = member.join_waiter is not None
-                if not waiting and now - member.last_heartbeat > member.session_timeout_ms / 1000.0:
-                    self._remove(group, member, "stopped heartbeating (session.timeout.ms)")
-            if group.state == "PreparingRebalance":
-                overdue = group.rebalance_deadline is not None and now >= group.rebalance_deadline
-                self._maybe_complete(group, now, deadline_passed=overdue)
-            elif group.state == "Stable" and group.members and self._metadata_changed(group):
+            if group.state == "Stable" and group.members and self._metadata_changed(group):
                 log.info("group %s: a subscribed topic appeared, went or changed its partitions; "
                          "rebalancing", group.group_id)
                 self._prepare_rebalance(group, now)

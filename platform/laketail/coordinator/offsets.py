@@ -1,14 +1,20 @@
 """Committed consumer offsets, stored in the internal compacted topic ``__consumer_offsets``.
 
-Role: the durable home of every group's committed offsets, and their in-memory cache.
+Role: the durable home of every group's committed offsets, and their in-memory state.
 A commit appends one batch to the ``__consumer_offsets`` partition of its group
 (``abs(java_hash(group)) % offsets.topic.num.partitions``, as Kafka places groups),
 conditional on the coordinators' epoch (the partition refuses it once a newer
 coordinator has written there), and returns once it is on every in-sync replica and the
 broker has checked it still runs the coordinators (``fence``, see
-:class:`~laketail.coordinator.ports.CoordinatorFence`); the cache follows. When the broker takes the coordinators
-over, the cache is rebuilt by reading every partition of the topic to the high
-watermark, table tier then hot tier, latest value per key.
+:class:`~laketail.coordinator.ports.CoordinatorFence`).
+
+State is one :class:`OffsetShard` per partition of the topic (Kafka's coordinator
+shards), and it changes only through :meth:`OffsetShard.replay`, one decoded
+:class:`OffsetRecord` at a time: a load replays the partition's records in log order
+(every partition read to the high watermark, table tier then hot tier, when the broker
+takes the coordinators over; one partition by :meth:`OffsetStore.load_partition`), and
+a write replays the records it appended once they are acknowledged. A restart so reads
+back exactly the state the writes made.
 
 Record format (JSON, so SQL over the topic's Delta table can read it):
 
@@ -47,6 +53,7 @@ from laketail.bounds import INT64_MAX, bounded_int
 from laketail.coordinator.isolation import IsolatedPartitions
 from laketail.coordinator.ports import coordinator_batch
 from laketail.errors import InvalidProducerEpoch, NotCoordinator, OffsetMetadataTooLarge, UnknownTopicOrPartition
+from laketail.records import data_records
 
 if TYPE_CHECKING:
     from laketail.catalog import TopicInfo
@@ -141,6 +148,50 @@ def encode_value(committed: CommittedOffset) -> bytes:
     )
 
 
+@dataclass(frozen=True)
+class OffsetRecord:
+    """One record of ``__consumer_offsets``, decoded: ``group``'s committed offset of
+    ``tp``, or ``None`` (a tombstone: the offset is deleted)."""
+
+    group: str
+    tp: TopicPartition
+    committed: CommittedOffset | None
+
+    @classmethod
+    def decode(cls, key: bytes | None, value: bytes | None) -> "OffsetRecord":
+        """The record :meth:`encode` wrote; one of :data:`UNDECODABLE` for anything else."""
+        group, tp = decode_key(key)
+        return cls(group, tp, decode_value(value) if value is not None else None)
+
+    def encode(self) -> tuple[bytes, bytes | None]:
+        """(key, value) as they go to the log (the format of the module docstring)."""
+        value = encode_value(self.committed) if self.committed is not None else None
+        return encode_key(self.group, *self.tp), value
+
+
+class OffsetShard:
+    """The committed offsets one partition of ``__consumer_offsets`` holds (Kafka's
+    coordinator shard): built by replaying that partition's records at load, then kept
+    current by replaying each record this coordinator writes there. :meth:`replay` is
+    the only way its state changes. Event loop thread only."""
+
+    def __init__(self, partition: int) -> None:
+        self.partition = partition
+        #: group -> (topic, partition) -> its committed offset
+        self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+
+    def replay(self, record: OffsetRecord) -> None:
+        """Apply one record: the latest value of a key wins, a tombstone deletes it."""
+        if record.committed is None:
+            group = self.offsets.get(record.group)
+            if group is not None:
+                group.pop(record.tp, None)
+                if not group:
+                    del self.offsets[record.group]
+        else:
+            self.offsets.setdefault(record.group, {})[record.tp] = record.committed
+
+
 class OffsetStore:
     """Committed offsets of every group, cached in memory, kept in ``__consumer_offsets``.
 
@@ -158,7 +209,9 @@ class OffsetStore:
         self.clock = clock
         self.num_partitions = num_partitions
         self.replication_factor = replication_factor
-        self._cache: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        #: partition of ``__consumer_offsets`` -> what it holds; a partition not loaded
+        #: (isolated, or unloaded) has no shard
+        self._shards: dict[int, OffsetShard] = {}
         self._ready = asyncio.Lock()
         self._exists = False
         #: Records of ``__consumer_offsets`` the last :meth:`load` could not decode.
@@ -192,85 +245,90 @@ class OffsetStore:
         return self.isolated.unavailable
 
     async def load(self) -> None:
-        """Rebuild the cache from the log (latest value per key wins; null deletes)."""
+        """Rebuild every shard from the log (each partition's records replayed in order).
+
+        What was loaded replaces what this store had; a partition that cannot be read
+        whole is isolated and has no shard until :meth:`load_unavailable` loads it."""
         if OFFSETS_TOPIC not in self.internal_log.list_topics():
             return
         self.num_partitions = self.internal_log.topic(OFFSETS_TOPIC).partitions
         self._exists = True
-        cache: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        shards: dict[int, OffsetShard] = {}
         skipped = 0
 
         async def load_partition(partition: int) -> None:
             nonlocal skipped
-            skipped += await self._load_partition(cache, partition)
+            shard, shard_skipped = await self._read_shard(partition)
+            shards[partition] = shard
+            skipped += shard_skipped
 
         await self.isolated.load(range(self.num_partitions), load_partition)
-        self._cache = cache
+        self._shards = shards
         self.skipped_records = skipped
 
     async def load_unavailable(self) -> None:
         """Load the partitions the last :meth:`load` isolated, each once it reads whole
         (its leader repaired it). Raises what a read raises; the caller retries."""
+        await self.isolated.load_unavailable(self.load_partition)
 
-        async def load_partition(partition: int) -> None:
-            cache: dict[str, dict[TopicPartition, CommittedOffset]] = {}
-            self.skipped_records += await self._load_partition(cache, partition)
-            self._cache.update(cache)  # a group's offsets all live in one partition: no overlap
+    async def load_partition(self, partition: int) -> None:
+        """(Re)build one partition's shard from the log and serve it (Kafka loads a
+        shard when its broker becomes the partition's leader). Raises what a read raises,
+        leaving the shard as it was."""
+        shard, skipped = await self._read_shard(partition)
+        self.skipped_records += skipped
+        self._shards[partition] = shard
 
-        await self.isolated.load_unavailable(load_partition)
+    def unload_partition(self, partition: int) -> None:
+        """Stop serving one partition's groups here (its leadership moved away): their
+        offsets are forgotten until :meth:`load_partition` loads them again."""
+        self._shards.pop(partition, None)
 
-    async def _load_partition(self, cache: dict, partition: int) -> int:
+    async def _read_shard(self, partition: int) -> tuple[OffsetShard, int]:
+        """A new shard with every record of ``partition`` replayed, and how many records
+        could not be decoded (skipped, logged)."""
+        shard = OffsetShard(partition)
         skipped = 0
         async for records in self.internal_log.read_to_log_end(OFFSETS_TOPIC, partition):
-            skipped += self._apply(cache, records, partition)
-        return skipped
+            for key, value, offset in data_records(records):
+                try:
+                    record = OffsetRecord.decode(key, value)
+                except UNDECODABLE as exc:
+                    skipped += 1
+                    log.warning("%s-%d offset %d: skipping a record that cannot be decoded (%r)",
+                                OFFSETS_TOPIC, partition, offset, str(exc)[:200])
+                    continue
+                shard.replay(record)
+        return shard, skipped
+
+    def replay(self, record: OffsetRecord) -> None:
+        """Apply a record this coordinator has written (after its append succeeded): the
+        same :meth:`OffsetShard.replay` a load goes through, so a restart reads back
+        exactly the state the writes made."""
+        partition = partition_for_group(record.group, self.num_partitions)
+        self._shards.setdefault(partition, OffsetShard(partition)).replay(record)
 
     def _check_available(self, group: str) -> None:
         """COORDINATOR_LOAD_IN_PROGRESS for a group whose partition is isolated."""
         if self.isolated:
             self.isolated.check(partition_for_group(group, self.num_partitions), f"group '{group}'")
 
-    @staticmethod
-    def _apply(cache: dict, records: pa.Table, partition: int = -1) -> int:
-        """Apply ``records`` to ``cache``; returns how many could not be decoded (skipped)."""
-        skipped = 0
-        for key, value, control, offset in zip(
-            records.column("key").to_pylist(),
-            records.column("value").to_pylist(),
-            records.column("control").to_pylist(),
-            records.column("offset").to_pylist(),
-        ):
-            if control is not None:
-                continue
-            try:
-                group_id, tp = decode_key(key)
-                committed = decode_value(value) if value is not None else None
-            except UNDECODABLE as exc:
-                skipped += 1
-                log.warning("%s-%d offset %d: skipping a record that cannot be decoded (%r)",
-                            OFFSETS_TOPIC, partition, offset, str(exc)[:200])
-                continue
-            group = cache.setdefault(group_id, {})
-            if committed is None:
-                group.pop(tp, None)
-                if not group:
-                    cache.pop(group_id, None)
-            else:
-                group[tp] = committed
-        return skipped
+    def _offsets_of(self, group: str) -> dict[TopicPartition, CommittedOffset]:
+        shard = self._shards.get(partition_for_group(group, self.num_partitions))
+        return shard.offsets.get(group, {}) if shard is not None else {}
 
     # -- reads ----------------------------------------------------------------------------------
 
     def committed(self, group: str, tp: TopicPartition) -> CommittedOffset | None:
         self._check_available(group)
-        return self._cache.get(group, {}).get(tp)
+        return self._offsets_of(group).get(tp)
 
     def group_offsets(self, group: str) -> dict[TopicPartition, CommittedOffset]:
         self._check_available(group)
-        return dict(self._cache.get(group, {}))
+        return dict(self._offsets_of(group))
 
     def groups(self) -> list[str]:
-        return sorted(self._cache)
+        return sorted(g for shard in self._shards.values() for g in shard.offsets)
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -287,29 +345,29 @@ class OffsetStore:
             for tp, c in offsets.items()
         }
         await self.ensure_topic()
-        await self._append(group, [(tp, c) for tp, c in offsets.items()])
-        if self.fence is not None:  # a deposed coordinator's commit is not acknowledged
+        records = [OffsetRecord(group, tp, c) for tp, c in offsets.items()]
+        await self._append(group, records)
+        if self.fence is not None:  # a deposed coordinator's commit is neither acknowledged nor served
             await self.fence.check_coordinator_epoch()
-        cached = self._cache.setdefault(group, {})
-        cached.update(offsets)
+        for record in records:
+            self.replay(record)
 
     async def delete(self, group: str, tps: Iterable[TopicPartition]) -> None:
         """Tombstone the group's offsets for ``tps`` (expiry, group deletion)."""
         self._check_available(group)
-        tps = [tp for tp in tps if tp in self._cache.get(group, {})]
-        if not tps:
+        held = self._offsets_of(group)
+        records = [OffsetRecord(group, tp, None) for tp in tps if tp in held]
+        if not records:
             return
         await self.ensure_topic()
-        await self._append(group, [(tp, None) for tp in tps])
-        cached = self._cache.get(group, {})
-        for tp in tps:
-            cached.pop(tp, None)
-        if not cached:
-            self._cache.pop(group, None)
+        await self._append(group, records)
+        for record in records:
+            self.replay(record)
 
-    async def _append(self, group: str, entries: list[tuple[TopicPartition, CommittedOffset | None]]) -> None:
-        keys = [encode_key(group, t, p) for (t, p), _ in entries]
-        values = [encode_value(c) if c is not None else None for _, c in entries]
+    async def _append(self, group: str, records: list[OffsetRecord]) -> None:
+        encoded = [record.encode() for record in records]
+        keys = [key for key, _ in encoded]
+        values = [value for _, value in encoded]
         partition = partition_for_group(group, self.num_partitions)
         batch = pa.RecordBatch.from_pydict(
             {
@@ -328,11 +386,11 @@ class OffsetStore:
         """Kafka's ``offsets.retention.minutes``: a group with no members loses the
         offsets it has not committed for longer than ``retention_ms``."""
         expired = 0
-        for group in list(self._cache):
+        for group in self.groups():
             if group in active_groups:
                 continue
             stale = [
-                tp for tp, c in self._cache[group].items()
+                tp for tp, c in self._offsets_of(group).items()
                 if c.commit_timestamp_ms >= 0 and now_ms - c.commit_timestamp_ms > retention_ms
             ]
             if stale:

@@ -16,8 +16,11 @@ Role: Kafka's transaction protocol on laketail's logs.
   partition, then (on commit) the offsets to ``__consumer_offsets``, then
   CompleteCommit/CompleteAbort. A broker that crashes after the prepare finishes the
   transaction when it starts again (:meth:`recover`).
-* ``transaction.timeout.ms`` -- :meth:`tick` aborts transactions left open longer, with
-  an epoch bump so the late producer is fenced.
+* ``transaction.timeout.ms`` -- each open transaction has a deadline on the
+  coordinator's :class:`~laketail.coordinator.timer.CoordinatorTimer` (set when its
+  Ongoing state is replayed, at load or after a write; cancelled by any other state);
+  :meth:`TransactionCoordinator.expire` aborts those past it, with an epoch bump so the
+  late producer is fenced.
 
 Batch transactions (Spark's exactly-once sink): many sessions enlist under one batch
 id of one sink; :meth:`commit_batch` commits exactly the sessions it is given, together,
@@ -30,8 +33,10 @@ PrepareCommit/PrepareAbort is in ``__transaction_state`` and before any marker i
 written, so a test can kill the broker at exactly that point. Unset (the default), it
 costs nothing.
 
-State lives in the internal compacted topic ``__transaction_state``, JSON values,
-cached in memory and rebuilt from the log at start. Its keys are typed JSON objects, so
+State lives in the internal compacted topic ``__transaction_state``, JSON values, and
+in memory, where it changes only through :meth:`TransactionCoordinator.replay` of one
+record: at load, each key's latest record; after a write, the record written (Kafka's
+``CoordinatorShard.replay``), so a restart reads back exactly what the writes made. Its keys are typed JSON objects, so
 no client-chosen name can ever be read back as another kind of record:
 
 * ``{"txn": "<transactional id>"}`` -- a :class:`TxnMetadata`;
@@ -70,7 +75,7 @@ import logging
 import os
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Iterable, Literal
 
 import orjson
@@ -86,6 +91,7 @@ from laketail.coordinator.offsets import (
     partition_for_group,
 )
 from laketail.coordinator.ports import coordinator_batch
+from laketail.coordinator.timer import CoordinatorTimer
 from laketail.errors import (
     ConcurrentTransactions,
     CoordinatorLoadInProgress,
@@ -287,12 +293,16 @@ class TransactionCoordinator:
         self.max_timeout_ms = max_timeout_ms
         self._txns: dict[str, TxnMetadata] = {}
         self._by_pid: dict[int, str] = {}
+        self._pid_of: dict[str, int] = {}  # transactional id -> the producer id last replayed for it
         self._sinks: dict[str, SinkState] = {}
         self._next_pid = 0  # the next id of the block this coordinator holds
         self._pid_block_end = 0  # the end of that block (excluded)
         self._pid_floor = 0  # ids at or above it may be taken: above what the loaded state names
         self._lock = asyncio.Lock()
         self._topic_ready = False
+        #: transaction timeouts (see :meth:`_schedule_timeout`)
+        self.timer = CoordinatorTimer(clock)
+        self._timed_out: set[str] = set()  # past transaction.timeout.ms, not aborted yet
         #: Partitions whose table is damaged (CORRUPT_MESSAGE): isolated, what hashes to
         #: them refused, reloaded by :meth:`load_unavailable` once repaired.
         self.isolated = IsolatedPartitions(TXN_TOPIC)
@@ -329,6 +339,7 @@ class TransactionCoordinator:
             raise NotCoordinator(f"a newer coordinator has written to {TXN_TOPIC}: {exc}") from exc
         if self.fence is not None:  # a deposed coordinator goes no further (the client retries at the new one)
             await self.fence.check_coordinator_epoch()
+        self.replay(key, value)
 
     def _skip(self, partition: int, offset: int, why: object) -> None:
         self.skipped_records += 1
@@ -340,8 +351,11 @@ class TransactionCoordinator:
         """Isolated (damaged) partitions -> why; see :mod:`laketail.coordinator.isolation`."""
         return self.isolated.unavailable
 
-    async def _read_partition(self, partition: int, latest: dict[StateKey, tuple[bytes | None, int, int]]) -> None:
-        """Fill ``latest`` (state key -> value, partition, offset) from one partition."""
+    async def _read_partition(self, partition: int) -> dict[StateKey, tuple[bytes | None, int]]:
+        """The latest record (value, offset) of each state key in one partition: what
+        compaction would keep, and all :meth:`replay` needs (a key's latest record is its
+        whole state)."""
+        latest: dict[StateKey, tuple[bytes | None, int]] = {}
         async for records in self.internal_log.read_to_log_end(TXN_TOPIC, partition):
             for key, value, offset in data_records(records):
                 try:
@@ -349,38 +363,109 @@ class TransactionCoordinator:
                 except UNDECODABLE as exc:
                     self._skip(partition, offset, exc)
                     continue
-                latest[state_key] = (value, partition, offset)
+                latest.pop(state_key, None)  # kept in log order
+                latest[state_key] = (value, offset)
+        return latest
 
-    def _decode(self, latest: dict[StateKey, tuple[bytes | None, int, int]]
-                ) -> tuple[dict[str, TxnMetadata], dict[int, str], dict[str, SinkState]]:
-        """The state ``latest`` names (a tombstone: none); raises the producer id floor."""
-        txns: dict[str, TxnMetadata] = {}
-        by_pid: dict[int, str] = {}
-        sinks: dict[str, SinkState] = {}
-        for (kind, name), (value, partition, offset) in latest.items():
-            if value is None:
-                continue
+    def _replay_loaded(self, partition: int, latest: dict[StateKey, tuple[bytes | None, int]]) -> None:
+        """Replay what :meth:`_read_partition` read (no await: nothing is served half-loaded)."""
+        for state_key, (value, offset) in latest.items():
             try:
-                if kind == "producer_id_block":
-                    end = _int(orjson.loads(value), "end")
-                    self._pid_floor = max(self._pid_floor, end)
-                elif kind == "sink":
-                    sinks[name] = SinkState.from_json(name, value)
-                else:
-                    meta = TxnMetadata.from_json(name, value)
-                    txns[name] = meta
-                    by_pid[meta.producer_id] = name
+                self.replay(state_key, value)
             except UNDECODABLE as exc:
                 self._skip(partition, offset, exc)
-        # The first block taken is above every id the loaded state names (blocks handed
-        # out before ``_system/producer_ids`` existed, a transaction whose block record
-        # was the one skipped).
-        if by_pid:
-            self._pid_floor = max(self._pid_floor, max(by_pid) + 1)
-        return txns, by_pid, sinks
+
+    def replay(self, key: StateKey, value: bytes | None) -> None:
+        """The one way this coordinator's state changes: apply a record of
+        ``__transaction_state`` -- at load, each key's latest record; after a write, the
+        record written, once it is acknowledged (Kafka's ``CoordinatorShard.replay``). A
+        restart so reads back exactly the state the writes made.
+
+        A record is the whole state of its key: a transaction's metadata, a sink's state,
+        the legacy producer id block (which only raises the floor of the first block
+        taken); a tombstone forgets the key. A value that cannot be decoded forgets the key
+        too (its state is unknown) and raises one of :data:`UNDECODABLE`, which a load
+        counts as skipped. A transaction's metadata is updated in place, so the live path,
+        which holds it across its writes, keeps seeing the current state."""
+        kind, name = key
+        if kind == "producer_id_block":
+            if value is not None:
+                self._pid_floor = max(self._pid_floor, _int(orjson.loads(value), "end"))
+        elif kind == "sink":
+            try:
+                sink = SinkState.from_json(name, value) if value is not None else None
+            except UNDECODABLE:
+                self._sinks.pop(name, None)
+                raise
+            if sink is None:
+                self._sinks.pop(name, None)
+            elif (held_sink := self._sinks.get(name)) is not None:
+                _assign(held_sink, sink)
+            else:
+                self._sinks[name] = sink
+        else:
+            try:
+                meta = TxnMetadata.from_json(name, value) if value is not None else None
+            except UNDECODABLE:
+                self._forget_txn(name)
+                raise
+            if meta is None:
+                self._forget_txn(name)
+                return
+            replayed_pid = self._pid_of.get(name)  # the held metadata may be changed already
+            if replayed_pid is not None and replayed_pid != meta.producer_id:
+                self._unmap_pid(replayed_pid, name)
+            held = self._txns.get(name)
+            if held is not None:
+                _assign(held, meta)
+            else:
+                self._txns[name] = meta
+            self._by_pid[meta.producer_id] = name
+            self._pid_of[name] = meta.producer_id
+            self._schedule_timeout(name, meta)
+
+    def _schedule_timeout(self, transactional_id: str, meta: TxnMetadata) -> None:
+        """An Ongoing transaction times out ``transaction.timeout.ms`` after it began
+        (``start_ms``, wall clock, so a loaded one keeps its deadline); any other state
+        has no deadline."""
+        key = ("txn-timeout", transactional_id)
+        self._timed_out.discard(transactional_id)
+        if meta.state != "Ongoing":
+            self.timer.cancel(key)
+            return
+        due_in_s = (meta.start_ms + meta.timeout_ms - self.clock.now_ms()) / 1000
+        self.timer.schedule(key, self.clock.monotonic() + due_in_s, lambda: self._timeout_due(transactional_id))
+
+    def _timeout_due(self, transactional_id: str) -> None:
+        meta = self._txns.get(transactional_id)
+        if meta is None or meta.state != "Ongoing":
+            return
+        if self.clock.now_ms() - meta.start_ms > meta.timeout_ms:
+            self._timed_out.add(transactional_id)  # :meth:`expire` aborts it
+        else:  # not longer than the timeout yet (the wall clock moved back?): again later
+            self._schedule_timeout(transactional_id, meta)
+
+    def _forget_txn(self, transactional_id: str) -> None:
+        self._txns.pop(transactional_id, None)
+        self.timer.cancel(("txn-timeout", transactional_id))
+        self._timed_out.discard(transactional_id)
+        producer_id = self._pid_of.pop(transactional_id, None)
+        if producer_id is not None:
+            self._unmap_pid(producer_id, transactional_id)
+
+    def _unmap_pid(self, producer_id: int, transactional_id: str) -> None:
+        if self._by_pid.get(producer_id) == transactional_id:
+            del self._by_pid[producer_id]
+
+    def _raise_pid_floor(self) -> None:
+        """The first block taken is above every id the loaded state names (blocks handed
+        out before ``_system/producer_ids`` existed, a transaction whose block record was
+        the one skipped)."""
+        if self._by_pid:
+            self._pid_floor = max(self._pid_floor, max(self._by_pid) + 1)
 
     async def load(self) -> None:
-        """Rebuild from ``__transaction_state`` (latest value per state key).
+        """Rebuild from ``__transaction_state``: each key's latest record, replayed.
 
         Forgiving: a record that cannot be decoded is skipped, logged and counted in
         :attr:`skipped_records`, and the rest is loaded. A damaged partition is isolated
@@ -391,17 +476,19 @@ class TransactionCoordinator:
         self._topic_ready = True
         self.num_partitions = self.internal_log.topic(TXN_TOPIC).partitions
         self.skipped_records = 0
-        latest: dict[StateKey, tuple[bytes | None, int, int]] = {}
+        loaded: dict[int, dict[StateKey, tuple[bytes | None, int]]] = {}
 
         async def load_partition(partition: int) -> None:
-            mine: dict[StateKey, tuple[bytes | None, int, int]] = {}
-            await self._read_partition(partition, mine)
-            latest.update(mine)  # a key lives in one partition: none is read twice
+            loaded[partition] = await self._read_partition(partition)
 
         await self.isolated.load(range(self.num_partitions), load_partition)
         # What was loaded replaces what this coordinator had (a reload on becoming the
         # controller again must not keep state another coordinator has since changed).
-        self._txns, self._by_pid, self._sinks = self._decode(latest)
+        self._txns, self._by_pid, self._pid_of, self._sinks = {}, {}, {}, {}
+        self.timer, self._timed_out = CoordinatorTimer(self.clock), set()
+        for partition, latest in loaded.items():
+            self._replay_loaded(partition, latest)
+        self._raise_pid_floor()
 
     async def load_unavailable(self) -> None:
         """Load the partitions the last :meth:`load` isolated, each once it reads whole
@@ -411,15 +498,12 @@ class TransactionCoordinator:
         loaded_sinks: list[SinkState] = []
 
         async def load_partition(partition: int) -> None:
-            latest: dict[StateKey, tuple[bytes | None, int, int]] = {}
-            await self._read_partition(partition, latest)
-            txns, by_pid, sinks = self._decode(latest)
+            latest = await self._read_partition(partition)
             async with self._lock:  # no key of this partition was served meanwhile: no overlap
-                self._txns.update(txns)
-                self._by_pid.update(by_pid)
-                self._sinks.update(sinks)
-            loaded_txns.extend(txns.values())
-            loaded_sinks.extend(sinks.values())
+                self._replay_loaded(partition, latest)
+                self._raise_pid_floor()
+            loaded_txns.extend(self._txns[n] for k, n in latest if k == "txn" and n in self._txns)
+            loaded_sinks.extend(self._sinks[n] for k, n in latest if k == "sink" and n in self._sinks)
 
         try:
             await self.isolated.load_unavailable(load_partition)
@@ -522,9 +606,8 @@ class TransactionCoordinator:
                     meta.producer_epoch += 1
                 meta.timeout_ms = timeout_ms
                 meta.state = "Empty"
-            self._txns[transactional_id] = meta
-            self._by_pid[meta.producer_id] = transactional_id
             await self._write(("txn", transactional_id), meta.to_json())
+            meta = self._txns[transactional_id]  # what the write's replay installed
             return meta.producer_id, meta.producer_epoch
 
     def _check(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TxnMetadata:
@@ -561,8 +644,9 @@ class TransactionCoordinator:
             meta = self._check(transactional_id, producer_id, producer_epoch)
             for topic, partition in partitions:
                 self.markers.check_partition(topic, partition)  # UNKNOWN_TOPIC_OR_PARTITION
+            begins = meta.state != "Ongoing"
             self._begin(meta)
-            if not set(partitions) <= meta.partitions:
+            if begins or not set(partitions) <= meta.partitions:  # a change the log must hold too
                 meta.partitions |= set(partitions)
                 await self._write(("txn", transactional_id), meta.to_json())
 
@@ -664,20 +748,18 @@ class TransactionCoordinator:
                                  producer=ProducerBatch(producer_id, epoch, -1, True, kind))
 
     def tick(self) -> list[str]:
-        """Transactions open past ``transaction.timeout.ms``; :meth:`expire` aborts them."""
-        now = self.clock.now_ms()
-        return [
-            m.transactional_id for m in self._txns.values()
-            if m.state == "Ongoing" and now - m.start_ms > m.timeout_ms
-        ]
+        """Transactions open past ``transaction.timeout.ms`` (their deadlines on
+        :attr:`timer` came due); :meth:`expire` aborts them."""
+        self.timer.poll()
+        return sorted(t for t in self._timed_out if (m := self._txns.get(t)) is not None and m.state == "Ongoing")
 
     async def expire(self) -> int:
         """Abort timed-out transactions and bump their epoch (fencing the late producer)."""
         expired = self.tick()
         async with self._lock:
             for transactional_id in expired:
-                meta = self._txns[transactional_id]
-                if meta.state != "Ongoing":
+                meta = self._txns.get(transactional_id)
+                if meta is None or meta.state != "Ongoing":
                     continue
                 log.info("aborting %s: open longer than transaction.timeout.ms", transactional_id)
                 await self._prepare_and_complete(meta, commit=False)
@@ -708,7 +790,7 @@ class TransactionCoordinator:
                 break
         producer_id, epoch = await self._init_producer_id(transactional_id, timeout_ms, None)
         async with self._lock:
-            sink = self._sinks.setdefault(sink_id, SinkState(sink_id))
+            sink = self._sinks.get(sink_id) or SinkState(sink_id)  # installed by its first write's replay
             sink.enlisted.setdefault(batch_id, []).append(transactional_id)
             await self._write(("sink", sink_id), sink.to_json())
         return transactional_id, producer_id, epoch
@@ -721,7 +803,7 @@ class TransactionCoordinator:
         _check_batch_id(batch_id)
         self._check_available(("sink", sink_id))
         async with self._lock:
-            sink = self._sinks.setdefault(sink_id, SinkState(sink_id))
+            sink = self._sinks.get(sink_id) or SinkState(sink_id)  # installed by its first write's replay
             self._check_sessions_available(sink.enlisted.get(batch_id, []) + transactional_ids)
             if batch_id <= sink.committed_batch:
                 await self._abort_sessions(sink.enlisted.pop(batch_id, []))
@@ -748,6 +830,7 @@ class TransactionCoordinator:
                 )
             sink.committing = (batch_id, list(transactional_ids))
             await self._write(("sink", sink_id), sink.to_json())  # the batch's point of no return
+            sink = self._sinks[sink_id]  # what the write's replay installed
             await self._finish_batch(sink, batch_id, transactional_ids)
             return True
 
@@ -774,7 +857,7 @@ class TransactionCoordinator:
         _check_batch_id(batch_id)
         self._check_available(("sink", sink_id))
         async with self._lock:
-            sink = self._sinks.setdefault(sink_id, SinkState(sink_id))
+            sink = self._sinks.get(sink_id) or SinkState(sink_id)  # installed by its first write's replay
             self._check_sessions_available(sink.enlisted.get(batch_id, []))
             ids = sink.enlisted.pop(batch_id, [])
             await self._abort_sessions(ids)
@@ -793,7 +876,6 @@ class TransactionCoordinator:
         if meta is not None and meta.state in ("Empty", "CompleteCommit", "CompleteAbort"):
             # A tombstone keeps __transaction_state small; nobody is ever handed this
             # transactional id again, so its producer id stays unusable.
-            del self._txns[transactional_id]
             await self._write(("txn", transactional_id), None)
 
     def _check_sessions_available(self, transactional_ids: list[str]) -> None:
@@ -803,6 +885,12 @@ class TransactionCoordinator:
     def sink(self, sink_id: str) -> SinkState:
         self._check_available(("sink", sink_id))
         return self._sinks.get(sink_id) or SinkState(sink_id)
+
+
+def _assign(held: "TxnMetadata | SinkState", new: "TxnMetadata | SinkState") -> None:
+    """Give ``held`` the fields of ``new`` (same type), keeping the object callers hold."""
+    for f in fields(new):
+        setattr(held, f.name, getattr(new, f.name))
 
 
 def _check_batch_id(batch_id: int) -> None:
