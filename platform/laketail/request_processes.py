@@ -18,9 +18,12 @@ How they divide the work:
   connections over the processes. A keyless produce lands on a partition that the
   process it reached leads (the sticky partitioner choosing among those,
   :meth:`laketail.partitioner.StickyPartitioner.next_batch_among`), so it is never
-  forwarded. Everything else (keyed records and explicit partitions led by another
-  process, fetches of those, the coordinators on the controller) is forwarded over the
-  inter-broker listener exactly as between the brokers of any cluster.
+  forwarded. Keyed records and explicit partitions led by another process are parsed and
+  framed where they arrived and their appends handed to the leading process over a Unix
+  socket (:mod:`laketail.handoff`), one hand-off per request and sibling. The rest
+  (fetches the process cannot read from the leader's files, the coordinators on the
+  controller) is forwarded over the inter-broker listener exactly as between the brokers
+  of any cluster.
 * **Each process listens for its peers on a loopback port of its own**
   (``inter.broker.listener.name=BROKER``), where they authenticate with
   ``laketail.inter.broker.secret``: the configured one, else a random one the first
@@ -236,6 +239,13 @@ def child_env(settings: BrokerSettings) -> dict[str, str]:
     return env
 
 
+def local_dir(settings: BrokerSettings) -> Path:
+    """The directory of what the request processes share on this host (the connection
+    board, the hand-off sockets): the data root, or beside the hot logs when the data
+    root is an object store."""
+    return settings.hot_log_dir.parent if object_store.is_remote(settings.data) else Path(settings.data)
+
+
 class ConnectionBoard:
     """How many client connections each request process holds, in a file every process
     maps (``DATA/request-processes/broker-<first id>.connections``): a slot per process of
@@ -275,9 +285,7 @@ class ConnectionBoard:
         ids = sorted(settings.request_process_log_dirs)
         if len(ids) < 2:
             return None
-        # Local to the host: beside the hot logs when the data root is an object store.
-        local = settings.hot_log_dir.parent if object_store.is_remote(settings.data) else Path(settings.data)
-        path = local / "request-processes" / f"broker-{ids[0]}.connections"
+        path = local_dir(settings) / "request-processes" / f"broker-{ids[0]}.connections"
         return cls(path, ids.index(settings.broker_id), len(ids))
 
     def _write(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import signal
 import struct
 import subprocess
@@ -190,6 +191,59 @@ def test_keyed_records_explicit_partitions_and_groups_work_from_either_process(b
     assert committed.status_code == 200, committed.text
     assert {o["partition"]: o["offset"] for o in committed.json()["offsets"]} == {
         p: len(vs) for p, vs in expected.items()}
+
+
+def _handoff_counters(broker) -> dict[str, dict[str, float]]:
+    """Per process (its broker id), its hand-offs ``sent`` and ``received`` and its
+    ``http`` forwards, scraped from /metrics on fresh connections until both answered."""
+    seen: dict[str, dict[str, float]] = {}
+
+    def both() -> bool:
+        text = _fresh(broker, "GET", "/metrics").text
+        found = dict(re.findall(r'laketail_request_process_handoffs_total\{process="(\d+)",role="sent"\} (\S+)', text))
+        ((process, sent),) = found.items()
+        (received,) = re.findall(
+            rf'laketail_request_process_handoffs_total\{{process="{process}",role="received"\}} (\S+)', text)
+        (http,) = re.findall(r"^laketail_produce_forwards_http_total (\S+)", text, re.M)
+        seen[process] = {"sent": float(sent), "received": float(received), "http": float(http)}
+        return len(seen) == 2
+
+    wait_until(both, "a scrape of /metrics from each process")
+    return seen
+
+
+def test_keyed_records_are_parsed_once_and_handed_to_the_leading_process(broker_factory):
+    """A keyed batch of 100 records over 4 partitions, two led by each process: the
+    process the connection reached appends its two and hands the other two to its
+    sibling in one local hand-off (never an HTTP forward); every record lands on its
+    key's partition, the offsets dense."""
+    broker = _group(broker_factory)
+    leaders = _topic(broker, "handed", 4)
+    assert sorted(leaders.values()) == [0, 0, 1, 1], leaders
+    expected: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(4)}
+    requests = 10
+    for r in range(requests):  # a connection each: both processes take some
+        records = [{"key": f"key-{r}-{i}".encode(), "value": f"value-{r}-{i}".encode()} for i in range(100)]
+        with httpx.Client(base_url=broker.url, timeout=30) as client:
+            offsets = _produce(client, "handed", records)
+        assert len({o["partition"] for o in offsets}) == 4
+        for record, offset in zip(records, offsets):
+            assert offset["partition"] == partition_for_key(record["key"], 4)
+            expected[offset["partition"]].append((offset["offset"], record["value"]))
+    counters = _handoff_counters(broker)
+    assert sum(c["sent"] for c in counters.values()) == requests, counters  # one per request
+    assert sum(c["received"] for c in counters.values()) == requests, counters
+    for p in range(4):  # explicit partitions too, to either process
+        with httpx.Client(base_url=broker.url, timeout=30) as client:
+            (offset,) = _produce(client, "handed", [{"value": f"explicit-{p}".encode()}], partition=p)
+        expected[p].append((offset["offset"], f"explicit-{p}".encode()))
+    for p in range(4):
+        stored = _values(broker, "handed", p)
+        assert [o for o, _ in stored] == list(range(len(stored)))  # dense
+        assert stored == sorted(expected[p])
+    counters = _handoff_counters(broker)
+    assert all(c["http"] == 0 for c in counters.values()), counters
+    assert sum(c["sent"] for c in counters.values()) == sum(c["received"] for c in counters.values()), counters
 
 
 @pytest.mark.fault
