@@ -187,7 +187,7 @@ class LaketailServer(Server):
         self.processes = processes
 
     def command(self) -> list[str]:
-        more = ["--processes", str(self.processes)] if self.processes > 1 else []
+        more = ["--processes", str(self.processes)]  # named even for 1: the default is one per core
         return [sys.executable, "-m", "laketail.cli", "serve", "--data", str(self.data),
                 "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning", *more]
 

@@ -4,8 +4,10 @@ One Python process serves requests on about one core: its event loop holds the G
 while it parses, plans, frames and answers (bench/README.md, "The lean produce path").
 With ``laketail.request.processes=N`` (``laketail serve --processes N``) the broker runs
 N processes, and each one owns what it leads outright: its partitions' hot logs, group
-commits, producer state and tier child. Nothing is shared between them but the data root
-and the client port.
+commits, producer state and tier child. Nothing is shared between them but the data root,
+the client port and the hand-off sockets. Not set, N is the number of usable cores
+(:func:`usable_cores`: the affinity mask and the cgroup's CPU quota; :func:`decide`),
+so ``laketail serve`` uses the machine as it is given; ``--processes 1`` runs one.
 
 How they divide the work:
 
@@ -40,13 +42,15 @@ the configured inter-broker one included, becomes a client listener all the proc
 bind, and each process adds its loopback listener for its peers (``BROKER``, or
 ``REQUEST_PROCESSES`` when the configuration names one ``BROKER``). Request processes
 are one machine's broker: brokers on other machines cannot reach those loopback
-listeners. Not split: port 0 (every process must bind the same ports).
+listeners. Not split: port 0 (every process must bind the same ports; refused when N is
+set, one process when it is not).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import mmap
 import os
 import secrets
@@ -83,6 +87,93 @@ BROKER_LISTENER = "BROKER"
 PEER_LISTENER = "REQUEST_PROCESSES"
 
 
+#: Where the kernel shows cgroups, and which ones this process is in.
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")
+#: ``laketail.request.processes`` when not set: one per usable core (:func:`decide`).
+AUTO = 0
+
+
+def usable_cores(cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP,
+                 affinity: int | None = None) -> int:
+    """The cores this process may run on: the CPUs of its affinity mask
+    (``os.sched_getaffinity``, what ``taskset`` and a container's cpuset leave), capped by
+    the tightest CPU quota of its cgroup and the cgroup's ancestors (cgroup v2
+    ``cpu.max``, or v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``: what ``docker run
+    --cpus`` and a Kubernetes CPU limit set), rounded up; at least 1.
+    ``cgroup_root`` and ``proc_cgroup`` are the kernel's files (a test gives its own)."""
+    cores = len(os.sched_getaffinity(0)) if affinity is None else affinity
+    quota = _cgroup_quota(cgroup_root, proc_cgroup)
+    if quota is not None:
+        cores = min(cores, math.ceil(quota))
+    return max(1, cores)
+
+
+def _cgroup_quota(root: Path, proc_cgroup: Path) -> float | None:
+    """The tightest CPU quota, in cores, over this process's cgroups; None when none is set."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    quotas = []
+    for line in lines:
+        hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if hierarchy == "0" and not controllers:
+            base, v2 = root, True  # the unified hierarchy
+        elif "cpu" in controllers.split(","):
+            base, v2 = (root / "cpu" if (root / "cpu").is_dir() else root / controllers), False
+        else:
+            continue
+        rel = Path(path.lstrip("/"))
+        for directory in (rel, *rel.parents):
+            quota = _quota_v2(base / directory) if v2 else _quota_v1(base / directory)
+            if quota is not None:
+                quotas.append(quota)
+    return min(quotas) if quotas else None
+
+
+def _quota_v2(directory: Path) -> float | None:
+    try:
+        limit, period = (directory / "cpu.max").read_text().split()[:2]
+        return None if limit == "max" else int(limit) / int(period)
+    except (OSError, ValueError):
+        return None
+
+
+def _quota_v1(directory: Path) -> float | None:
+    try:
+        limit = int((directory / "cpu.cfs_quota_us").read_text())
+        period = int((directory / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return None if limit <= 0 or period <= 0 else limit / period
+
+
+def decide(settings: BrokerSettings, kafka_listeners: bool, cores: int | None = None) -> tuple[BrokerSettings, str]:
+    """``settings`` with the number of request processes decided, and why. Set
+    (``--processes``, the key), it stands (:func:`check` then refuses what cannot be
+    split). Not set (:data:`AUTO`): one per usable core (:func:`usable_cores`, ``cores``
+    in a test), capped at :data:`MAX_PROCESSES`; one where several cannot share what
+    the configuration asks for, a port 0 (each process would bind a port of its own)
+    or a Kafka-protocol listener (served by one process)."""
+    if settings.request_processes != AUTO:
+        return settings, "configured"
+    if 0 in _ports(settings):
+        why = "1 (laketail.request.processes not set, and port 0 cannot be shared by several processes)"
+        return dataclasses.replace(settings, request_processes=1), why
+    if kafka_listeners:
+        why = "1 (laketail.request.processes not set, and a Kafka-protocol listener runs in one process)"
+        return dataclasses.replace(settings, request_processes=1), why
+    n = min(MAX_PROCESSES, usable_cores() if cores is None else cores)
+    return dataclasses.replace(settings, request_processes=n), f"{n}, one per usable core"
+
+
+def _ports(settings: BrokerSettings) -> list[int]:
+    if settings.listeners:
+        return [port for _, _, port in parse_entries(settings.listeners, "listeners")]
+    return [settings.port]
+
+
 def check(settings: BrokerSettings) -> None:
     """Refuse what the processes cannot share (raised before anything starts)."""
     n = settings.request_processes
@@ -90,10 +181,9 @@ def check(settings: BrokerSettings) -> None:
         raise InvalidConfig(f"laketail.request.processes={n}: between 1 and {MAX_PROCESSES}")
     if n == 1:
         return
-    ports = [port for _, _, port in parse_entries(settings.listeners, "listeners")] if settings.listeners else [
-        settings.port]
-    if 0 in ports:
-        raise InvalidConfig("laketail.request.processes > 1 needs fixed ports: every process binds the same ones")
+    if 0 in _ports(settings):
+        raise InvalidConfig(f"laketail.request.processes={n} needs fixed ports: every process binds the same "
+                            "ones, and port 0 would give each its own; name a port, or run one process")
 
 
 def process_settings(settings: BrokerSettings, index: int) -> BrokerSettings:
