@@ -378,6 +378,7 @@ class HandoffClient:
         conn.writer.write(encode_handoff(request_id, topic, appends, acks, producer))
         self.sent += 1
         try:
+            await conn.writer.drain()  # a sibling that does not read holds the sender back, not its memory
             return await asyncio.wait_for(future, self.timeout_s)
         except (TimeoutError, ConnectionError) as exc:
             conn.pending.pop(request_id, None)
