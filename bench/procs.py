@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 
 from bench.bootstrap import ROOT, venv_bin
+from laketail.request_processes import process_id
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -194,8 +195,8 @@ class LaketailServer(Server):
     def start(self, timeout_s: float = 60.0) -> "LaketailServer":
         super().start(timeout_s)
         deadline = time.monotonic() + timeout_s
-        while self.processes > 1 and httpx.get(self.url + "/brokers").json().get("brokers") != list(
-                range(self.processes)):
+        while self.processes > 1 and httpx.get(self.url + "/brokers").json().get("brokers") != [
+                process_id(0, k) for k in range(self.processes)]:
             if time.monotonic() > deadline:  # every request process leads its share of new topics
                 self.stop()
                 raise ServerError(f"{self.name}: not all {self.processes} request processes registered")

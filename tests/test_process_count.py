@@ -89,3 +89,18 @@ def test_not_set_it_is_one_process_where_several_cannot_share_the_listeners():
 def test_several_processes_asked_for_on_port_0_are_refused_with_the_reason():
     with pytest.raises(InvalidConfig, match="port 0 would give each its own"):
         check(BrokerSettings(port=0, request_processes=2))
+
+
+def test_the_processes_of_consecutive_brokers_never_share_an_id():
+    from laketail.request_processes import PROCESS_ID_STRIDE, process_settings
+
+    ids = set()
+    for broker_id in (0, 1, 2):
+        group = BrokerSettings(port=8082, broker_id=broker_id, request_processes=3, data="/tmp/d")
+        members = {process_settings(group, k).broker_id for k in range(3)}
+        assert members == {broker_id + k * PROCESS_ID_STRIDE for k in range(3)}
+        assert set(process_settings(group, 1).request_process_log_dirs) == members
+        ids |= members
+    assert len(ids) == 9
+    with pytest.raises(InvalidConfig, match="broker.id below"):
+        check(BrokerSettings(port=8082, broker_id=PROCESS_ID_STRIDE, request_processes=2))

@@ -12,7 +12,8 @@ so ``laketail serve`` uses the machine as it is given; ``--processes 1`` runs on
 How they divide the work:
 
 * **Each process is a member of the cluster on the data root**, with an id of its own
-  (process ``k`` is ``broker.id + k``), its own hot-log directory (``log.dirs`` of the
+  (process ``k`` is ``broker.id + k *`` :data:`PROCESS_ID_STRIDE`, so that brokers
+  numbered 0, 1, 2 each with several processes never share an id), its own hot-log directory (``log.dirs`` of the
   first, with ``-k`` appended for the others, when set) and its own tier child. The
   controller spreads new topics' leaders round-robin over live brokers, so each process
   leads its share of the partitions. ``GET /brokers`` lists every process.
@@ -85,6 +86,17 @@ CLIENT_LISTENER = "CLIENT"
 BROKER_LISTENER = "BROKER"
 #: the processes' own inter-broker listener when the configured listeners use BROKER
 PEER_LISTENER = "REQUEST_PROCESSES"
+
+
+#: Request process ``k`` of broker ``b`` is cluster member ``b + k * PROCESS_ID_STRIDE``:
+#: consecutive broker ids (0, 1, 2) stay apart whatever their processes, and every id
+#: fits Kafka's int32 (:data:`MAX_PROCESSES` strides).
+PROCESS_ID_STRIDE = 1_000_000
+
+
+def process_id(broker_id: int, index: int) -> int:
+    """The cluster member id of request process ``index`` of broker ``broker_id``."""
+    return broker_id + index * PROCESS_ID_STRIDE
 
 
 #: Where the kernel shows cgroups, and which ones this process is in.
@@ -181,6 +193,9 @@ def check(settings: BrokerSettings) -> None:
         raise InvalidConfig(f"laketail.request.processes={n}: between 1 and {MAX_PROCESSES}")
     if n == 1:
         return
+    if settings.broker_id >= PROCESS_ID_STRIDE:
+        raise InvalidConfig(f"laketail.request.processes={n} needs broker.id below {PROCESS_ID_STRIDE}: "
+                            f"process k is broker.id + k * {PROCESS_ID_STRIDE}")
     if 0 in _ports(settings):
         raise InvalidConfig(f"laketail.request.processes={n} needs fixed ports: every process binds the same "
                             "ones, and port 0 would give each its own; name a port, or run one process")
@@ -192,13 +207,14 @@ def process_settings(settings: BrokerSettings, index: int) -> BrokerSettings:
     def log_dir(k: int) -> str:
         if settings.log_dir and k:
             return f"{settings.log_dir.rstrip('/')}-{k}"
-        return str(dataclasses.replace(settings, broker_id=settings.broker_id + k).hot_log_dir)
+        return str(dataclasses.replace(settings, broker_id=process_id(settings.broker_id, k)).hot_log_dir)
 
     own = dataclasses.replace(
         settings,
-        broker_id=settings.broker_id + index,
+        broker_id=process_id(settings.broker_id, index),
         log_dir=log_dir(index),
-        request_process_log_dirs={settings.broker_id + k: log_dir(k) for k in range(settings.request_processes)},
+        request_process_log_dirs={process_id(settings.broker_id, k): log_dir(k)
+                                  for k in range(settings.request_processes)},
         inter_broker_secret=settings.inter_broker_secret or secrets.token_urlsafe(32),
     )
     peer = f"://127.0.0.1:{_free_loopback_port()}"
