@@ -84,6 +84,10 @@ def test_not_set_it_is_one_process_where_several_cannot_share_the_listeners():
     assert decided.request_processes == 1 and "port 0" in why
     decided, why = decide(BrokerSettings(port=8082), kafka_listeners=True, cores=4)
     assert decided.request_processes == 1 and "Kafka" in why
+    for other_hosts in ({"advertised_url": "https://broker1:8082"}, {"inter_broker_listener_name": "BROKER"},
+                        {"advertised_listeners": "BROKER://broker1:9093"}):
+        decided, why = decide(BrokerSettings(port=8082, **other_hosts), kafka_listeners=False, cores=4)
+        assert decided.request_processes == 1 and "other hosts" in why
 
 
 def test_several_processes_asked_for_on_port_0_are_refused_with_the_reason():

@@ -166,8 +166,10 @@ def decide(settings: BrokerSettings, kafka_listeners: bool, cores: int | None = 
     (``--processes``, the key), it stands (:func:`check` then refuses what cannot be
     split). Not set (:data:`AUTO`): one per usable core (:func:`usable_cores`, ``cores``
     in a test), capped at :data:`MAX_PROCESSES`; one where several cannot share what
-    the configuration asks for, a port 0 (each process would bind a port of its own)
-    or a Kafka-protocol listener (served by one process)."""
+    the configuration asks for: a port 0 (each process would bind a port of its own), a
+    Kafka-protocol listener (served by one process), or an advertised URL, advertised
+    listeners or an inter-broker listener (brokers on other hosts would have to reach
+    every process, whose peer listeners are on loopback)."""
     if settings.request_processes != AUTO:
         return settings, "configured"
     if 0 in _ports(settings):
@@ -175,6 +177,12 @@ def decide(settings: BrokerSettings, kafka_listeners: bool, cores: int | None = 
         return dataclasses.replace(settings, request_processes=1), why
     if kafka_listeners:
         why = "1 (laketail.request.processes not set, and a Kafka-protocol listener runs in one process)"
+        return dataclasses.replace(settings, request_processes=1), why
+    if settings.advertised_url or settings.advertised_listeners or settings.inter_broker_listener_name:
+        # The processes reach one another on loopback listeners only; brokers on other
+        # hosts could not reach the partitions a second process leads.
+        why = ("1 (laketail.request.processes not set, and advertised.url, advertised.listeners or "
+               "inter.broker.listener.name says brokers on other hosts reach this one)")
         return dataclasses.replace(settings, request_processes=1), why
     n = min(MAX_PROCESSES, usable_cores() if cores is None else cores)
     return dataclasses.replace(settings, request_processes=n), f"{n}, one per usable core"

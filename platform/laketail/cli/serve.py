@@ -60,7 +60,8 @@ DEFAULT_CONFIG = Path("conf") / "laketail.toml"
 @click.option("--processes", type=click.IntRange(1, 64),
               help="Request processes, each leading its share of the partitions on the same port "
                    "(laketail.request.processes) [default: one per usable core: CPU affinity and "
-                   "cgroup quota; 1 with port 0 or a Kafka listener].")
+                   "cgroup quota; 1 with port 0, a Kafka listener, or an advertised URL or inter-broker listener "
+                   "for brokers on other hosts].")
 @click.option("--request-process", type=click.IntRange(min=0), default=0, hidden=True)
 @click.option(
     "--no-maintenance",
