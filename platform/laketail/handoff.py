@@ -278,7 +278,10 @@ class HandoffServer:
             writer.close()
             return
         self.received += 1
-        outcomes = await asyncio.gather(*(self._one(handoff, a) for a in handoff.appends))
+        if len(handoff.appends) == 1:  # no task of its own for the common single append
+            outcomes = [await self._one(handoff, handoff.appends[0])]
+        else:
+            outcomes = await asyncio.gather(*(self._one(handoff, a) for a in handoff.appends))
         if not writer.is_closing():
             writer.write(encode_answer(handoff.request_id, outcomes))
 
@@ -378,8 +381,9 @@ class HandoffClient:
         conn.writer.write(encode_handoff(request_id, topic, appends, acks, producer))
         self.sent += 1
         try:
-            await conn.writer.drain()  # a sibling that does not read holds the sender back, not its memory
-            return await asyncio.wait_for(future, self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):  # no task per hand-off, unlike wait_for
+                await conn.writer.drain()  # a sibling that does not read holds the sender back, not its memory
+                return await future
         except (TimeoutError, ConnectionError) as exc:
             conn.pending.pop(request_id, None)
             error = RequestTimedOut(f"request process {broker_id} did not answer a hand-off to {topic}: "
