@@ -72,21 +72,21 @@ def test_this_machines_count_is_at_most_its_affinity_mask():
 def test_the_default_is_one_process_per_core_and_a_set_number_stands():
     settings = BrokerSettings(port=8082)
     assert settings.request_processes == AUTO
-    decided, why = decide(settings, kafka_listeners=False, cores=4)
+    decided, why = decide(settings, kafka_listeners=lambda: False, cores=4)
     assert decided.request_processes == 4 and "usable core" in why
-    assert decide(settings, kafka_listeners=False, cores=500)[0].request_processes == 64
-    decided, _ = decide(BrokerSettings(port=8082, request_processes=1), kafka_listeners=False, cores=4)
+    assert decide(settings, kafka_listeners=lambda: False, cores=500)[0].request_processes == 64
+    decided, _ = decide(BrokerSettings(port=8082, request_processes=1), kafka_listeners=lambda: False, cores=4)
     assert decided.request_processes == 1
 
 
 def test_not_set_it_is_one_process_where_several_cannot_share_the_listeners():
-    decided, why = decide(BrokerSettings(port=0), kafka_listeners=False, cores=4)
+    decided, why = decide(BrokerSettings(port=0), kafka_listeners=lambda: False, cores=4)
     assert decided.request_processes == 1 and "port 0" in why
-    decided, why = decide(BrokerSettings(port=8082), kafka_listeners=True, cores=4)
+    decided, why = decide(BrokerSettings(port=8082), kafka_listeners=lambda: True, cores=4)
     assert decided.request_processes == 1 and "Kafka" in why
     for other_hosts in ({"advertised_url": "https://broker1:8082"}, {"inter_broker_listener_name": "BROKER"},
                         {"advertised_listeners": "BROKER://broker1:9093"}):
-        decided, why = decide(BrokerSettings(port=8082, **other_hosts), kafka_listeners=False, cores=4)
+        decided, why = decide(BrokerSettings(port=8082, **other_hosts), kafka_listeners=lambda: False, cores=4)
         assert decided.request_processes == 1 and "other hosts" in why
 
 

@@ -161,7 +161,8 @@ def _quota_v1(directory: Path) -> float | None:
     return None if limit <= 0 or period <= 0 else limit / period
 
 
-def decide(settings: BrokerSettings, kafka_listeners: bool, cores: int | None = None) -> tuple[BrokerSettings, str]:
+def decide(settings: BrokerSettings, kafka_listeners: Callable[[], bool],
+           cores: int | None = None) -> tuple[BrokerSettings, str]:
     """``settings`` with the number of request processes decided, and why. Set
     (``--processes``, the key), it stands (:func:`check` then refuses what cannot be
     split). Not set (:data:`AUTO`): one per usable core (:func:`usable_cores`, ``cores``
@@ -169,20 +170,21 @@ def decide(settings: BrokerSettings, kafka_listeners: bool, cores: int | None = 
     the configuration asks for: a port 0 (each process would bind a port of its own), a
     Kafka-protocol listener (served by one process), or an advertised URL, advertised
     listeners or an inter-broker listener (brokers on other hosts would have to reach
-    every process, whose peer listeners are on loopback)."""
+    every process, whose peer listeners are on loopback). ``kafka_listeners()`` says
+    whether the listeners include a Kafka-protocol one; asked only when it matters."""
     if settings.request_processes != AUTO:
         return settings, "configured"
     if 0 in _ports(settings):
         why = "1 (laketail.request.processes not set, and port 0 cannot be shared by several processes)"
-        return dataclasses.replace(settings, request_processes=1), why
-    if kafka_listeners:
-        why = "1 (laketail.request.processes not set, and a Kafka-protocol listener runs in one process)"
         return dataclasses.replace(settings, request_processes=1), why
     if settings.advertised_url or settings.advertised_listeners or settings.inter_broker_listener_name:
         # The processes reach one another on loopback listeners only; brokers on other
         # hosts could not reach the partitions a second process leads.
         why = ("1 (laketail.request.processes not set, and advertised.url, advertised.listeners or "
                "inter.broker.listener.name says brokers on other hosts reach this one)")
+        return dataclasses.replace(settings, request_processes=1), why
+    if kafka_listeners():
+        why = "1 (laketail.request.processes not set, and a Kafka-protocol listener runs in one process)"
         return dataclasses.replace(settings, request_processes=1), why
     n = min(MAX_PROCESSES, usable_cores() if cores is None else cores)
     return dataclasses.replace(settings, request_processes=n), f"{n}, one per usable core"

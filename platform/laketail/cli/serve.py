@@ -107,7 +107,7 @@ def serve(
         from laketail import request_processes
         from laketail.security.listeners import exposure_problems, listener_plan
 
-        settings, processes_why = request_processes.decide(settings, bool(listener_plan(settings).kafka))
+        settings, processes_why = request_processes.decide(settings, lambda: bool(listener_plan(settings).kafka))
         request_processes.check(settings)
         group = settings
         if settings.request_processes > 1:
