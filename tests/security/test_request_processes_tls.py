@@ -51,7 +51,7 @@ def test_two_request_processes_serve_sasl_ssl_and_keep_refusing_strangers(tmp_pa
             assert resp.status_code in (200, 201), resp.text
         leaders = wait_until(
             lambda: (lambda ps: {p["partition"]: p["leader"] for p in ps}
-                     if len(ps) == 2 and all(p["leader"] in (0, 1) for p in ps) else None)(
+                     if len(ps) == 2 and all(p["leader"] in (0, PROCESS_ID_STRIDE) for p in ps) else None)(
                 get("/topics/tls-split/partitions", headers={"Accept": V2}).json()),
             "leaders for tls-split")
         assert sorted(leaders.values()) == [0, PROCESS_ID_STRIDE], leaders  # one partition on each process
