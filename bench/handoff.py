@@ -34,7 +34,7 @@ import orjson
 import pyarrow as pa
 
 from bench import bodies, wrk
-from bench.procs import LaketailServer
+from bench.procs import LaketailServer, Server
 from laketail.handoff import Append, HandoffClient, HandoffServer, decode_handoff, encode_handoff, socket_path
 from laketail.partitioner import partition_for_key
 from laketail.records import CREATE_TIME, TIMESTAMP_TYPE, build_frame_batch, null_headers
@@ -120,6 +120,18 @@ class _Checkout(LaketailServer):
 
     def command(self) -> list[str]:
         return [self.python, *super().command()[1:]]
+
+    def start(self, timeout_s: float = 90.0) -> "_Checkout":
+        """Started once every request process is listed, whatever ids its code gives them."""
+        Server.start(self, timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while len(httpx.get(self.url + "/brokers").json().get("brokers", [])) != self.processes:
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"not all {self.processes} request processes registered")
+            time.sleep(0.2)
+        self.cluster_id = httpx.get(self.url + "/v3/clusters").json()["data"][0]["cluster_id"]
+        return self
 
 
 def keyed_body(batch: int) -> bytes:
