@@ -35,6 +35,12 @@ leads), per partition ``kafka_topic_partition_under_replicated_partition`` (1/0,
 kafka-exporter), and the tier delay ``laketail_partition_tier_delay_records``: records
 produced (below the log end offset) but not yet in the Delta table.
 
+How appends reach a partition this process does not lead:
+``laketail_produce_forwards_http_total`` (over the inter-broker listener) and, with
+request processes, ``laketail_request_process_handoffs_total{process, role}`` (the local
+hand-off of :mod:`laketail.handoff`, ``sent`` and ``received``; ``process`` is the
+process's broker id, so scrapes that reach different processes tell them apart).
+
 Consumer-group lag, in kafka-exporter's and kafka-lag-exporter's names, labels
 ``consumergroup``, ``topic``, ``partition``: ``kafka_consumergroup_lag`` (records from
 the committed offset to the high watermark), ``kafka_consumergroup_lag_seconds``
@@ -256,6 +262,17 @@ class HealthCollector(Collector):
             for state in states:
                 delay.add_metric([topic, str(state.partition)], max(state.log_end_offset - state.tiered_offset, 0))
         yield delay
+        http_forwards, handoffs_sent, handoffs_received = self.broker.append_routes()
+        yield CounterMetricFamily("laketail_produce_forwards_http", "Appends this process forwarded to the "
+                                  "leading broker over the inter-broker listener.", value=http_forwards)
+        if handoffs_sent is not None and handoffs_received is not None:
+            handoffs = CounterMetricFamily("laketail_request_process_handoffs", "Local hand-offs of appends "
+                                           "between request processes (one per request and sibling).",
+                                           labels=["process", "role"])
+            process = str(self.broker.broker_id)
+            handoffs.add_metric([process, "sent"], handoffs_sent)
+            handoffs.add_metric([process, "received"], handoffs_received)
+            yield handoffs
         child = self.tier.child
         yield CounterMetricFamily("laketail_tier_child_restarts", "Times this broker's tier child process died "
                                   "and was started again.", value=child.restarts if child is not None else 0)

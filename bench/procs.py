@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 
 from bench.bootstrap import ROOT, venv_bin
+from laketail.request_processes import process_id
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -187,15 +188,15 @@ class LaketailServer(Server):
         self.processes = processes
 
     def command(self) -> list[str]:
-        more = ["--processes", str(self.processes)] if self.processes > 1 else []
+        more = ["--processes", str(self.processes)]  # named even for 1: the default is one per core
         return [sys.executable, "-m", "laketail.cli", "serve", "--data", str(self.data),
                 "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning", *more]
 
     def start(self, timeout_s: float = 60.0) -> "LaketailServer":
         super().start(timeout_s)
         deadline = time.monotonic() + timeout_s
-        while self.processes > 1 and httpx.get(self.url + "/brokers").json().get("brokers") != list(
-                range(self.processes)):
+        while self.processes > 1 and httpx.get(self.url + "/brokers").json().get("brokers") != [
+                process_id(0, k) for k in range(self.processes)]:
             if time.monotonic() > deadline:  # every request process leads its share of new topics
                 self.stop()
                 raise ServerError(f"{self.name}: not all {self.processes} request processes registered")

@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAKETAIL_")}
         proc = subprocess.Popen(
             [sys.executable, "-m", "laketail.cli", "serve", "--data", str(data), "--host", "127.0.0.1",
-             "--port", str(port)],
+             "--port", str(port), "--processes", "1"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         try:

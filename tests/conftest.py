@@ -328,6 +328,7 @@ class BrokerProcess:
     def _child_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAKETAIL_")}
         env["PYTHONUNBUFFERED"] = "1"
+        env["LAKETAIL_REQUEST_PROCESSES"] = "1"  # not one per core: the suite's time budget; a test may ask for more
         env.update(TIER_IN_PROCESS)
         env.update(self.extra_env)
         return env

@@ -31,6 +31,7 @@ COMMAND_TIMEOUT_S = 120.0
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKETAIL_")}
     env["PYTHONUNBUFFERED"] = "1"
+    env["LAKETAIL_REQUEST_PROCESSES"] = "1"  # not one per usable core
     env.update(extra or {})
     return env
 

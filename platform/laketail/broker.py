@@ -36,6 +36,7 @@ from typing import Any, Coroutine
 import httpx
 import pyarrow as pa
 
+from laketail import request_processes
 from laketail.bounds import INT16_MAX, INT32_MAX
 from laketail.catalog import Catalog, TopicInfo, check_not_internal, check_partition_increase, validate_topic_name
 from laketail.clock import Clock, SystemClock
@@ -58,6 +59,7 @@ from laketail.errors import (
     UnknownTopicOrPartition,
 )
 from laketail.fetch_path import FetchPath, FetchResult
+from laketail.handoff import HandoffClient, HandoffServer, socket_path
 from laketail.maintenance.compaction import (
     CompactionAbandoned,
     commit_internal,
@@ -210,6 +212,12 @@ class Broker:
             # the registry runs beside the coordinators; other brokers follow __schemas
             schema_validation=SchemaValidation(self.schemas, lambda: self.coordinators_loaded, self, self.clock),
         )
+        #: request-process mode: the socket on which siblings hand this process appends (laketail.handoff)
+        self.handoff_server: HandoffServer | None = None
+        if len(settings.request_process_log_dirs) > 1:
+            local = request_processes.local_dir(settings)
+            self.handoff_server = HandoffServer(socket_path(local, self.broker_id), self.wait_leads, self.append)
+            self.produce_path.handoff = HandoffClient(local, settings.request_timeout_ms / 1000 + 5)
         # typed columns (laketail.table.mode): the tier pass decodes by the subject's versions
         self.tierer.value_schemas = self.produce_path.schema_validation.value_versions  # type: ignore[union-attr]
         self.fetch_path = FetchPath(settings, self.logs, self.tables, self.cluster, self.leads, self.check_partition,
@@ -227,6 +235,8 @@ class Broker:
         self.cluster_id = await asyncio.to_thread(self.catalog.open)
         known = {info.name for info in self.catalog.topics()}
         await asyncio.to_thread(self.logs.remove_orphans, None, known)
+        if self.handoff_server is not None:  # before the image makes this process a leader
+            await self.handoff_server.start()
         await self.cluster.start()  # the cluster image opens this broker's replicas
         if self._coordinator_load is not None:  # the controller: give its first load a chance before serving
             try:
@@ -376,6 +386,10 @@ class Broker:
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
+        if self.handoff_server is not None:
+            await self.handoff_server.close()
+        if self.produce_path.handoff is not None:
+            await self.produce_path.handoff.close()
         await self.tierer.stop()
         await self.cluster.close()
         await self.logs.close()
@@ -728,6 +742,15 @@ class Broker:
         UNKNOWN_TOPIC_OR_PARTITION when this broker holds no replica of the partition."""
         self.check_partition(topic, partition)
         return dict(self.logs.get(topic, partition).producer_state.producers)
+
+    def append_routes(self) -> tuple[int, int | None, int | None]:
+        """How appends this process did not lead travelled (metrics): forwarded over the
+        inter-broker listener, and, with request processes, local hand-offs sent and
+        received (None otherwise)."""
+        client, server = self.produce_path.handoff, self.handoff_server
+        if client is None or server is None:
+            return self.produce_path.http_forwards, None, None
+        return self.produce_path.http_forwards, client.sent, server.received
 
     def leads(self, topic: str, partition: int) -> bool:
         return self.cluster.replicas.leads(topic, partition) and not self.cluster.fenced

@@ -243,8 +243,9 @@ class BrokerSettings:
     maintenance_interval_ms: int = 300_000
     fetch_cache_bytes: int = 134_217_728
     # Request processes of this broker (laketail.request_processes): 1 serves every
-    # partition from this process; N > 1 runs N processes, each leading its own share.
-    request_processes: int = 1
+    # partition from this process; N > 1 runs N processes, each leading its own share;
+    # 0 (not set): `laketail serve` runs one per usable core (request_processes.decide).
+    request_processes: int = 0
     #: set by ``request_processes.process_settings``, not a key: every request process's
     #: hot log directory, by broker id (a process reads its siblings' partitions there)
     request_process_log_dirs: dict[int, str] = field(default_factory=dict)

@@ -90,7 +90,11 @@ BROKER_KEY_DOCS: dict[str, str] = {
                                   "the next fetches slice; 0 turns the cache off.",
     "laketail.request.processes": "Request processes on the same port (`SO_REUSEPORT`), each "
                                   "leading its share of the partitions "
-                                  "(`laketail serve --processes N`).",
+                                  "(`laketail serve --processes N`); 0: one per usable core "
+                                  "(CPU affinity and the cgroup's CPU quota), or one with "
+                                  "port 0, a Kafka-protocol listener, or an advertised URL, "
+                                  "advertised listeners or inter-broker listener (brokers on "
+                                  "other hosts).",
     "max.connections": "Past this many open connections a new one is closed at once.",
     "connections.max.idle.ms": "A kept-alive connection idle this long between requests is "
                                "closed (30 s rather than Kafka's 10 min: HTTP clients open "

@@ -20,6 +20,7 @@ hop before the append; keep it that way. Thread-safety: event loop thread only.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
@@ -31,7 +32,8 @@ from laketail.bounds import timestamp_ms as checked_timestamp_ms
 from laketail.catalog import TopicInfo, check_not_internal
 from laketail.cluster.node import INTERNAL
 from laketail.config import BrokerSettings, TopicConfig
-from laketail.errors import InvalidRequest, LaketailError, RecordTooLarge, UnknownTopicOrPartition
+from laketail.errors import InvalidRequest, LaketailError, LeaderNotAvailable, RecordTooLarge, UnknownTopicOrPartition
+from laketail.handoff import FAILED, REFUSED, Append, HandoffClient, SiblingUnreachable
 from laketail.partitioner import StickyPartitioner, partition_for_key
 from laketail.records import (
     CREATE_TIME,
@@ -43,6 +45,8 @@ from laketail.records import (
     null_headers,
 )
 from laketail.storage.partition_log import ProducerBatch
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from laketail.clock import Clock
@@ -211,6 +215,11 @@ class ProducePath:
         self.check_partition = check_partition
         #: the registry's checks of topics with confluent.*.schema.validation
         self.schema_validation = schema_validation
+        #: request-process mode: appends to partitions a sibling process leads go to it
+        #: over the local hand-off (:mod:`laketail.handoff`); None otherwise
+        self.handoff: HandoffClient | None = None
+        #: appends forwarded over the inter-broker listener (metrics)
+        self.http_forwards = 0
 
     def _validates(self, topic: str) -> tuple[bool, bool]:
         config = self._runtime(topic).config
@@ -459,10 +468,7 @@ class ProducePath:
             partition, frame, _, max_ts = plan.appends[0]
             base = await self.append(plan.topic, partition, frame, acks, max_ts, plan.producer)
             return ProduceResult(partition, base, plan.timestamps_ms, plan.count)
-        outcomes = await asyncio.gather(*(
-            self.append(plan.topic, partition, frame, acks, max_ts)
-            for partition, frame, _, max_ts in plan.appends
-        ), return_exceptions=True)
+        outcomes = await self._append_all(plan.topic, plan.appends, acks)
         unexpected = [o for o in outcomes if isinstance(o, BaseException) and not isinstance(o, LaketailError)]
         if unexpected:
             raise unexpected[0]
@@ -493,6 +499,13 @@ class ProducePath:
         return its base offset once ``acks`` is satisfied."""
         replicas = self.cluster.replicas
         if not replicas.leads(topic, partition) and not await replicas.wait_leading(topic, partition):
+            sibling = self._sibling_leader(topic, partition)
+            if sibling is not None:
+                (outcome,) = await self._hand_off(sibling, topic, [Append(partition, frame, max_timestamp_us)],
+                                                  acks, producer)
+                if isinstance(outcome, LaketailError):
+                    raise outcome
+                return outcome
             return await self._forward_append(topic, partition, frame, acks, max_timestamp_us, producer)
         state = replicas.leader_state(topic, partition)  # raises when fenced
         min_insync = self._runtime(topic).config.min_insync_replicas
@@ -508,6 +521,77 @@ class ProducePath:
             await replicas.wait_replicated(topic, partition, base + frame.num_rows, min_insync, timeout)
         return base
 
+    async def _append_all(self, topic: str, appends: list[tuple], acks: Acks) -> list[int | BaseException]:
+        """Each of a plan's appends (``(partition, frame, rows, max timestamp us)``), its
+        base offset or its error, in order: here, or the ones a sibling request process
+        leads handed to it together (one hand-off per sibling), or forwarded."""
+        by_sibling: dict[int, list[int]] = {}
+        if self.handoff is not None:
+            leads = self.cluster.replicas.leads
+            for i, (partition, _, _, _) in enumerate(appends):
+                if not leads(topic, partition):
+                    sibling = self._sibling_leader(topic, partition)
+                    if sibling is not None:
+                        by_sibling.setdefault(sibling, []).append(i)
+        if not by_sibling:
+            return await asyncio.gather(*(
+                self.append(topic, partition, frame, acks, max_ts) for partition, frame, _, max_ts in appends
+            ), return_exceptions=True)
+        handed = {i for rows in by_sibling.values() for i in rows}
+        rest = [i for i in range(len(appends)) if i not in handed]
+        results = await asyncio.gather(
+            *(self._hand_off(sibling, topic, [Append(appends[i][0], appends[i][1], appends[i][3]) for i in rows], acks)
+              for sibling, rows in by_sibling.items()),
+            *(self.append(topic, appends[i][0], appends[i][1], acks, appends[i][3]) for i in rest),
+            return_exceptions=True,
+        )
+        outcomes: list[int | BaseException] = [0] * len(appends)
+        for rows, result in zip(by_sibling.values(), results):
+            for i, outcome in zip(rows, result if isinstance(result, list) else [result] * len(rows)):
+                outcomes[i] = outcome
+        for i, result in zip(rest, results[len(by_sibling):]):
+            outcomes[i] = result  # type: ignore[call-overload]
+        return outcomes
+
+    def _sibling_leader(self, topic: str, partition: int) -> int | None:
+        """The id of the request process of this broker that leads the partition, when
+        it is another one than this (the cluster image's leader among the siblings)."""
+        if self.handoff is None:
+            return None
+        reg = self.cluster.image.partitions.get((topic, partition))
+        if reg is None or reg.leader == self.settings.broker_id:
+            return None
+        if reg.leader not in self.settings.request_process_log_dirs:
+            return None
+        return reg.leader
+
+    async def _hand_off(self, sibling: int, topic: str, appends: list[Append], acks: Acks,
+                        producer: ProducerBatch | None = None) -> list[int | LaketailError]:
+        """``appends`` handed to the sibling request process that leads their partitions
+        (:mod:`laketail.handoff`); an append it refused before writing anything (its
+        image and ours disagree on the leader), or all of them when its socket does not
+        accept, go over the inter-broker listener instead, which waits for the image to
+        settle."""
+        assert self.handoff is not None
+        try:
+            outcomes = await self.handoff.send(sibling, topic, appends, "1" if acks == "0" else acks, producer)
+        except SiblingUnreachable as exc:
+            log.info("hand-off to %s", exc)
+            outcomes = [(REFUSED, LeaderNotAvailable(str(exc))) for _ in appends]
+        out: list[int | LaketailError] = []
+        for a, outcome in zip(appends, outcomes):
+            if isinstance(outcome, int):
+                out.append(outcome)
+            elif outcome[0] == FAILED:
+                out.append(outcome[1])
+            else:
+                try:
+                    out.append(await self._forward_append(topic, a.partition, a.frame, acks, a.max_timestamp_us,
+                                                          producer))
+                except LaketailError as exc:
+                    out.append(exc)
+        return out
+
     async def _forward_append(self, topic, partition, frame, acks, max_timestamp_us, producer) -> int:
         if producer is None:  # under an internal idempotent identity, so a retry is never written twice
             return await self.cluster.forwarded.send(
@@ -518,6 +602,7 @@ class ProducePath:
         return await self._forward_once(topic, partition, frame, acks, max_timestamp_us, producer)
 
     async def _forward_once(self, topic, partition, frame, acks, max_timestamp_us, producer) -> int:
+        self.http_forwards += 1
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, frame.schema) as writer:
             writer.write_batch(frame)

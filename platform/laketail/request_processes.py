@@ -4,13 +4,16 @@ One Python process serves requests on about one core: its event loop holds the G
 while it parses, plans, frames and answers (bench/README.md, "The lean produce path").
 With ``laketail.request.processes=N`` (``laketail serve --processes N``) the broker runs
 N processes, and each one owns what it leads outright: its partitions' hot logs, group
-commits, producer state and tier child. Nothing is shared between them but the data root
-and the client port.
+commits, producer state and tier child. Nothing is shared between them but the data root,
+the client port and the hand-off sockets. Not set, N is the number of usable cores
+(:func:`usable_cores`: the affinity mask and the cgroup's CPU quota; :func:`decide`),
+so ``laketail serve`` uses the machine as it is given; ``--processes 1`` runs one.
 
 How they divide the work:
 
 * **Each process is a member of the cluster on the data root**, with an id of its own
-  (process ``k`` is ``broker.id + k``), its own hot-log directory (``log.dirs`` of the
+  (process ``k`` is ``broker.id + k *`` :data:`PROCESS_ID_STRIDE`, so that brokers
+  numbered 0, 1, 2 each with several processes never share an id), its own hot-log directory (``log.dirs`` of the
   first, with ``-k`` appended for the others, when set) and its own tier child. The
   controller spreads new topics' leaders round-robin over live brokers, so each process
   leads its share of the partitions. ``GET /brokers`` lists every process.
@@ -18,9 +21,12 @@ How they divide the work:
   connections over the processes. A keyless produce lands on a partition that the
   process it reached leads (the sticky partitioner choosing among those,
   :meth:`laketail.partitioner.StickyPartitioner.next_batch_among`), so it is never
-  forwarded. Everything else (keyed records and explicit partitions led by another
-  process, fetches of those, the coordinators on the controller) is forwarded over the
-  inter-broker listener exactly as between the brokers of any cluster.
+  forwarded. Keyed records and explicit partitions led by another process are parsed and
+  framed where they arrived and their appends handed to the leading process over a Unix
+  socket (:mod:`laketail.handoff`), one hand-off per request and sibling. The rest
+  (fetches the process cannot read from the leader's files, the coordinators on the
+  controller) is forwarded over the inter-broker listener exactly as between the brokers
+  of any cluster.
 * **Each process listens for its peers on a loopback port of its own**
   (``inter.broker.listener.name=BROKER``), where they authenticate with
   ``laketail.inter.broker.secret``: the configured one, else a random one the first
@@ -37,13 +43,15 @@ the configured inter-broker one included, becomes a client listener all the proc
 bind, and each process adds its loopback listener for its peers (``BROKER``, or
 ``REQUEST_PROCESSES`` when the configuration names one ``BROKER``). Request processes
 are one machine's broker: brokers on other machines cannot reach those loopback
-listeners. Not split: port 0 (every process must bind the same ports).
+listeners. Not split: port 0 (every process must bind the same ports; refused when N is
+set, one process when it is not).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import mmap
 import os
 import secrets
@@ -80,6 +88,114 @@ BROKER_LISTENER = "BROKER"
 PEER_LISTENER = "REQUEST_PROCESSES"
 
 
+#: Request process ``k`` of broker ``b`` is cluster member ``b + k * PROCESS_ID_STRIDE``:
+#: consecutive broker ids (0, 1, 2) stay apart whatever their processes, and every id
+#: fits Kafka's int32 (:data:`MAX_PROCESSES` strides).
+PROCESS_ID_STRIDE = 1_000_000
+
+
+def process_id(broker_id: int, index: int) -> int:
+    """The cluster member id of request process ``index`` of broker ``broker_id``."""
+    return broker_id + index * PROCESS_ID_STRIDE
+
+
+#: Where the kernel shows cgroups, and which ones this process is in.
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")
+#: ``laketail.request.processes`` when not set: one per usable core (:func:`decide`).
+AUTO = 0
+
+
+def usable_cores(cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP,
+                 affinity: int | None = None) -> int:
+    """The cores this process may run on: the CPUs of its affinity mask
+    (``os.sched_getaffinity``, what ``taskset`` and a container's cpuset leave), capped by
+    the tightest CPU quota of its cgroup and the cgroup's ancestors (cgroup v2
+    ``cpu.max``, or v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``: what ``docker run
+    --cpus`` and a Kubernetes CPU limit set), rounded up; at least 1.
+    ``cgroup_root`` and ``proc_cgroup`` are the kernel's files (a test gives its own)."""
+    cores = len(os.sched_getaffinity(0)) if affinity is None else affinity
+    quota = _cgroup_quota(cgroup_root, proc_cgroup)
+    if quota is not None:
+        cores = min(cores, math.ceil(quota))
+    return max(1, cores)
+
+
+def _cgroup_quota(root: Path, proc_cgroup: Path) -> float | None:
+    """The tightest CPU quota, in cores, over this process's cgroups; None when none is set."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    quotas = []
+    for line in lines:
+        hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if hierarchy == "0" and not controllers:
+            base, v2 = root, True  # the unified hierarchy
+        elif "cpu" in controllers.split(","):
+            base, v2 = (root / "cpu" if (root / "cpu").is_dir() else root / controllers), False
+        else:
+            continue
+        rel = Path(path.lstrip("/"))
+        for directory in (rel, *rel.parents):
+            quota = _quota_v2(base / directory) if v2 else _quota_v1(base / directory)
+            if quota is not None:
+                quotas.append(quota)
+    return min(quotas) if quotas else None
+
+
+def _quota_v2(directory: Path) -> float | None:
+    try:
+        limit, period = (directory / "cpu.max").read_text().split()[:2]
+        return None if limit == "max" else int(limit) / int(period)
+    except (OSError, ValueError):
+        return None
+
+
+def _quota_v1(directory: Path) -> float | None:
+    try:
+        limit = int((directory / "cpu.cfs_quota_us").read_text())
+        period = int((directory / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return None if limit <= 0 or period <= 0 else limit / period
+
+
+def decide(settings: BrokerSettings, kafka_listeners: Callable[[], bool],
+           cores: int | None = None) -> tuple[BrokerSettings, str]:
+    """``settings`` with the number of request processes decided, and why. Set
+    (``--processes``, the key), it stands (:func:`check` then refuses what cannot be
+    split). Not set (:data:`AUTO`): one per usable core (:func:`usable_cores`, ``cores``
+    in a test), capped at :data:`MAX_PROCESSES`; one where several cannot share what
+    the configuration asks for: a port 0 (each process would bind a port of its own), a
+    Kafka-protocol listener (served by one process), or an advertised URL, advertised
+    listeners or an inter-broker listener (brokers on other hosts would have to reach
+    every process, whose peer listeners are on loopback). ``kafka_listeners()`` says
+    whether the listeners include a Kafka-protocol one; asked only when it matters."""
+    if settings.request_processes != AUTO:
+        return settings, "configured"
+    if 0 in _ports(settings):
+        why = "1 (laketail.request.processes not set, and port 0 cannot be shared by several processes)"
+        return dataclasses.replace(settings, request_processes=1), why
+    if settings.advertised_url or settings.advertised_listeners or settings.inter_broker_listener_name:
+        # The processes reach one another on loopback listeners only; brokers on other
+        # hosts could not reach the partitions a second process leads.
+        why = ("1 (laketail.request.processes not set, and advertised.url, advertised.listeners or "
+               "inter.broker.listener.name says brokers on other hosts reach this one)")
+        return dataclasses.replace(settings, request_processes=1), why
+    if kafka_listeners():
+        why = "1 (laketail.request.processes not set, and a Kafka-protocol listener runs in one process)"
+        return dataclasses.replace(settings, request_processes=1), why
+    n = min(MAX_PROCESSES, usable_cores() if cores is None else cores)
+    return dataclasses.replace(settings, request_processes=n), f"{n}, one per usable core"
+
+
+def _ports(settings: BrokerSettings) -> list[int]:
+    if settings.listeners:
+        return [port for _, _, port in parse_entries(settings.listeners, "listeners")]
+    return [settings.port]
+
+
 def check(settings: BrokerSettings) -> None:
     """Refuse what the processes cannot share (raised before anything starts)."""
     n = settings.request_processes
@@ -87,10 +203,12 @@ def check(settings: BrokerSettings) -> None:
         raise InvalidConfig(f"laketail.request.processes={n}: between 1 and {MAX_PROCESSES}")
     if n == 1:
         return
-    ports = [port for _, _, port in parse_entries(settings.listeners, "listeners")] if settings.listeners else [
-        settings.port]
-    if 0 in ports:
-        raise InvalidConfig("laketail.request.processes > 1 needs fixed ports: every process binds the same ones")
+    if settings.broker_id >= PROCESS_ID_STRIDE:
+        raise InvalidConfig(f"laketail.request.processes={n} needs broker.id below {PROCESS_ID_STRIDE}: "
+                            f"process k is broker.id + k * {PROCESS_ID_STRIDE}")
+    if 0 in _ports(settings):
+        raise InvalidConfig(f"laketail.request.processes={n} needs fixed ports: every process binds the same "
+                            "ones, and port 0 would give each its own; name a port, or run one process")
 
 
 def process_settings(settings: BrokerSettings, index: int) -> BrokerSettings:
@@ -99,13 +217,14 @@ def process_settings(settings: BrokerSettings, index: int) -> BrokerSettings:
     def log_dir(k: int) -> str:
         if settings.log_dir and k:
             return f"{settings.log_dir.rstrip('/')}-{k}"
-        return str(dataclasses.replace(settings, broker_id=settings.broker_id + k).hot_log_dir)
+        return str(dataclasses.replace(settings, broker_id=process_id(settings.broker_id, k)).hot_log_dir)
 
     own = dataclasses.replace(
         settings,
-        broker_id=settings.broker_id + index,
+        broker_id=process_id(settings.broker_id, index),
         log_dir=log_dir(index),
-        request_process_log_dirs={settings.broker_id + k: log_dir(k) for k in range(settings.request_processes)},
+        request_process_log_dirs={process_id(settings.broker_id, k): log_dir(k)
+                                  for k in range(settings.request_processes)},
         inter_broker_secret=settings.inter_broker_secret or secrets.token_urlsafe(32),
     )
     peer = f"://127.0.0.1:{_free_loopback_port()}"
@@ -236,6 +355,13 @@ def child_env(settings: BrokerSettings) -> dict[str, str]:
     return env
 
 
+def local_dir(settings: BrokerSettings) -> Path:
+    """The directory of what the request processes share on this host (the connection
+    board, the hand-off sockets): the data root, or beside the hot logs when the data
+    root is an object store."""
+    return settings.hot_log_dir.parent if object_store.is_remote(settings.data) else Path(settings.data)
+
+
 class ConnectionBoard:
     """How many client connections each request process holds, in a file every process
     maps (``DATA/request-processes/broker-<first id>.connections``): a slot per process of
@@ -275,9 +401,7 @@ class ConnectionBoard:
         ids = sorted(settings.request_process_log_dirs)
         if len(ids) < 2:
             return None
-        # Local to the host: beside the hot logs when the data root is an object store.
-        local = settings.hot_log_dir.parent if object_store.is_remote(settings.data) else Path(settings.data)
-        path = local / "request-processes" / f"broker-{ids[0]}.connections"
+        path = local_dir(settings) / "request-processes" / f"broker-{ids[0]}.connections"
         return cls(path, ids.index(settings.broker_id), len(ids))
 
     def _write(self) -> None:

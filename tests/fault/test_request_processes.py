@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import signal
 import struct
 import subprocess
@@ -25,12 +26,15 @@ import pytest
 from conftest import WITH_TIER_CHILD
 
 from laketail.partitioner import partition_for_key
+from laketail.request_processes import PROCESS_ID_STRIDE
 from tests.integration.support import child_processes, process_alive, wait_until
 
 V2 = "application/vnd.kafka.v2+json"
 BINARY = "application/vnd.kafka.binary.v2+json"
 #: Two request processes, each with its tier child: the production layout under test.
 PROCESSES = {"LAKETAIL_REQUEST_PROCESSES": "2", **WITH_TIER_CHILD}
+#: the cluster member ids of the two processes of broker 0
+FIRST, SECOND = 0, PROCESS_ID_STRIDE
 
 
 def _group(broker_factory):
@@ -43,7 +47,7 @@ def _wait_for_both(broker) -> None:
     """Until both processes are cluster members, as any connection sees it."""
 
     def listed() -> bool:
-        return all(_fresh(broker, "GET", "/brokers").json().get("brokers") == [0, 1] for _ in range(4))
+        return all(_fresh(broker, "GET", "/brokers").json().get("brokers") == [FIRST, SECOND] for _ in range(4))
 
     wait_until(listed, "both request processes to be listed by GET /brokers")
 
@@ -64,8 +68,11 @@ def _topic(broker, name: str, partitions: int) -> dict[int, int]:
     """Create ``name``; its leaders once every partition has a live one."""
     resp = broker.rest.create_topic(name, partitions)
     assert resp.status_code in (200, 201), resp.text
-    return wait_until(lambda: (lambda ls: ls if set(ls.values()) <= {0, 1} and len(ls) == partitions else None)(
-        _leaders(broker, name)), f"leaders for {name}")
+    def led() -> dict[int, int] | None:
+        ls = _leaders(broker, name)
+        return ls if set(ls.values()) <= {FIRST, SECOND} and len(ls) == partitions else None
+
+    return wait_until(led, f"leaders for {name}")
 
 
 def _produce(client: httpx.Client, topic: str, records: list[dict], partition: int | None = None) -> list[dict]:
@@ -102,7 +109,7 @@ def _request_process(broker, not_in: frozenset[int] = frozenset()) -> int:
 def test_a_connections_keyless_records_stay_on_the_partitions_its_process_leads(broker_factory):
     broker = _group(broker_factory)
     leaders = _topic(broker, "keyless", 4)
-    assert sorted(leaders.values()) == [0, 0, 1, 1], leaders  # each process leads two
+    assert sorted(leaders.values()) == [FIRST, FIRST, SECOND, SECOND], leaders  # each process leads two
     reached = []
     sent: dict[bytes, int] = {}
     for c in range(24):
@@ -124,7 +131,7 @@ def test_a_connections_keyless_records_stay_on_the_partitions_its_process_leads(
             owners = {leaders[p] for p in partitions}
             assert len(owners) == 1, f"client {c}: one connection wrote to {sorted(partitions)}, led by {owners}"
             reached.append(owners.pop())
-    assert set(reached) == {0, 1}, f"{len(reached)} connections all reached process {reached[0]}"
+    assert set(reached) == {FIRST, SECOND}, f"{len(reached)} connections all reached process {reached[0]}"
     got = {}
     for p in range(4):
         records = _values(broker, "keyless", p)
@@ -192,6 +199,59 @@ def test_keyed_records_explicit_partitions_and_groups_work_from_either_process(b
         p: len(vs) for p, vs in expected.items()}
 
 
+def _handoff_counters(broker) -> dict[str, dict[str, float]]:
+    """Per process (its broker id), its hand-offs ``sent`` and ``received`` and its
+    ``http`` forwards, scraped from /metrics on fresh connections until both answered."""
+    seen: dict[str, dict[str, float]] = {}
+
+    def both() -> bool:
+        text = _fresh(broker, "GET", "/metrics").text
+        found = dict(re.findall(r'laketail_request_process_handoffs_total\{process="(\d+)",role="sent"\} (\S+)', text))
+        ((process, sent),) = found.items()
+        (received,) = re.findall(
+            rf'laketail_request_process_handoffs_total\{{process="{process}",role="received"\}} (\S+)', text)
+        (http,) = re.findall(r"^laketail_produce_forwards_http_total (\S+)", text, re.M)
+        seen[process] = {"sent": float(sent), "received": float(received), "http": float(http)}
+        return len(seen) == 2
+
+    wait_until(both, "a scrape of /metrics from each process")
+    return seen
+
+
+def test_keyed_records_are_parsed_once_and_handed_to_the_leading_process(broker_factory):
+    """A keyed batch of 100 records over 4 partitions, two led by each process: the
+    process the connection reached appends its two and hands the other two to its
+    sibling in one local hand-off (never an HTTP forward); every record lands on its
+    key's partition, the offsets dense."""
+    broker = _group(broker_factory)
+    leaders = _topic(broker, "handed", 4)
+    assert sorted(leaders.values()) == [FIRST, FIRST, SECOND, SECOND], leaders
+    expected: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(4)}
+    requests = 10
+    for r in range(requests):  # a connection each: both processes take some
+        records = [{"key": f"key-{r}-{i}".encode(), "value": f"value-{r}-{i}".encode()} for i in range(100)]
+        with httpx.Client(base_url=broker.url, timeout=30) as client:
+            offsets = _produce(client, "handed", records)
+        assert len({o["partition"] for o in offsets}) == 4
+        for record, offset in zip(records, offsets):
+            assert offset["partition"] == partition_for_key(record["key"], 4)
+            expected[offset["partition"]].append((offset["offset"], record["value"]))
+    counters = _handoff_counters(broker)
+    assert sum(c["sent"] for c in counters.values()) == requests, counters  # one per request
+    assert sum(c["received"] for c in counters.values()) == requests, counters
+    for p in range(4):  # explicit partitions too, to either process
+        with httpx.Client(base_url=broker.url, timeout=30) as client:
+            (offset,) = _produce(client, "handed", [{"value": f"explicit-{p}".encode()}], partition=p)
+        expected[p].append((offset["offset"], f"explicit-{p}".encode()))
+    for p in range(4):
+        stored = _values(broker, "handed", p)
+        assert [o for o, _ in stored] == list(range(len(stored)))  # dense
+        assert stored == sorted(expected[p])
+    counters = _handoff_counters(broker)
+    assert all(c["http"] == 0 for c in counters.values()), counters
+    assert sum(c["sent"] for c in counters.values()) == sum(c["received"] for c in counters.values()), counters
+
+
 @pytest.mark.fault
 def test_a_fetch_is_served_from_the_leading_processs_files_while_that_process_is_frozen(broker_factory):
     """A fetch reaching the process that does not lead the partition reads the leader's
@@ -202,7 +262,7 @@ def test_a_fetch_is_served_from_the_leading_processs_files_while_that_process_is
     broker = broker_factory(env={**PROCESSES, "LAKETAIL_BROKER_SESSION_TIMEOUT_MS": "600000"})
     _wait_for_both(broker)
     leaders = _topic(broker, "frozen", 2)
-    theirs = next(p for p, b in leaders.items() if b == 1)
+    theirs = next(p for p, b in leaders.items() if b == SECOND)
     sent = [f"r{i}".encode() * 30 for i in range(40)]
     with httpx.Client(base_url=broker.url, timeout=30) as client:
         for i in range(0, 40, 10):
@@ -244,7 +304,7 @@ def test_a_fetch_is_served_from_the_leading_processs_files_while_that_process_is
     assert resp.status_code == 204, resp.text
     wait_until(lambda: all(_fresh(broker, "GET", "/topics/frozen", headers={"Accept": V2}).status_code == 404
                            for _ in range(6)), "every process to forget the deleted topic")
-    theirs = next(p for p, b in _topic(broker, "frozen", 2).items() if b == 1)
+    theirs = next(p for p, b in _topic(broker, "frozen", 2).items() if b == SECOND)
     again = [f"again-{i}".encode() for i in range(7)]
     with httpx.Client(base_url=broker.url, timeout=30) as client:
         _produce(client, "frozen", [{"value": v} for v in again], partition=theirs)
@@ -270,7 +330,7 @@ def test_a_processs_extra_connections_move_until_each_holds_its_share(broker_fac
         for _ in range(200):
             for client in clients:
                 resp = client.get("/brokers")
-                assert resp.status_code == 200 and resp.json()["brokers"] == [0, 1]
+                assert resp.status_code == 200 and resp.json()["brokers"] == [FIRST, SECOND]
             seen.append([count for _, count in _board(broker)])
             if seen[-1] == [4, 4]:
                 break
@@ -286,7 +346,7 @@ def test_a_processs_extra_connections_move_until_each_holds_its_share(broker_fac
 def test_a_killed_request_process_is_started_again_and_loses_nothing(broker_factory):
     broker = _group(broker_factory)
     leaders = _topic(broker, "survive", 2)
-    theirs = next(p for p, b in leaders.items() if b == 1)  # the partition the second process leads
+    theirs = next(p for p, b in leaders.items() if b == SECOND)  # the partition the second process leads
     with httpx.Client(base_url=broker.url, timeout=30) as client:
         for p in (0, 1):
             _produce(client, "survive", [{"value": f"before-{p}-{i}".encode()} for i in range(50)], partition=p)

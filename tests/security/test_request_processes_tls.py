@@ -13,6 +13,7 @@ import base64
 import httpx
 import pytest
 
+from laketail.request_processes import PROCESS_ID_STRIDE
 from tests.integration.support import child_processes, wait_until
 from tests.security.support import PASSWORD, SECRET, Pki, SecureBroker, add_user, ports
 
@@ -37,7 +38,7 @@ def test_two_request_processes_serve_sasl_ssl_and_keep_refusing_strangers(tmp_pa
             with broker.client(auth=auth) as http:  # a connection of its own: either process
                 return http.get(f"{broker.url}{path}", **kwargs)
 
-        wait_until(lambda: all(get("/brokers").json().get("brokers") == [0, 1] for _ in range(6)),
+        wait_until(lambda: all(get("/brokers").json().get("brokers") == [0, PROCESS_ID_STRIDE] for _ in range(6)),
                    "both request processes to be listed on the TLS listener")
         assert len(child_processes(broker.proc.pid, b"--request-process")) == 1
         for _ in range(6):  # whichever process a stranger reaches, it is refused and nothing is read
@@ -50,10 +51,10 @@ def test_two_request_processes_serve_sasl_ssl_and_keep_refusing_strangers(tmp_pa
             assert resp.status_code in (200, 201), resp.text
         leaders = wait_until(
             lambda: (lambda ps: {p["partition"]: p["leader"] for p in ps}
-                     if len(ps) == 2 and all(p["leader"] in (0, 1) for p in ps) else None)(
+                     if len(ps) == 2 and all(p["leader"] in (0, PROCESS_ID_STRIDE) for p in ps) else None)(
                 get("/topics/tls-split/partitions", headers={"Accept": V2}).json()),
             "leaders for tls-split")
-        assert sorted(leaders.values()) == [0, 1], leaders  # one partition on each process
+        assert sorted(leaders.values()) == [0, PROCESS_ID_STRIDE], leaders  # one partition on each process
         for p in (0, 1):
             for i in range(3):
                 with broker.client(auth=ALICE) as http:

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.integration
 
 def _serve(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("LAKETAIL_")}
+    clean["LAKETAIL_REQUEST_PROCESSES"] = "1"  # not one per usable core
     return subprocess.run([sys.executable, "-m", "laketail.cli", "serve", "--data", str(tmp_path / "data"),
                            "--port", str(free_port()), "--no-maintenance", *args],
                           cwd=tmp_path, env={**clean, **(env or {})}, capture_output=True, text=True, timeout=120)

@@ -10,7 +10,8 @@ Safe by default: a listener bound beyond loopback (``--host 0.0.0.0``, or a
 or ``SSL`` with ``ssl.client.auth=required``), else ``serve`` refuses to start unless
 told ``--allow-anonymous``. Several listeners are served by one process
 (:mod:`laketail.api.listeners`). ``--processes N`` runs N request processes that share
-the port, each leading its share of the partitions (:mod:`laketail.request_processes`).
+the port, each leading its share of the partitions (:mod:`laketail.request_processes`);
+by default one per usable core.
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ DEFAULT_CONFIG = Path("conf") / "laketail.toml"
               help="Listen beyond loopback even where no client is authenticated (everyone is User:ANONYMOUS).")
 @click.option("--processes", type=click.IntRange(1, 64),
               help="Request processes, each leading its share of the partitions on the same port "
-                   "(laketail.request.processes) [default: 1].")
+                   "(laketail.request.processes) [default: one per usable core: CPU affinity and "
+                   "cgroup quota; 1 with port 0, a Kafka listener, or an advertised URL or inter-broker listener "
+                   "for brokers on other hosts].")
 @click.option("--request-process", type=click.IntRange(min=0), default=0, hidden=True)
 @click.option(
     "--no-maintenance",
@@ -102,13 +105,13 @@ def serve(
             request_processes=processes,
         )
         from laketail import request_processes
+        from laketail.security.listeners import exposure_problems, listener_plan
 
+        settings, processes_why = request_processes.decide(settings, lambda: bool(listener_plan(settings).kafka))
         request_processes.check(settings)
         group = settings
         if settings.request_processes > 1:
             settings = request_processes.process_settings(group, request_process)
-        from laketail.security.listeners import exposure_problems, listener_plan
-
         plan = listener_plan(settings)
     except LaketailError as exc:
         raise CommandError(exc.message) from exc
@@ -158,7 +161,7 @@ def serve(
                        for s in servers] + [f"{k.name} Kafka {k.protocol} {k.host}:{k.port}" for k in plan.kafka])
     click.echo(
         f"laketail broker {settings.broker_id}: data {settings.data}, hot logs "
-        f"{settings.hot_log_dir}, listening on {settings.url} [{shown}]"
+        f"{settings.hot_log_dir}, listening on {settings.url} [{shown}], request processes {processes_why}"
         + (f" (config {config_path})" if config_path else ""),
         err=True,
     )

@@ -1,0 +1,110 @@
+"""How many request processes ``laketail serve`` runs when not told (issue 41): one per
+usable core, read from fake cgroup files in a temporary directory (the real processes
+are under test in tests/fault/test_request_processes.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from laketail.config import BrokerSettings
+from laketail.errors import InvalidConfig
+from laketail.request_processes import AUTO, check, decide, usable_cores
+
+
+def _cgroups(tmp_path: Path, proc: str, files: dict[str, str]) -> tuple[Path, Path]:
+    root = tmp_path / "cgroup"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    root.mkdir(exist_ok=True)
+    proc_cgroup = tmp_path / "proc-self-cgroup"
+    proc_cgroup.write_text(proc)
+    return root, proc_cgroup
+
+
+def test_without_a_quota_every_cpu_of_the_affinity_mask_counts(tmp_path):
+    root, proc = _cgroups(tmp_path, "0::/\n", {"cpu.max": "max 100000\n"})
+    assert usable_cores(root, proc, affinity=8) == 8
+    assert usable_cores(root, tmp_path / "absent", affinity=3) == 3  # no cgroup file at all
+
+
+def test_a_cgroup_v2_quota_caps_the_cores_rounded_up(tmp_path):
+    root, proc = _cgroups(tmp_path, "0::/\n", {"cpu.max": "150000 100000\n"})
+    assert usable_cores(root, proc, affinity=8) == 2  # docker run --cpus 1.5
+    root, proc = _cgroups(tmp_path / "b", "0::/\n", {"cpu.max": "50000 100000\n"})
+    assert usable_cores(root, proc, affinity=8) == 1
+    root, proc = _cgroups(tmp_path / "c", "0::/\n", {"cpu.max": "1600000 100000\n"})
+    assert usable_cores(root, proc, affinity=4) == 4  # the affinity mask is tighter
+
+
+def test_the_tightest_quota_over_the_cgroup_and_its_ancestors_wins(tmp_path):
+    root, proc = _cgroups(tmp_path, "0::/kubepods/pod1/ctr\n", {
+        "kubepods/cpu.max": "300000 100000",
+        "kubepods/pod1/cpu.max": "200000 100000",
+        "kubepods/pod1/ctr/cpu.max": "max 100000",
+    })
+    assert usable_cores(root, proc, affinity=16) == 2
+
+
+def test_a_cgroup_v1_quota_counts_too(tmp_path):
+    root, proc = _cgroups(tmp_path, "4:memory:/x\n2:cpu,cpuacct:/docker/abc\n", {
+        "cpu/docker/abc/cpu.cfs_quota_us": "250000\n",
+        "cpu/docker/abc/cpu.cfs_period_us": "100000\n",
+    })
+    assert usable_cores(root, proc, affinity=8) == 3
+    root, proc = _cgroups(tmp_path / "b", "2:cpu,cpuacct:/\n", {
+        "cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"})
+    assert usable_cores(root, proc, affinity=8) == 8
+
+
+def test_unreadable_cgroup_files_leave_the_affinity_mask(tmp_path):
+    root, proc = _cgroups(tmp_path, "garbage\n0::/\n", {"cpu.max": "lots\n"})
+    assert usable_cores(root, proc, affinity=6) == 6
+
+
+def test_this_machines_count_is_at_most_its_affinity_mask():
+    assert 1 <= usable_cores() <= len(os.sched_getaffinity(0))
+
+
+def test_the_default_is_one_process_per_core_and_a_set_number_stands():
+    settings = BrokerSettings(port=8082)
+    assert settings.request_processes == AUTO
+    decided, why = decide(settings, kafka_listeners=lambda: False, cores=4)
+    assert decided.request_processes == 4 and "usable core" in why
+    assert decide(settings, kafka_listeners=lambda: False, cores=500)[0].request_processes == 64
+    decided, _ = decide(BrokerSettings(port=8082, request_processes=1), kafka_listeners=lambda: False, cores=4)
+    assert decided.request_processes == 1
+
+
+def test_not_set_it_is_one_process_where_several_cannot_share_the_listeners():
+    decided, why = decide(BrokerSettings(port=0), kafka_listeners=lambda: False, cores=4)
+    assert decided.request_processes == 1 and "port 0" in why
+    decided, why = decide(BrokerSettings(port=8082), kafka_listeners=lambda: True, cores=4)
+    assert decided.request_processes == 1 and "Kafka" in why
+    for other_hosts in ({"advertised_url": "https://broker1:8082"}, {"inter_broker_listener_name": "BROKER"},
+                        {"advertised_listeners": "BROKER://broker1:9093"}):
+        decided, why = decide(BrokerSettings(port=8082, **other_hosts), kafka_listeners=lambda: False, cores=4)
+        assert decided.request_processes == 1 and "other hosts" in why
+
+
+def test_several_processes_asked_for_on_port_0_are_refused_with_the_reason():
+    with pytest.raises(InvalidConfig, match="port 0 would give each its own"):
+        check(BrokerSettings(port=0, request_processes=2))
+
+
+def test_the_processes_of_consecutive_brokers_never_share_an_id():
+    from laketail.request_processes import PROCESS_ID_STRIDE, process_settings
+
+    ids = set()
+    for broker_id in (0, 1, 2):
+        group = BrokerSettings(port=8082, broker_id=broker_id, request_processes=3, data="/tmp/d")
+        members = {process_settings(group, k).broker_id for k in range(3)}
+        assert members == {broker_id + k * PROCESS_ID_STRIDE for k in range(3)}
+        assert set(process_settings(group, 1).request_process_log_dirs) == members
+        ids |= members
+    assert len(ids) == 9
+    with pytest.raises(InvalidConfig, match="broker.id below"):
+        check(BrokerSettings(port=8082, broker_id=PROCESS_ID_STRIDE, request_processes=2))
