@@ -273,6 +273,17 @@ class HealthCollector(Collector):
             handoffs.add_metric([process, "sent"], handoffs_sent)
             handoffs.add_metric([process, "received"], handoffs_received)
             yield handoffs
+        failures = CounterMetricFamily("laketail_tier_pass_failures", "Tier passes of the topic that failed "
+                                       "(nothing committed; retried with backoff).", labels=["topic"])
+        for topic, count in sorted(self.tier.pass_failures.items()):
+            failures.add_metric([topic], count)
+        yield failures
+        failing = GaugeMetricFamily("laketail_tier_failing", "Tier passes failed in a row, per topic whose last pass "
+                                    "failed, by reason (credentials, throttled, unreachable, fenced, other).",
+                                    labels=["topic", "reason"])
+        for topic, failure in sorted(self.tier.failing.items()):
+            failing.add_metric([topic, failure.reason], failure.failures)
+        yield failing
         child = self.tier.child
         yield CounterMetricFamily("laketail_tier_child_restarts", "Times this broker's tier child process died "
                                   "and was started again.", value=child.restarts if child is not None else 0)

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from laketail.schemas.validation import SchemaValidation
     from laketail.storage.table_check import Damage
     from laketail.storage.tier_child import TierChild
+    from laketail.storage.tierer import TierFailure
 
 
 class GroupService(Protocol):
@@ -141,6 +142,12 @@ class TopicConfigService(Protocol):
 class TierService(Protocol):
     @property
     def child(self) -> TierChild | None: ...
+
+    @property
+    def failing(self) -> Mapping[str, TierFailure]: ...
+
+    @property
+    def pass_failures(self) -> Mapping[str, int]: ...
 
 
 @dataclass(frozen=True)

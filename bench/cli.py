@@ -38,6 +38,7 @@ BENCHMARKS = {
     10: ("groups_txn", "10 consumer groups and transactions (Python client) vs the same client without them"),
     11: ("secure_produce", "11 REST produce with TLS + SCRAM (+ ACLs) vs the same broker without them"),
     12: ("kafka_protocol", "12 Kafka protocol (issue 39): confluent-kafka vs a bare Kafka server"),
+    13: ("object_store", "13 a bucket as data root (issue 40): produce and tier on moto vs a local folder"),
 }
 
 NOT_YET: list[Skipped] = []

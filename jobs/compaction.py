@@ -21,11 +21,18 @@ topic's inputs total at most ``--local-max-bytes``. Under ``spark``, key compact
 computed by Spark itself (latest offset per key as an aggregation, survivors written per
 chunk: :mod:`laketail.jobs.key_compaction`), so a partition larger than one executor's
 memory compacts; the maintenance application always rewrites this way.
+
+On an object-store root (``s3://...``) every rewrite task, key compaction included, is
+one Spark task running the shared Arrow functions in a Python worker, which reads and
+writes the bucket through delta-rs's object store: Spark's JVM reads Parquet through
+Hadoop file systems, and without hadoop-aws on the classpath it cannot open ``s3://``.
+A partition's key compaction then has to fit one worker's memory. The outputs are
+written into the table's partition folders (no rename on an object store) and join
+the table only with the commit.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Sequence
 
@@ -36,6 +43,7 @@ from laketail.maintenance.rewrite import RewriteOutput, RewriteTask, read_inputs
 from laketail.maintenance.runs import DEFAULT_VACUUM_AFTER_MS, Rewriter, run_compaction
 from laketail.maintenance.table_commit import MaintenanceConflict
 from laketail.maintenance.topics import maintained_topics
+from laketail.storage import object_store
 
 
 def run_task(table_uri: str, staging_uri: str, task: RewriteTask, now_ms: int) -> RewriteOutput | None:
@@ -52,9 +60,11 @@ def spark_rewriter(get_spark, chunk_bytes: int = DEFAULT_TARGET_FILE_BYTES) -> R
     larger than one executor's memory compacts."""
 
     def rewrite(table_uri: str, staging_uri: str, tasks: Sequence[RewriteTask], now_ms: int) -> list[RewriteOutput]:
-        keys = [task for task in tasks if task.rule == "keys"]
+        # The JVM's Parquet reader cannot open an object store here (no hadoop-aws): there
+        # key compaction runs in the Python workers like file compaction.
+        keys = [] if object_store.is_remote(table_uri) else [task for task in tasks if task.rule == "keys"]
         outputs = spark_key_rewrite(get_spark(), table_uri, staging_uri, keys, now_ms, chunk_bytes) if keys else []
-        files = [task for task in tasks if task.rule != "keys"]
+        files = [task for task in tasks if task not in keys]
         if files:
             rdd = get_spark().sparkContext.parallelize(files, len(files))
             written = rdd.map(lambda task: run_task(table_uri, staging_uri, task, now_ms)).collect()
@@ -74,7 +84,7 @@ def choose_rewriter(
         return spark_rewriter(get_spark, target_file_bytes)
 
     def auto(table_uri: str, staging_uri: str, tasks: Sequence[RewriteTask], now_ms: int) -> list[RewriteOutput]:
-        total = sum(os.path.getsize(f"{table_uri}/{p}") for t in tasks for p in t.inputs)
+        total = sum(object_store.size(f"{table_uri}/{p}") for t in tasks for p in t.inputs)
         chosen = rewrite_locally if total <= local_max_bytes else spark_rewriter(get_spark, target_file_bytes)
         return chosen(table_uri, staging_uri, tasks, now_ms)
 

@@ -45,6 +45,7 @@ from laketail.maintenance.runs import (
 )
 from laketail.maintenance.table_commit import MaintenanceConflict
 from laketail.maintenance.topics import MaintainedTopic, maintained_topics
+from laketail.storage import object_store
 
 try:  # the data source needs pyspark; --help and --once without Spark do not
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -66,7 +67,7 @@ def table_versions(root: str, topics: Sequence[str] | None) -> dict[str, int]:
     reader = TableReader(root)
     if topics is None:
         base = os.path.dirname(reader.table_uri("x"))
-        topics = sorted(n for n in (os.listdir(base) if os.path.isdir(base) else []) if not n.startswith("__"))
+        topics = [n for n in object_store.list_folders(base) if not n.startswith("__")]
     out = {}
     for topic in topics:
         try:
@@ -151,11 +152,23 @@ def maintain(root: str, topic: MaintainedTopic, args: Any, rewriter: Any) -> Non
         report(result.summary())
 
 
+def default_checkpoint(root: str) -> str:
+    """``ROOT/_system/checkpoints/maintenance``; on an object-store root, where Spark's
+    JVM cannot write without hadoop-aws, ``./laketail-checkpoints/maintenance`` in the
+    working directory: the checkpoint only remembers which table versions were
+    maintained, and an application that starts without it maintains every table once
+    more, which changes nothing that is already compact."""
+    if object_store.is_remote(root):
+        return os.path.abspath(os.path.join("laketail-checkpoints", "maintenance"))
+    return f"{root.rstrip('/')}/_system/checkpoints/maintenance"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = base_parser("maintenance", "Retention and compaction as one Structured Streaming application.")
     parser.add_argument("--once", action="store_true", help="one pass over every topic, then exit")
     parser.add_argument("--checkpoint", metavar="DIR",
-                        help="the streaming query's checkpoint [default: ROOT/_system/checkpoints/maintenance]")
+                        help="the streaming query's checkpoint [default: ROOT/_system/checkpoints/maintenance; "
+                             "./laketail-checkpoints/maintenance when ROOT is an object store]")
     parser.add_argument("--interval-s", type=float, default=60.0, help="seconds between looks at the tables [60]")
     parser.add_argument("--max-rounds", type=int, default=0,
                         help="stop once at least this many micro-batches ran (one more may start) [0: never]")
@@ -188,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             done["batches"] += 1
             report({"job": "maintenance", "batch_id": batch_id, "topics": moved})
 
-        checkpoint = args.checkpoint or f"{args.data.rstrip('/')}/_system/checkpoints/maintenance"
+        checkpoint = args.checkpoint or default_checkpoint(args.data)
         writer = (spark.readStream.format("laketail_table_commits").option("data", args.data)
                   .option("topics", ",".join(sorted(topics)) if args.topics else "").load()
                   .writeStream.foreachBatch(each).option("checkpointLocation", checkpoint))

@@ -248,12 +248,7 @@ class Broker:
         self._background.append(asyncio.create_task(self._group_housekeeping(), name="laketail-groups"))
         self._background.append(asyncio.create_task(self._internal_cleaner(), name="laketail-cleaner"))
         self._background.append(asyncio.create_task(self._transaction_timeouts(), name="laketail-txn-timeouts"))
-        if self.settings.maintenance_enabled and object_store.is_remote(self.settings.data):
-            log.warning("maintenance: not started on the object-store root %s: the maintenance application keeps "
-                        "its Spark checkpoint there and its compaction moves files by rename, which need a file "
-                        "system Spark can write; run retention with `laketail jobs run retention` (or turn this "
-                        "warning off with --no-maintenance)", self.settings.data)
-        elif self.settings.maintenance_enabled:  # retention and compaction of user topics: one spark-submit child
+        if self.settings.maintenance_enabled:  # retention and compaction of user topics: one spark-submit child
             self.maintenance = MaintenanceScheduler(self.settings, is_due=lambda: self.cluster.is_controller)
             self._background.append(asyncio.create_task(self.maintenance.run(), name="laketail-maintenance"))
 

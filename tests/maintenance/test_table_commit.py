@@ -205,3 +205,23 @@ def test_data_files_use_dictionaries_only_for_columns_that_repeat(tmp_path):
     assert not any("DICTIONARY" in e for e in encodings["offset"] + encodings["value"])
     assert any("DICTIONARY" in e for e in encodings["key"])
     assert table.rows() == [(0, i, keys[i], bytes([i]) * 10) for i in range(100)]
+
+
+def test_two_compactions_of_the_same_files_commit_once(tmp_path):
+    """delta-rs does not see two rewrites removing the same files (``dataChange=false``)
+    as a conflict: both committed and every row was in the table twice. The second now
+    fails, and a tier append between plan and commit still lets a rewrite through."""
+    table = Table(tmp_path)
+    _fill(table, files=3)
+    before = table.rows()
+    stale = TableSnapshot.load(table.root, "t", 2)
+    staging, tasks, outputs = _stale_rewrite(stale)
+    first = TableSnapshot.load(table.root, "t", 2)
+    first_staging, first_tasks, first_outputs = _stale_rewrite(first)
+    table.tier(0, _rows(100, [b"k"], [b"after"], NOW_MS))
+    commit_rewrite(first, first_staging, first_tasks, first_outputs)
+    files_after = table.parquet_files()
+    with pytest.raises(MaintenanceConflict, match="removed by a concurrent commit"):
+        commit_rewrite(stale, staging, tasks, outputs)
+    assert table.rows() == sorted(before + [(0, 100, b"k", b"after")])
+    assert table.parquet_files() == files_after  # the losing rewrite's outputs are gone

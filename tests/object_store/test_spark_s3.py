@@ -61,3 +61,39 @@ def test_spark_reads_a_topic_whose_table_is_in_a_bucket(bucket: Bucket, s3_broke
     rows = sorted(frame.select("partition", "offset", "value").collect(), key=lambda r: (r.partition, r.offset))
     assert [(r.partition, r.offset, bytes(r.value)) for r in rows] == [
         (p, i, v) for p, values in produced.items() for i, v in enumerate(values)]
+
+
+def test_maintenance_application_compacts_a_topic_in_a_bucket(bucket: Bucket, s3_broker_factory, s3_spark,
+                                                              tmp_path, monkeypatch) -> None:
+    """The maintenance application (Structured Streaming over the tables' commits) on a
+    bucket root: it key-compacts a ``cleanup.policy=compact`` topic with its rewrites in
+    Python workers, commits through delta-rs, and keeps its checkpoint on local disk."""
+    from laketail.jobs.maintenance import main
+
+    root = bucket.uri("maint")
+    broker = s3_broker_factory(root)
+    topic = "ledger"
+    resp = broker.rest.create_topic(topic, 1, configs={"table.flush.interval.ms": "100", "cleanup.policy": "compact",
+                                                       "min.compaction.lag.ms": "0"})
+    assert resp.status_code in (200, 201), resp.text
+    uri = broker.table_uri(topic)
+    latest: dict[bytes, bytes] = {}
+    for batch in range(3):  # one tier commit, one file, per batch
+        records = [{"key": f"k{i}".encode(), "value": f"v{batch}-{i}".encode()} for i in range(3)]
+        resp = broker.rest.produce_binary(topic, records, partition=0)
+        assert resp.status_code == 200, resp.text
+        latest |= {r["key"]: r["value"] for r in records}
+        wait_until(lambda n=3 * (batch + 1): DeltaTable(uri).to_pyarrow_table(columns=["offset"]).num_rows == n,
+                   f"batch {batch} in {uri}", TIER_DEADLINE_S, 0.2)
+    files_before = len(DeltaTable(uri).file_uris())
+    assert files_before >= 3
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["--data", root, "--servers", broker.url, "--topic", topic, "--max-rounds", "1",
+                 "--interval-s", "1"]) == 0
+
+    table = DeltaTable(uri)
+    rows = table.to_pyarrow_table(columns=["key", "value"]).to_pylist()
+    assert {r["key"]: r["value"] for r in rows} == latest and len(rows) == len(latest)
+    assert len(table.file_uris()) < files_before
+    assert (tmp_path / "laketail-checkpoints" / "maintenance").is_dir()

@@ -9,7 +9,9 @@ executor: the partition, the input files (relative paths) and the rule to apply:
 :func:`write_output` applies the rule to the input rows and writes the output with
 :func:`laketail.storage.data_files.write_data_file` (``dataChange=false``) into a
 staging folder inside the table, so a task that dies or is retried leaves nothing in
-the table itself; the driver moves the outputs it commits (:mod:`.table_commit`).
+the table itself; the driver moves the outputs it commits (:mod:`.table_commit`). On an
+object store the "staging folder" is the table (no rename there): an output no commit
+names is an orphan, which no reader opens.
 Both executors -- Spark's ``mapInArrow`` tasks and the driver for small inputs -- use
 these functions, so a file is the same whoever wrote it.
 """
@@ -21,10 +23,10 @@ from typing import Iterable, Literal, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from laketail.maintenance.compaction import KeyCompactionPlan, compact_rows
 from laketail.maintenance.file_compaction import FileCompactionPlan
+from laketail.storage import object_store
 from laketail.storage.data_files import write_data_file
 
 RewriteRule = Literal["files", "keys"]
@@ -118,7 +120,7 @@ def write_output(staging_uri: str, task: RewriteTask, rows: pa.Table, now_ms: in
 
 
 def read_inputs(table_uri: str, task: RewriteTask) -> pa.Table:
-    pieces = [pq.read_table(f"{table_uri}/{path}") for path in task.inputs]
+    pieces = [object_store.read_parquet(f"{table_uri}/{path}") for path in task.inputs]
     return pa.concat_tables(pieces, promote_options="permissive") if len(pieces) > 1 else pieces[0]
 
 

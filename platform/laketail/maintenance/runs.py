@@ -20,7 +20,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from laketail.errors import InvalidConfig
 from laketail.maintenance.compaction import plan_key_compaction
 from laketail.maintenance.file_compaction import plan_file_compaction
 from laketail.maintenance.retention import plan_retention
@@ -33,7 +32,6 @@ from laketail.maintenance.table_commit import (
     vacuum,
 )
 from laketail.maintenance.topics import MaintainedTopic
-from laketail.storage import object_store
 
 #: ``(table_uri, staging_uri, tasks, now_ms) -> outputs``
 Rewriter = Callable[[str, str, Sequence[RewriteTask], int], list[RewriteOutput]]
@@ -101,12 +99,6 @@ def run_compaction(
     vacuum_after_ms: int = DEFAULT_VACUUM_AFTER_MS,
     dry_run: bool = False,
 ) -> CompactionResult:
-    if object_store.is_remote(root):
-        raise InvalidConfig(
-            f"compaction job: {root} is an object store; the job stages its rewrites in a local folder of the "
-            "table and moves them in with renames, which an object store does not have. On such a root "
-            "brokers compact keys themselves (cleanup.policy=compact) and the retention job works"
-        )
     snapshot = TableSnapshot.load(root, topic.name, topic.partitions)
     result = CompactionResult(topic.name, files_before=sum(len(f) for f in snapshot.files.values()))
     clean_staging(snapshot.uri, older_than_s=max(vacuum_after_ms / 1000, STAGING_KEEP_S), now_s=time.time())

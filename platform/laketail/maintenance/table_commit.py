@@ -5,7 +5,9 @@ partition, tiered offsets, log start offsets, all at one version), and commit wh
 the maintenance plans made of it, against that same version:
 
 * :func:`commit_rewrite` -- compaction outputs moved from the staging folder into
-  the table, then ``remove`` of the inputs + ``add`` of the outputs, all with
+  the table (on an object store, which has no rename, they were written into the
+  table's partition folders directly: a file no commit names is an orphan no reader
+  opens), then ``remove`` of the inputs + ``add`` of the outputs, all with
   ``dataChange=false`` (rows rearranged, offsets unchanged: a stream that follows the
   table has nothing new to read), in one commit;
 * :func:`commit_retention` -- ``remove`` of the deleted files (``dataChange=true``) and,
@@ -39,6 +41,7 @@ from laketail.errors import KafkaStorageError
 from laketail.maintenance.retention import RetentionPlan
 from laketail.maintenance.rewrite import RewriteOutput, RewriteTask
 from laketail.records import RECORD_SCHEMA
+from laketail.storage import object_store
 from laketail.storage.table_reader import DataFile, TableReader, log_start_app_id, tier_app_id
 
 STAGING_DIR = "_laketail_staging"
@@ -73,11 +76,16 @@ class TableSnapshot:
         return cls(topic, reader.table_uri(topic), dt, dt.version(), files, tiered, starts)
 
     def staging_uri(self) -> str:
-        """A fresh staging folder for one run's outputs (inside the table: same disk)."""
+        """A fresh staging folder for one run's outputs (inside the table: same disk).
+        On an object store, the table itself: outputs are written where they stay, under
+        names no other file has, and become part of the table only by the commit."""
+        if object_store.is_remote(self.uri):
+            return self.uri
         return f"{self.uri}/{STAGING_DIR}/{uuid.uuid4().hex}"
 
 
-def _commit(snapshot: TableSnapshot, actions: list, operation: str, txns: list[Transaction] | None = None) -> int:
+def _commit(snapshot: TableSnapshot, actions: list, operation: str, txns: list[Transaction] | None = None,
+            retries: int = COMMIT_RETRIES) -> int:
     try:
         snapshot.table.create_write_transaction(
             actions,
@@ -86,7 +94,7 @@ def _commit(snapshot: TableSnapshot, actions: list, operation: str, txns: list[T
             partition_by=["partition"],
             commit_properties=CommitProperties(
                 custom_metadata={"laketail.operation": operation},
-                max_commit_retries=COMMIT_RETRIES,
+                max_commit_retries=retries,
                 app_transactions=txns or None,
             ),
         )
@@ -106,12 +114,15 @@ def commit_rewrite(
     outputs: Sequence[RewriteOutput],
 ) -> int:
     """Move ``outputs`` into the table and commit them replacing every task's inputs.
-    Returns the new table version. The staging folder is removed either way."""
+    Returns the new table version. The staging folder is removed either way. Outputs
+    staged in the table itself (an object store: :meth:`TableSnapshot.staging_uri`) are
+    not moved, and are deleted when the commit fails."""
     now_ms = _wall_clock_ms()
     by_task = {task.task_id: task for task in tasks}
-    moved: list[str] = []
+    in_place = staging_uri == snapshot.uri
+    moved: list[str] = [f"{snapshot.uri}/{output.path}" for output in outputs] if in_place else []
     try:
-        for output in outputs:
+        for output in [] if in_place else outputs:
             target = f"{snapshot.uri}/{output.path}"
             os.makedirs(os.path.dirname(target), exist_ok=True)
             os.replace(f"{staging_uri}/{output.path}", target)
@@ -127,16 +138,38 @@ def commit_rewrite(
                       now_ms, False, output.stats)
             for output in outputs
         ]
-        return _commit(snapshot, actions, "compaction")
+        return _commit_replacing(snapshot, actions, {path for task in tasks for path in task.inputs})
     except BaseException:
         for path in moved:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+            object_store.remove_file(path)
         raise
     finally:
-        shutil.rmtree(staging_uri, ignore_errors=True)
+        if not in_place:
+            shutil.rmtree(staging_uri, ignore_errors=True)
+
+
+def _commit_replacing(snapshot: TableSnapshot, actions: list, inputs: set[str]) -> int:
+    """Commit a rewrite only on top of a version where all of ``inputs`` are still live.
+
+    delta-rs's conflict check does not catch a concurrent rewrite that removed the same
+    files with ``dataChange=false`` (deltalake 1.6: both commits succeed, and the rows are
+    in the table twice). So each attempt reads the newest version, checks the inputs are
+    all in it, and commits exactly on top of it (no rebasing retries inside delta-rs); a
+    concurrent commit (a tier append, most often) makes it read and check again."""
+    table = snapshot.table
+    for _ in range(COMMIT_RETRIES):
+        table.update_incremental()
+        live = set(table.get_add_actions(flatten=True).column("path").to_pylist())
+        gone = sorted(inputs - live)
+        if gone:
+            raise MaintenanceConflict(
+                f"compaction of {snapshot.topic} (planned at version {snapshot.version}): {len(gone)} of its input "
+                f"files were removed by a concurrent commit (for example {gone[0]})")
+        try:
+            return _commit(snapshot, actions, "compaction", retries=0)
+        except MaintenanceConflict:
+            continue  # another commit took the next version: check the inputs again on top of it
+    raise MaintenanceConflict(f"compaction of {snapshot.topic}: the table kept moving for {COMMIT_RETRIES} attempts")
 
 
 def commit_retention(snapshot: TableSnapshot, plans: Sequence[RetentionPlan]) -> int:
@@ -166,7 +199,10 @@ def vacuum(table: DeltaTable, after_ms: int) -> list[str]:
 
 
 def clean_staging(table_uri: str, older_than_s: float, now_s: float) -> None:
-    """Remove staging folders of runs that died (older than ``older_than_s``)."""
+    """Remove staging folders of runs that died (older than ``older_than_s``); an object
+    store's table has none (its runs stage in the table: orphans go with a full VACUUM)."""
+    if object_store.is_remote(table_uri):
+        return
     base = Path(table_uri) / STAGING_DIR
     if not base.is_dir():
         return

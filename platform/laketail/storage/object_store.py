@@ -129,6 +129,19 @@ def remove_tree(uri: str) -> None:
     shutil.rmtree(uri, ignore_errors=True)
 
 
+def list_folders(uri: str) -> list[str]:
+    """Names of the folders right under ``uri`` (the common prefixes under it, on an
+    object store); empty when there is none."""
+    if is_remote(uri):
+        fs, key = _split(uri.rstrip("/"))
+        try:
+            infos = fs.get_file_info(pafs.FileSelector(key, allow_not_found=True))
+        except (FileNotFoundError, OSError):
+            return []
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+    return sorted(e.name for e in os.scandir(uri) if e.is_dir()) if os.path.isdir(uri) else []
+
+
 def make_root(uri: str) -> None:
     """Make the local folder ``uri``; an object store needs none (keys are made by writes)."""
     if not is_remote(uri):

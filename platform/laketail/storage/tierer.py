@@ -30,6 +30,15 @@ disk -- and learns what was tiered (``mark_tiered``, the table index); the pass 
 broker's tier child process (:mod:`laketail.storage.tier_child`, the default), or in a
 worker thread with ``laketail.tierer.process=false``. Same code, same rules either way.
 
+A pass that fails (the object store unreachable, throttling, expired credentials, a
+conflict) commits nothing and is retried with backoff, as Kafka's remote log manager
+retries a copy (``remote.log.manager.task.retry.backoff.ms`` 500 ms, doubling up to
+``remote.log.manager.task.retry.backoff.max.ms`` 30 s): the topic's next pass is due after
+:func:`retry_backoff_s`, never sooner than its flush interval. Produce never waits for
+tiering, so acknowledgements keep coming from the hot logs meanwhile; what failed, and
+why (:func:`failure_reason`), is in :attr:`Tierer.failing`, the broker log and
+``/metrics``. Once a pass succeeds the topic is back on its interval and catches up.
+
 Thread-safety: one asyncio task drives it; passes over one topic never overlap (an
 asyncio lock per topic); in-process, a pass holds the topic's table lock while it uses
 the table.
@@ -70,6 +79,49 @@ log = logging.getLogger(__name__)
 
 MAX_RECORDS_PER_FILE = 2_000_000
 MAX_BYTES_PER_FILE = 256 * 1024 * 1024
+#: Kafka's ``remote.log.manager.task.retry.backoff.ms`` / ``...backoff.max.ms`` defaults.
+RETRY_BACKOFF_S = 0.5
+RETRY_BACKOFF_MAX_S = 30.0
+
+
+def retry_backoff_s(failures: int, interval_s: float) -> float:
+    """How long after its ``failures``-th failed pass in a row a topic is tried again:
+    :data:`RETRY_BACKOFF_S` doubled per failure up to :data:`RETRY_BACKOFF_MAX_S`, and
+    never sooner than the topic's flush interval ``interval_s``."""
+    backoff = RETRY_BACKOFF_S * 2 ** min(max(failures - 1, 0), 16)
+    return max(interval_s, min(backoff, RETRY_BACKOFF_MAX_S))
+
+
+#: (reason, markers in a failed pass's error text), first match wins. delta-rs and its
+#: object store quote the store's answer (S3's error code, the HTTP status) in the text.
+_REASONS = (
+    ("credentials", ("ExpiredToken", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "AccessDenied",
+                     "403 Forbidden", "401 Unauthorized", "ExpiredTokenException")),
+    ("throttled", ("SlowDown", "503 Service Unavailable", "429 Too Many Requests", "RequestLimitExceeded")),
+    ("unreachable", ("error sending request", "connection closed", "Connection refused", "connection error",
+                     "timed out", "operation timed out", "dns error")),
+    ("fenced", ("LeaderFenced", "TableAhead", "leader epoch", "not as planned")),
+)
+
+
+def failure_reason(error: str) -> str:
+    """What a failed pass's error text says went wrong: ``credentials`` (the store refused
+    the broker's credentials: fix them), ``throttled`` (503 SlowDown), ``unreachable``
+    (no answer), ``fenced`` (the table moved past the plan: another leader's commit, or
+    our own whose answer was lost; the next pass plans from it), else ``other``."""
+    for reason, markers in _REASONS:
+        if any(m.lower() in error.lower() for m in markers):
+            return reason
+    return "other"
+
+
+@dataclasses.dataclass
+class TierFailure:
+    """A topic whose last pass failed: how many in a row, the reason and the error text."""
+
+    failures: int
+    reason: str
+    error: str
 
 
 class Tierer:
@@ -110,6 +162,10 @@ class Tierer:
         self.value_schemas: Callable[[str], Awaitable[list[dict]]] | None = None
         #: per topic, values tiered as a null ``value_struct`` because they did not decode
         self.undecoded_values: dict[str, int] = {}
+        #: topics whose last pass failed (cleared by the next pass that succeeds)
+        self.failing: dict[str, TierFailure] = {}
+        #: per topic, failed passes since the broker started
+        self.pass_failures: dict[str, int] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -151,7 +207,7 @@ class Tierer:
 
     def wake(self, topic: str) -> None:
         """A produce landed: tier now if a partition has ``table.flush.bytes`` waiting."""
-        if self._wake is None:
+        if self._wake is None or topic in self.failing:  # a failing topic waits for its backoff
             return
         try:
             config = self.topics.topic_config(topic)
@@ -194,8 +250,11 @@ class Tierer:
                 except UnknownTopicOrPartition:  # deleted since the listing
                     continue
                 self._due[topic] = now + interval
-                next_due = min(next_due, now + interval)
                 await self.tier_now(topic)
+                failure = self.failing.get(topic)
+                if failure is not None and topic in self._due:  # back off: the store is down, throttling, refusing
+                    self._due[topic] = now + retry_backoff_s(failure.failures, interval)
+                next_due = min(next_due, self._due.get(topic, now + interval))
                 await self._follow_table(topic)
             try:
                 await asyncio.to_thread(self.logs.housekeeping, self.clock.now_ms())
@@ -243,13 +302,33 @@ class Tierer:
         task = asyncio.ensure_future(self._tier_topic(topic))
         self._busy[topic] = task
         try:
-            return await task
-        except Exception:
-            log.exception("tiering %s failed; will retry", topic)
+            tiered = await task
+        except Exception as exc:
+            self._failed(topic, exc)
             return 0
+        else:
+            if self.failing.pop(topic, None) is not None:
+                log.warning("tiering %s works again", topic)
+            return tiered
         finally:
             if self._busy.get(topic) is task:
                 del self._busy[topic]
+
+    def _failed(self, topic: str, exc: Exception) -> None:
+        error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, TierPassFailed) else str(exc)
+        reason = failure_reason(error)
+        previous = self.failing.get(topic)
+        failures = previous.failures + 1 if previous is not None else 1
+        self.failing[topic] = TierFailure(failures, reason, error)
+        self.pass_failures[topic] = self.pass_failures.get(topic, 0) + 1
+        try:
+            interval = self.topics.topic_config(topic).table_flush_interval_ms / 1000.0
+        except UnknownTopicOrPartition:
+            interval = 0.0
+        hint = " (the object store refused the broker's credentials: renew them)" if reason == "credentials" else ""
+        log.error("tiering %s failed (%s, %d in a row)%s; records stay in the hot log, retrying in %.1fs: %s",
+                  topic, reason, failures, hint, retry_backoff_s(failures, interval), error,
+                  exc_info=reason == "other")
 
     # -- one pass for one topic: plan (event loop), execute (child or thread), apply -----------------
 
