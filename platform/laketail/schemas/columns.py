@@ -222,6 +222,40 @@ def decode_versions(values: pa.Array | pa.ChunkedArray, versions: dict[int, wire
     return pa.array(fitted, target), failures
 
 
+def decode_unframed(values: pa.Array | pa.ChunkedArray, codec: wire.Codec) -> tuple[pa.Array, int]:
+    """``values`` as they are -- no wire-format prefix: Avro binary, JSON text, or the
+    bytes of the schema's first Protobuf message -- decoded by ``codec`` (a subject's
+    latest version, ``laketail.table.mode=value_schema_latest``) into its
+    :func:`arrow_type`; the number of non-null values that did not decode (null)."""
+    target = arrow_type(codec)
+    out: list[Any] = []
+    failures = 0
+    for data in values.to_pylist():
+        if data is None:
+            out.append(None)
+            continue
+        try:
+            if isinstance(codec, wire.ProtobufCodec):
+                data = b"\x00" + data  # the first message's index path, as _native reads it
+            elif isinstance(codec, wire.AvroCodec):
+                codec.check(data)  # to its last byte: a framed value is not read as Avro by chance
+            out.append(_native(codec, data))
+        except wire.NotDecodable:
+            out.append(None)
+            failures += 1
+    try:
+        return pa.array(out, target), failures
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        fitted = []
+        for value in out:
+            try:
+                fitted.append(pa.array([value], target)[0].as_py())
+            except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                fitted.append(None)
+                failures += 1
+        return pa.array(fitted, target), failures
+
+
 def _native(codec: wire.Codec, payload: bytes, reader: wire.Codec | None = None) -> Any:
     if isinstance(codec, wire.AvroCodec):
         target = reader.parsed if isinstance(reader, wire.AvroCodec) else codec.parsed
@@ -466,5 +500,5 @@ def _proto_item(field: FieldDescriptor, value: Any, base64: Any) -> Any:
     return value
 
 
-__all__ = ["TYPED_VALUE_COLUMN", "UnsupportedSchema", "arrow_type", "conform", "decode_column", "decode_versions",
-           "encode_column"]
+__all__ = ["TYPED_VALUE_COLUMN", "UnsupportedSchema", "arrow_type", "conform", "decode_column", "decode_unframed",
+           "decode_versions", "encode_column"]

@@ -10,7 +10,8 @@ reached). Topics without typed columns give null there; topics of different type
 from the table's files, fitted to the query's type by field name
 (:func:`laketail.schemas.columns.conform`), and decodes the untiered tail it fetches
 through the gateway as the tierer will (the subject's live versions, each value by the
-version its prefix names, :func:`laketail.schemas.columns.decode_versions`). Files
+version its prefix names, :func:`laketail.schemas.columns.decode_versions`, or with
+``value_schema_latest`` each value as it is by the latest version). Files
 tiered before the topic had typed columns hold no ``value_struct``: null.
 
 Sink: an input with a ``value_struct`` column and no ``value`` column has each row's
@@ -91,7 +92,9 @@ class TypedRows:
 
         if self._decoder is None:
             versions = subject_versions(gateway, f"{self.topic}-value")
-            self._decoder = _Decoder(versions) if versions else False
+            configs = gateway.get_json(f"/topics/{seg(self.topic)}").get("configs") or {}
+            latest_only = configs.get("laketail.table.mode") == "value_schema_latest"
+            self._decoder = _Decoder(versions, latest_only) if versions else False
         if self._decoder is False:
             return pa.nulls(rows.num_rows, self.value_type)
         column, _undecoded = self._decoder(rows.column("value"))
@@ -99,15 +102,21 @@ class TypedRows:
 
 
 class _Decoder:
-    def __init__(self, versions: list[dict[str, Any]]) -> None:
+    """As the tier pass decodes (``storage/tierer._TypedValue``): by the version each
+    value's prefix names, or (``value_schema_latest``) each value as it is by the latest."""
+
+    def __init__(self, versions: list[dict[str, Any]], latest_only: bool) -> None:
         from laketail.schemas import wire
 
         self.codecs = {v["id"]: wire.codec(v["schema_type"], v["schema"], tuple(v["references"])) for v in versions}
         self.latest = versions[-1]["id"]
+        self.latest_only = latest_only
 
     def __call__(self, values: pa.ChunkedArray) -> tuple[pa.Array, int]:
-        from laketail.schemas.columns import decode_versions
+        from laketail.schemas.columns import decode_unframed, decode_versions
 
+        if self.latest_only:
+            return decode_unframed(values, self.codecs[self.latest])
         return decode_versions(values, self.codecs, self.latest)
 
 
