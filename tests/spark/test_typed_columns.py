@@ -4,6 +4,7 @@ over laketail's JVM relation (live) and the file-list views alike."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import httpx
@@ -110,3 +111,23 @@ def test_the_sink_refuses_value_and_value_struct_together(spark: Any, broker: An
         (frame.write.mode("append").format("laketail").option("laketail.servers", broker.url)
          .option("topic", topic).save())
     assert table_info(broker.url, topic)["partitions"][0]["high_watermark"] == 1  # nothing written
+
+
+def test_a_stream_reads_value_struct(spark: Any, broker: Any, make_topic: Any, tmp_path: Any) -> None:
+    topic = make_topic(configs=TYPED)
+    _produce_avro(broker.rest, topic, ORDER_V1, [{"id": "o-1", "amount": 1.5}])
+    wait_tiered(broker.url, topic)
+    _produce_avro(broker.rest, topic, ORDER_V1, [{"id": "o-2", "amount": 2.5}])  # tiered or not: the same rows
+    name = f"typed_{uuid.uuid4().hex[:8]}"
+    query = (spark.readStream.format("laketail").option("laketail.servers", broker.url)
+             .option("subscribe", topic).option("startingOffsets", "earliest").load()
+             .select("offset", "value_struct.id", "value_struct.amount")
+             .writeStream.format("memory").queryName(name).option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(600)
+        assert query.exception() is None
+        rows = spark.sql(f"SELECT * FROM {name} ORDER BY offset").collect()
+    finally:
+        query.stop()
+    assert [tuple(r) for r in rows] == [(0, "o-1", 1.5), (1, "o-2", 2.5)]
