@@ -128,8 +128,9 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = {
         ConfigKey("laketail.table.mode", str, "key_value",
                   "laketail: key_value keeps the table's raw key and value only; value_schema_id_prefix "
                   "also writes value_struct, each value decoded by the <topic>-value schema its wire-format "
-                  "prefix names (Redpanda's Iceberg mode of that name; docs/schema-registry.md).",
-                  choices=("key_value", "value_schema_id_prefix")),
+                  "prefix names; value_schema_latest decodes each value, unframed, by the latest <topic>-value "
+                  "schema (Redpanda's Iceberg modes of those names; docs/schema-registry.md).",
+                  choices=("key_value", "value_schema_id_prefix", "value_schema_latest")),
     ]
 }
 

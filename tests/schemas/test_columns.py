@@ -11,7 +11,15 @@ import pyarrow as pa
 import pytest
 
 from laketail.schemas import wire
-from laketail.schemas.columns import UnsupportedSchema, arrow_type, decode_column, decode_versions
+from laketail.schemas.columns import (
+    UnsupportedSchema,
+    arrow_type,
+    conform,
+    decode_column,
+    decode_versions,
+    encode_column,
+)
+from laketail.schemas.errors import JsonConversion
 
 ORDER = json.dumps({"type": "record", "name": "Order", "namespace": "shop", "fields": [
     {"name": "id", "type": "string"},
@@ -124,3 +132,53 @@ def test_json_values_that_do_not_fit_the_latest_type_are_counted_nulls() -> None
     column, failures = decode_versions(values, {1: old, 2: new}, latest=2)
     assert column.to_pylist() == [None, {"n": 5}]
     assert failures == 1
+
+
+# -- conform and encode_column (format("laketail") and its sink) --------------------------------
+
+
+def test_conform_matches_struct_fields_by_name() -> None:
+    old = pa.array([{"amount": 1.5, "id": "a"}, None], pa.struct([("amount", pa.float64()), ("id", pa.string())]))
+    wide = pa.struct([("id", pa.string()), ("amount", pa.float64()), ("note", pa.string())])
+    assert conform(old, wide).to_pylist() == [{"id": "a", "amount": 1.5, "note": None}, None]
+    newer = pa.array([{"id": "b", "amount": 2.0, "note": "x"}], wide)
+    narrow = pa.struct([("id", pa.string()), ("amount", pa.float64())])
+    assert conform(newer, narrow).to_pylist() == [{"id": "b", "amount": 2.0}]
+    lists = pa.array([[{"id": "c", "amount": 3.0}]], pa.list_(narrow))
+    assert conform(lists, pa.list_(wide)).to_pylist() == [[{"id": "c", "amount": 3.0, "note": None}]]
+    at = pa.array([datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)], pa.timestamp("ms", tz="UTC"))
+    assert conform(at, pa.timestamp("us", tz="UTC")).type == pa.timestamp("us", tz="UTC")
+
+
+def test_encode_column_is_decode_columns_inverse_for_avro() -> None:
+    codec = wire.codec("AVRO", ORDER)
+    docs = [{"id": "o-1", "amount": 1.5, "note": {"string": "rush"}, "at": 1_700_000_000_000,
+             "lines": [{"sku": "s", "qty": 2}], "tags": {"a": 1}, "either": {"string": "x"}, "kind": "B"},
+            {"id": "o-2", "amount": 2.0, "note": None, "at": 0, "lines": [], "tags": {}, "either": {"int": 7},
+             "kind": "A"}]
+    column, failures = decode_column(pa.array([_framed(codec, 9, d) for d in docs] + [None], pa.binary()), 9, codec)
+    assert failures == 0
+    encoded = encode_column(column, 9, codec)
+    assert encoded[2] is None
+    again, failures = decode_column(pa.array(encoded, pa.binary()), 9, codec)
+    assert failures == 0 and again.to_pylist() == column.to_pylist()
+
+
+def test_encode_column_json_schema_and_protobuf() -> None:
+    js = wire.codec("JSON", json.dumps({"type": "object", "properties": {
+        "id": {"type": "string"}, "n": {"type": "integer"}}, "required": ["id"]}))
+    out = encode_column(pa.array([{"id": "a", "n": None}], arrow_type(js)), 3, js)
+    assert out == [wire.frame(3, b'{"id":"a"}')]  # a null property is left out
+    proto = wire.codec("PROTOBUF", 'syntax = "proto3"; message M { string id = 1; bytes raw = 2; '
+                                   'map<string, int64> tags = 3; }')
+    column = pa.array([{"id": "p", "raw": b"\x00\x01", "tags": [("k", 5)]}], arrow_type(proto))
+    encoded = encode_column(column, 4, proto)
+    assert decode_column(pa.array(encoded, pa.binary()), 4, proto)[0].to_pylist() == [
+        {"id": "p", "raw": b"\x00\x01", "tags": [("k", 5)]}]
+
+
+def test_encode_column_refuses_what_the_schema_does_not_take() -> None:
+    js = wire.codec("JSON", json.dumps({"type": "object", "properties": {"id": {"type": "string"}},
+                                        "required": ["id"]}))
+    with pytest.raises(JsonConversion, match="row 1"):
+        encode_column(pa.array([{"id": "a"}, {"id": None}], arrow_type(js)), 3, js)

@@ -13,6 +13,7 @@ import httpx
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from laketail.schemas import wire
 from tests.integration.support import TIER_DEADLINE_S, wait_until
 
 AVRO = "application/vnd.kafka.avro.v2+json"
@@ -87,7 +88,23 @@ def test_topics_without_the_mode_keep_the_record_schema(broker: Any, make_topic:
 
 
 def test_the_mode_is_a_validated_topic_config(broker: Any) -> None:
-    resp = broker.rest.create_topic("typed-bad-mode", 1, configs={"laketail.table.mode": "value_schema_latest"})
+    resp = broker.rest.create_topic("typed-bad-mode", 1, configs={"laketail.table.mode": "value_schema_any"})
     assert resp.status_code == 400, resp.text
-    assert "laketail.table.mode='value_schema_latest': must be one of" in resp.json()["message"]
+    assert "laketail.table.mode='value_schema_any': must be one of" in resp.json()["message"]
     assert broker.rest.http.get("/topics/typed-bad-mode").status_code == 404  # nothing created
+
+
+def test_value_schema_latest_decodes_unframed_values_by_the_latest_schema(broker: Any, make_topic: Any) -> None:
+    topic = make_topic(configs={"laketail.table.mode": "value_schema_latest"})
+    rest = broker.rest
+    resp = rest.http.post(f"/subjects/{topic}-value/versions", content=json.dumps({"schema": json.dumps(ORDER_V1)}),
+                          headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+    assert resp.status_code == 200, resp.text
+    codec = wire.codec("AVRO", json.dumps(ORDER_V1))
+    plain = codec.encode({"id": "o-1", "amount": 1.5})  # Avro binary with no magic byte and id
+    framed = wire.frame(resp.json()["id"], codec.encode({"id": "o-2", "amount": 2.5}))
+    assert rest.produce_binary(topic, [{"value": plain, "partition": 0}, {"value": framed, "partition": 0},
+                                       {"value": b"\xff", "partition": 0}]).status_code == 200
+    table = _table_rows(broker, topic, 3)
+    assert table.column("value_struct").to_pylist() == [{"id": "o-1", "amount": 1.5}, None, None]
+    assert _undecoded(broker, topic) == 2.0  # the framed value is not this mode's: it reads to no end

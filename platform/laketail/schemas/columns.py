@@ -222,6 +222,40 @@ def decode_versions(values: pa.Array | pa.ChunkedArray, versions: dict[int, wire
     return pa.array(fitted, target), failures
 
 
+def decode_unframed(values: pa.Array | pa.ChunkedArray, codec: wire.Codec) -> tuple[pa.Array, int]:
+    """``values`` as they are -- no wire-format prefix: Avro binary, JSON text, or the
+    bytes of the schema's first Protobuf message -- decoded by ``codec`` (a subject's
+    latest version, ``laketail.table.mode=value_schema_latest``) into its
+    :func:`arrow_type`; the number of non-null values that did not decode (null)."""
+    target = arrow_type(codec)
+    out: list[Any] = []
+    failures = 0
+    for data in values.to_pylist():
+        if data is None:
+            out.append(None)
+            continue
+        try:
+            if isinstance(codec, wire.ProtobufCodec):
+                data = b"\x00" + data  # the first message's index path, as _native reads it
+            elif isinstance(codec, wire.AvroCodec):
+                codec.check(data)  # to its last byte: a framed value is not read as Avro by chance
+            out.append(_native(codec, data))
+        except wire.NotDecodable:
+            out.append(None)
+            failures += 1
+    try:
+        return pa.array(out, target), failures
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        fitted = []
+        for value in out:
+            try:
+                fitted.append(pa.array([value], target)[0].as_py())
+            except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                fitted.append(None)
+                failures += 1
+        return pa.array(fitted, target), failures
+
+
 def _native(codec: wire.Codec, payload: bytes, reader: wire.Codec | None = None) -> Any:
     if isinstance(codec, wire.AvroCodec):
         target = reader.parsed if isinstance(reader, wire.AvroCodec) else codec.parsed
@@ -336,4 +370,135 @@ def _proto_single_value(field: FieldDescriptor, value: Any) -> Any:
     return value
 
 
-__all__ = ["TYPED_VALUE_COLUMN", "UnsupportedSchema", "arrow_type", "decode_column", "decode_versions"]
+# -- fitting and encoding (Spark's format("laketail") and its sink) ----------------------------
+
+
+def conform(column: pa.Array | pa.ChunkedArray, target: pa.DataType) -> pa.Array | pa.ChunkedArray:
+    """``column`` in ``target``'s type, struct fields matched by name at every depth: a
+    field ``target`` has and ``column`` lacks is null (a file written before a version
+    added it), one ``column`` has and ``target`` lacks is left out (a version newer than
+    the reader's type). Other types are cast (a timestamp's unit, a wider integer)."""
+    if column.type == target:
+        return column
+    if isinstance(column, pa.ChunkedArray):
+        return pa.chunked_array([conform(chunk, target) for chunk in column.chunks], target)
+    if pa.types.is_struct(target) and pa.types.is_struct(column.type):
+        names = {column.type.field(i).name for i in range(column.type.num_fields)}
+        children = []
+        for i in range(target.num_fields):
+            field = target.field(i)
+            children.append(conform(column.field(field.name), field.type) if field.name in names
+                            else pa.nulls(len(column), field.type))
+        return pa.StructArray.from_arrays(children, fields=list(target), mask=column.is_null())
+    if pa.types.is_list(target) and pa.types.is_list(column.type):
+        values = conform(column.flatten(), target.value_type)
+        return pa.ListArray.from_arrays(column.offsets, values, type=target, mask=column.is_null())
+    if pa.types.is_null(column.type):
+        return pa.nulls(len(column), target)
+    return column.cast(target)
+
+
+def encode_column(column: pa.Array | pa.ChunkedArray, schema_id: int, codec: wire.Codec) -> list[bytes | None]:
+    """Each value of a ``value_struct``-shaped column (:func:`arrow_type`'s type of
+    ``codec``, fields matched by name) in Confluent's wire format of ``schema_id``;
+    null stays null. :class:`~laketail.schemas.errors.JsonConversion` (naming the row)
+    for a value the schema does not take."""
+    from laketail.schemas.errors import JsonConversion
+
+    out: list[bytes | None] = []
+    for i, value in enumerate(column.to_pylist()):
+        if value is None:
+            out.append(None)
+            continue
+        try:
+            out.append(wire.frame(schema_id, _encode_native(codec, value)))
+        except JsonConversion as exc:
+            raise JsonConversion(f"row {i}: {exc.detail}") from exc
+    return out
+
+
+def _encode_native(codec: wire.Codec, value: Any) -> bytes:
+    from laketail.schemas.errors import JsonConversion
+
+    if isinstance(codec, wire.AvroCodec):
+        names = codec.parsed.get("__named_schemas", {}) if isinstance(codec.parsed, dict) else {}
+        out = io.BytesIO()
+        try:
+            fastavro.schemaless_writer(out, codec.parsed, _avro_datum(value, codec.parsed, names))
+        except Exception as exc:  # fastavro raises ValueError, TypeError, KeyError, ...
+            raise JsonConversion(f"{type(exc).__name__}: {exc}") from exc
+        return out.getvalue()
+    if isinstance(codec, wire.JsonSchemaCodec):
+        return codec.encode(_json_doc(value))
+    if isinstance(codec, wire.ProtobufCodec):
+        return codec.encode(_proto_doc(value, codec.messages[0]))
+    raise JsonConversion(f"no encoding for {type(codec).__name__}")
+
+
+def _avro_datum(value: Any, schema: Any, names: dict[str, Any]) -> Any:
+    """:func:`_avro_value`'s inverse: a column value as fastavro writes it."""
+    if value is None:
+        return None
+    if isinstance(schema, str):
+        return _avro_datum(value, names[schema], names) if schema in names else value
+    if isinstance(schema, list):
+        branches = [b for b in schema if b != "null"]
+        if len(branches) == 1:
+            return _avro_datum(value, branches[0], names)
+        chosen = [(int(k[len("member"):]), v) for k, v in value.items() if v is not None]
+        if len(chosen) != 1:
+            return None if not chosen else value  # several members set: fastavro refuses it
+        index, inner = chosen[0]
+        return _avro_datum(inner, branches[index], names)
+    kind = schema["type"]
+    if kind == "record":
+        return {f["name"]: _avro_datum(value.get(f["name"]), f["type"], names) for f in schema["fields"]}
+    if kind == "array":
+        return [_avro_datum(v, schema["items"], names) for v in value]
+    if kind == "map":
+        return {k: _avro_datum(v, schema["values"], names) for k, v in value}
+    return value
+
+
+def _json_doc(value: Any) -> Any:
+    """A column value as a JSON document: null fields left out (JSON Schema's optional
+    properties are absent, not null), maps as objects."""
+    if isinstance(value, dict):
+        return {k: _json_doc(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_json_doc(v) for v in value]
+    return value
+
+
+def _proto_doc(value: Any, message: Descriptor) -> dict[str, Any]:
+    """A column value as Protobuf's JSON mapping of ``message`` (bytes as base64, maps as
+    objects, null fields left out)."""
+    import base64
+
+    out: dict[str, Any] = {}
+    for field in message.fields:
+        item = value.get(field.name)
+        if item is None:
+            continue
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            inner = field.message_type.fields_by_name["value"]
+            out[field.name] = {str(k): _proto_item(inner, v, base64) for k, v in item}
+        elif _repeated(field):
+            out[field.name] = [_proto_item(field, v, base64) for v in item]
+        else:
+            out[field.name] = _proto_item(field, item, base64)
+    return out
+
+
+def _proto_item(field: FieldDescriptor, value: Any, base64: Any) -> Any:
+    if field.type in (_F.TYPE_MESSAGE, _F.TYPE_GROUP) and isinstance(value, dict):
+        return _proto_doc(value, field.message_type)
+    if field.type in (_F.TYPE_MESSAGE, _F.TYPE_GROUP) and isinstance(value, str):
+        return orjson.loads(value)  # a recursive message kept as its JSON text
+    if field.type == _F.TYPE_BYTES:
+        return base64.b64encode(value).decode()
+    return value
+
+
+__all__ = ["TYPED_VALUE_COLUMN", "UnsupportedSchema", "arrow_type", "conform", "decode_column", "decode_unframed",
+           "decode_versions", "encode_column"]

@@ -22,8 +22,11 @@ Thread-safety: event loop thread only.
 from __future__ import annotations
 
 import asyncio
+import io
 from typing import TYPE_CHECKING, Callable
 
+import fastavro
+import numpy as np
 import pyarrow as pa
 
 from laketail.errors import InvalidRecord
@@ -116,24 +119,95 @@ def _columns(batch: pa.RecordBatch | pa.Table, values: bool, keys: bool) -> list
 
 def check_column(registry: SchemaRegistry, topic: str, column: pa.Array | pa.ChunkedArray, is_key: bool) -> None:
     """INVALID_RECORD for the first value of ``column`` that ``<topic>-value`` (``-key``)
-    does not take, as ``registry`` knows it."""
+    does not take, as ``registry`` knows it.
+
+    One pass per chunk, without a Python object per value until the payload: the wire
+    headers (magic byte, schema id) of every value are read at once from the chunk's
+    buffers (numpy), then each payload is read where it lies in the chunk's data -- an
+    Avro payload by fastavro from one stream over the whole buffer (no copy, no reader
+    object per value), the others by their codec's ``check``."""
     subject = f"{topic}-{'key' if is_key else 'value'}"
     what = "key" if is_key else "value"
     live = {v.id for v in registry.versions_of_subject(subject) if not v.deleted}
     codecs: dict[int, wire.Codec] = {}
-    for i, data in enumerate(column.to_pylist()):
-        if data is None:
-            continue
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    base = 0
+    for chunk in chunks:
         try:
-            schema_id = wire.schema_id_of(data)
-            if schema_id not in live:
-                raise wire.NotDecodable(f"schema id {schema_id} is not a version of subject '{subject}'")
-            codec = codecs.get(schema_id)
+            _check_chunk(registry, subject, live, codecs, chunk)
+        except _BadRecord as bad:
+            raise InvalidRecord(f"record {base + bad.index}: its {what} fails {topic}'s schema validation: "
+                                f"{bad.reason}") from bad.reason
+        base += len(chunk)
+
+
+class _BadRecord(Exception):
+    def __init__(self, index: int, reason: wire.NotDecodable) -> None:
+        super().__init__(str(reason))
+        self.index = index
+        self.reason = reason
+
+
+def _check_chunk(registry: SchemaRegistry, subject: str, live: set[int], codecs: dict[int, wire.Codec],
+                 chunk: pa.Array) -> None:
+    """:class:`_BadRecord` for the first value of ``chunk`` the subject does not take."""
+    if chunk.type != pa.binary():
+        chunk = chunk.cast(pa.binary())
+    n = len(chunk)
+    if n == 0 or chunk.null_count == n:
+        return
+    _validity, offsets_buffer, data_buffer = chunk.buffers()
+    offsets = np.frombuffer(offsets_buffer, np.int32)[chunk.offset:chunk.offset + n + 1].astype(np.int64)
+    data = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
+    starts, ends = offsets[:-1], offsets[1:]
+    present = chunk.is_valid().to_numpy(zero_copy_only=False)
+    framed = present & (ends - starts >= 5)
+    at = np.where(framed, starts, 0)
+    framed &= data[at] == wire.MAGIC if len(data) else False
+    ids = np.zeros(n, np.int64)
+    if framed.any():
+        b = [data[np.where(framed, starts + k, 0)].astype(np.int64) for k in range(1, 5)]
+        ids = ((b[0] << 24) | (b[1] << 16) | (b[2] << 8) | b[3]).astype(np.int32).astype(np.int64)
+    known = framed & np.isin(ids, list(live))
+    bad_header = np.flatnonzero(present & ~known)
+    stop = int(bad_header[0]) if len(bad_header) else n  # payloads before the first bad header are read first
+    stream: io.BytesIO | None = None
+    starts_list, ends_list, ids_list = starts.tolist(), ends.tolist(), ids.tolist()
+    for i in np.flatnonzero(known[:stop]).tolist():
+        schema_id = ids_list[i]
+        codec = codecs.get(schema_id)
+        try:
             if codec is None:
                 codec = codecs[schema_id] = _codec(registry, schema_id)
-            codec.check(data[5:])
+            if isinstance(codec, wire.AvroCodec):
+                if stream is None:
+                    stream = io.BytesIO(memoryview(data_buffer))  # type: ignore[arg-type]
+                _avro_at(stream, codec, starts_list[i] + 5, ends_list[i])
+            else:
+                codec.check(data_buffer[starts_list[i] + 5:ends_list[i]].to_pybytes())
         except wire.NotDecodable as exc:
-            raise InvalidRecord(f"record {i}: its {what} fails {topic}'s schema validation: {exc}") from exc
+            raise _BadRecord(i, exc) from exc
+    if stop < n:
+        i = stop
+        if not framed[i]:
+            reason = wire.NotDecodable("no magic byte 0 and schema id: not Confluent's wire format")
+        else:
+            reason = wire.NotDecodable(f"schema id {ids_list[i]} is not a version of subject '{subject}'")
+        raise _BadRecord(i, reason)
+
+
+def _avro_at(stream: io.BytesIO, codec: wire.AvroCodec, start: int, end: int) -> None:
+    """The Avro payload ``[start, end)`` of ``stream`` reads as the codec's data, to its
+    last byte (fastavro reads from where the stream stands)."""
+    stream.seek(start)
+    try:
+        fastavro.schemaless_reader(stream, codec.parsed, None)
+    except Exception as exc:
+        raise wire.NotDecodable(f"not Avro of its schema: {type(exc).__name__}: {exc}") from exc
+    if stream.tell() > end:
+        raise wire.NotDecodable("not Avro of its schema: the datum runs past the value's end")
+    if stream.tell() != end:
+        raise wire.NotDecodable(f"{end - stream.tell()} bytes after the Avro datum")
 
 
 def _codec(registry: SchemaRegistry, schema_id: int) -> wire.Codec:

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from laketail.errors import InvalidRecord
-from laketail.records import HEADER_TYPE, TIMESTAMP_TYPE
+from laketail.records import HEADER_TYPE, TIMESTAMP_TYPE, TYPED_VALUE_COLUMN
 
 SOURCE_COLUMNS = (
     "key binary, value binary, topic string, partition int, offset long, "
@@ -61,8 +61,10 @@ def scan_columns(include_headers: bool, plain: bool = False) -> list[str]:
     return base + ["headers"] if include_headers else list(base)
 
 
-def to_source_batches(rows: pa.Table, topic: str, partition: int, include_headers: bool) -> list[pa.RecordBatch]:
-    """Table (or fetched) rows as Arrow batches in the Kafka source's columns."""
+def to_source_batches(rows: pa.Table, topic: str, partition: int, include_headers: bool,
+                      value_struct: pa.Array | pa.ChunkedArray | None = None) -> list[pa.RecordBatch]:
+    """Table (or fetched) rows as Arrow batches in the Kafka source's columns, then
+    ``value_struct`` when given (typed columns, :mod:`laketail.spark.typed`)."""
     n = rows.num_rows
     timestamps = rows.column("timestamp")
     if timestamps.type != TIMESTAMP_TYPE:
@@ -78,7 +80,11 @@ def to_source_batches(rows: pa.Table, topic: str, partition: int, include_header
     ]
     if include_headers:
         arrays.append(rows.column("headers").cast(HEADER_TYPE))
-    return pa.Table.from_arrays(arrays, schema=source_arrow_schema(include_headers)).to_batches()
+    schema = source_arrow_schema(include_headers)
+    if value_struct is not None:
+        arrays.append(value_struct)
+        schema = schema.append(pa.field(TYPED_VALUE_COLUMN, value_struct.type))
+    return pa.Table.from_arrays(arrays, schema=schema).to_batches()
 
 
 def _binary(column: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -87,11 +93,12 @@ def _binary(column: pa.ChunkedArray) -> pa.ChunkedArray:
 
 def sink_table(batch: pa.RecordBatch, topic_override: str | None) -> pa.Table:
     """A sink's input rows with ``key``/``value`` as binary, ``headers`` typed and a
-    ``topic`` column (``topic_override`` replacing the rows' own); other columns kept."""
+    ``topic`` column (``topic_override`` replacing the rows' own); other columns kept
+    (``value_struct``, which the sink encodes into ``value``: :mod:`laketail.spark.typed`)."""
     table = pa.Table.from_batches([batch])
     names = table.column_names
-    if "value" not in names:
-        raise InvalidRecord("the laketail sink needs a 'value' column (binary or string)")
+    if "value" not in names and TYPED_VALUE_COLUMN not in names:
+        raise InvalidRecord("the laketail sink needs a 'value' column (binary or string) or a 'value_struct' one")
     columns = {name: table.column(name) for name in names}
     for name in ("key", "value"):
         if name in columns:

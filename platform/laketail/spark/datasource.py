@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -45,6 +45,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from laketail.errors import LaketailError
+from laketail.records import TYPED_VALUE_COLUMN
 from laketail.spark.columns import source_ddl
 from laketail.spark.options import SinkOptions, SourceOptions, TopicPartition
 from laketail.spark.planning import (
@@ -60,16 +61,48 @@ from laketail.spark.planning import (
 from laketail.spark.scan import RangeReader, ScanSettings
 from laketail.spark.sink import BatchWriter, StreamWriter
 from laketail.spark.snapshot import shared_snapshots
+from laketail.spark.typed import value_type_of
 from laketail.spark.worker import settle_worker
 
 log = logging.getLogger(__name__)
 
 
-def _settings(options: SourceOptions) -> ScanSettings:
+def _settings(options: SourceOptions, value_type: pa.DataType | None = None) -> ScanSettings:
     return ScanSettings(
         options.servers, options.isolation, options.include_headers, options.fail_on_data_loss, options.group_id,
-        options.security, options.api_timeout_ms,
+        options.security, options.api_timeout_ms, value_type,
     )
+
+
+def _typed_value_type(raw: Mapping[str, str]) -> pa.DataType | None:
+    """The ``value_struct`` type of a read of ``raw``'s topics (:mod:`laketail.spark.typed`);
+    None without one, and for options the reader will refuse (it says why)."""
+    try:
+        options = SourceOptions.parse(raw, streaming=False)
+    except LaketailError:
+        try:
+            options = SourceOptions.parse(raw, streaming=True)
+        except LaketailError:
+            return None
+    if options.subscription.pattern is not None:
+        return None
+    planner = Planner(options, shared_snapshots())
+    try:
+        types = {topic: planner.state_of(topic).snapshot.value_type for topic in planner.topics()}
+    except LaketailError:
+        return None  # an unknown topic: the read reports it
+    finally:
+        planner.close()
+    return value_type_of(types)
+
+
+def _value_type(schema: StructType) -> pa.DataType | None:
+    """The Arrow type the query's ``value_struct`` has (None: the query has no such column)."""
+    if TYPED_VALUE_COLUMN not in schema.fieldNames():
+        return None
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    return to_arrow_type(schema[TYPED_VALUE_COLUMN].dataType)
 
 
 class LaketailDataSource(DataSource):
@@ -82,15 +115,21 @@ class LaketailDataSource(DataSource):
     def schema(self) -> str:
         settle_worker()  # every method here runs in a Spark Python worker
         raw = str(self.options.get("includeHeaders", "false")).strip().lower()
-        return source_ddl(raw == "true")
+        columns = source_ddl(raw == "true")
+        value_type = _typed_value_type(self.options)
+        if value_type is None:
+            return columns
+        from pyspark.sql.pandas.types import from_arrow_type
+
+        return f"{columns}, {TYPED_VALUE_COLUMN} {from_arrow_type(value_type).simpleString()}"
 
     def reader(self, schema: StructType) -> "BatchReader":
         settle_worker()
-        return BatchReader(SourceOptions.parse(self.options, streaming=False))
+        return BatchReader(SourceOptions.parse(self.options, streaming=False), _value_type(schema))
 
     def streamReader(self, schema: StructType) -> "StreamReader":
         settle_worker()
-        return StreamReader(SourceOptions.parse(self.options, streaming=True))
+        return StreamReader(SourceOptions.parse(self.options, streaming=True), _value_type(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
         settle_worker()
@@ -107,9 +146,9 @@ class BatchReader(DataSourceReader):
     latest, the default), whose tasks read each partition as it is when they run, so
     a view ``USING laketail`` is live at every query."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, value_type: pa.DataType | None = None) -> None:
         self.options = options
-        self.settings = _settings(options)
+        self.settings = _settings(options, value_type)
 
     def partitions(self) -> list[InputPartition]:
         planner = Planner(self.options, shared_snapshots())  # the planning worker's, query after query
@@ -150,9 +189,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     Under ``trigger(availableNow=True)`` the end offsets at the query's start are the
     target: batches (each bounded by ``maxOffsetsPerTrigger``) run up to it, never past."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, value_type: pa.DataType | None = None) -> None:
         self.options = options
-        self.settings = _settings(options)
+        self.settings = _settings(options, value_type)
         self._planner: Planner | None = None
         self._state: dict[str, TopicState] | None = None
         self._committed: dict | None = None

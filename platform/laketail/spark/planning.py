@@ -201,20 +201,21 @@ class Planner:
 
     def state(self) -> dict[str, TopicState]:
         """Each subscribed topic's offsets and table snapshot, now."""
-        out = {}
+        return {topic: self.state_of(topic) for topic in self.topics()}
+
+    def state_of(self, topic: str) -> TopicState:
+        """One subscribed topic's offsets and table snapshot, now."""
         assignment = self.options.subscription.assignment
-        for topic in self.topics():
-            table = self.gateway.table(topic)
-            if assignment is not None:
-                missing = [p for p in assignment[topic] if p not in table.partitions]
-                if missing:
-                    raise UnknownTopicOrPartition.partition(topic, missing[0])
-                partitions = tuple(assignment[topic])
-            else:
-                partitions = tuple(sorted(table.partitions))
-            snapshot = self.snapshots.latest(table.uri, max(table.partitions) + 1 if table.partitions else 0)
-            out[topic] = TopicState(table, snapshot, partitions)
-        return out
+        table = self.gateway.table(topic)
+        if assignment is not None:
+            missing = [p for p in assignment[topic] if p not in table.partitions]
+            if missing:
+                raise UnknownTopicOrPartition.partition(topic, missing[0])
+            partitions = tuple(assignment[topic])
+        else:
+            partitions = tuple(sorted(table.partitions))
+        snapshot = self.snapshots.latest(table.uri, max(table.partitions) + 1 if table.partitions else 0)
+        return TopicState(table, snapshot, partitions)
 
     def end_offsets(self, state: dict[str, TopicState]) -> dict[TopicPartition, int]:
         """The latest offsets a reader may read to (LSO or HW by isolation level)."""

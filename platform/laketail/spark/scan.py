@@ -32,12 +32,13 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from laketail.errors import CorruptMessage, LaketailError, OffsetOutOfRange
-from laketail.records import IsolationLevel
+from laketail.records import TYPED_VALUE_COLUMN, IsolationLevel
 from laketail.spark.columns import scan_columns, to_source_batches
 from laketail.spark.gateway import DEFAULT_API_TIMEOUT_MS, SparkGateway
 from laketail.spark.isolation import TXN_COLUMNS, Markers, committed_rows
 from laketail.spark.planning import OffsetRange, data_loss
 from laketail.spark.snapshot import TableFile, disjoint
+from laketail.spark.typed import TypedRows
 
 #: Records per gateway fetch of an untiered tail.
 FETCH_RECORDS = 50_000
@@ -56,6 +57,8 @@ class ScanSettings:
     group_id: str | None = None
     security: tuple[tuple[str, str], ...] = ()
     api_timeout_ms: int = DEFAULT_API_TIMEOUT_MS  # default.api.timeout.ms
+    #: the query's ``value_struct`` type (typed columns, :mod:`laketail.spark.typed`); None: no column
+    value_type: pa.DataType | None = None
 
 
 def open_parquet(path: str) -> pq.ParquetFile:
@@ -80,8 +83,12 @@ def _offset_column(pf: pq.ParquetFile) -> int:
 
 def read_rows(data_file: TableFile, start: int, end: int, columns: list[str]) -> Iterator[pa.Table]:
     """Rows of ``[start, end)`` in one file, a row group at a time (pruned by stats).
-    The file is opened now (FileNotFoundError when it is gone), read as iterated."""
-    return _row_groups(open_parquet(data_file.path), start, end, columns)
+    The file is opened now (FileNotFoundError when it is gone), read as iterated.
+    ``value_struct`` is read only from a file that has it (typed columns)."""
+    pf = open_parquet(data_file.path)
+    if TYPED_VALUE_COLUMN in columns and TYPED_VALUE_COLUMN not in pf.schema_arrow.names:
+        columns = [c for c in columns if c != TYPED_VALUE_COLUMN]
+    return _row_groups(pf, start, end, columns)
 
 
 #: Row groups wholly inside a range are read this many at a time, so the Arrow batches
@@ -133,6 +140,7 @@ class RangeReader:
         self.settings = settings
         self.work = work
         self._gateway: SparkGateway | None = None
+        self._typed = None if settings.value_type is None else TypedRows(settings.value_type, work.topic)
 
     @property
     def gateway(self) -> SparkGateway:
@@ -147,30 +155,47 @@ class RangeReader:
         at the end when the plan asks for it."""
         work = self.work
         try:
-            for rows in self._rows():
+            for rows, typed in self._rows():
                 if rows.num_rows:
-                    yield from to_source_batches(rows, work.topic, work.partition, self.settings.include_headers)
+                    yield from to_source_batches(rows, work.topic, work.partition, self.settings.include_headers,
+                                                 typed)
             if work.commit_offset is not None and self.settings.group_id:
                 self.gateway.commit_offsets(self.settings.group_id, {(work.topic, work.partition): work.commit_offset})
         finally:
             if self._gateway is not None:
                 self._gateway.close()
 
-    def _rows(self) -> Iterator[pa.Table]:
+    def _rows(self) -> Iterator[tuple[pa.Table, pa.Array | pa.ChunkedArray | None]]:
+        """The range's rows, each piece with its ``value_struct`` (None: the query has none):
+        from the files where they were read, decoded where they were fetched."""
+        typed = self._typed
+        for rows, fetched in self._pieces():
+            if typed is None or not rows.num_rows:
+                yield rows, None
+            else:
+                yield rows, typed.from_fetch(rows, self.gateway) if fetched else typed.from_table(rows)
+
+    def _pieces(self) -> Iterator[tuple[pa.Table, bool]]:
+        """(rows, whether they were fetched through the gateway)."""
         work = self.work
         stop = min(work.end, work.tiered_offset)
         position = work.start
         if position < stop:
             position = yield from self._table_rows(position, stop)
         if position < work.end:
-            yield from self._fetched_rows(position, work.end)
+            yield from self._fetched(position, work.end)
+
+    def _fetched(self, start: int, end: int) -> Iterator[tuple[pa.Table, bool]]:
+        for rows in self._fetched_rows(start, end):
+            yield rows, True
 
     def _table_rows(self, start: int, stop: int):
         """Rows of ``[start, stop)`` from files; returns where it stopped (``stop``
         unless it handed the rest to the gateway)."""
         committed = self.settings.isolation == "read_committed"
-        columns = scan_columns(self.settings.include_headers)
-        plain_columns = scan_columns(self.settings.include_headers, plain=True)
+        typed = [TYPED_VALUE_COLUMN] if self._typed is not None else []
+        columns = scan_columns(self.settings.include_headers) + typed
+        plain_columns = scan_columns(self.settings.include_headers, plain=True) + typed
         markers = Markers.empty()
         if committed:
             for data_file in self.work.files:
@@ -194,16 +219,16 @@ class RangeReader:
             try:
                 pieces = read_rows(data_file, begin, finish, plain_columns if plain else columns)
             except FileNotFoundError:
-                yield from self._fetched_rows(position, finish)  # replaced since planning
+                yield from self._fetched(position, finish)  # replaced since planning
                 position = finish
                 continue
             for rows in pieces:
                 if plain:
-                    yield rows
+                    yield rows, False
                     continue
                 if not committed:
                     control = rows.column("control")
-                    yield rows.filter(pc.is_null(control)) if control.null_count < len(control) else rows
+                    yield (rows.filter(pc.is_null(control)) if control.null_count < len(control) else rows), False
                     continue
                 out, undecided = committed_rows(rows, markers)
                 while undecided and lookahead:
@@ -211,9 +236,9 @@ class RangeReader:
                     out, undecided = committed_rows(rows, markers)
                 if undecided:  # the transaction's end is not in the table yet
                     first = rows.column("offset")[0].as_py()
-                    yield from self._fetched_rows(first, stop)
+                    yield from self._fetched(first, stop)
                     return stop
-                yield out
+                yield out, False
             position = finish
         return stop
 

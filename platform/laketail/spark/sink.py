@@ -3,7 +3,11 @@
 Columns, as Spark's Kafka sink: ``value`` (required, binary or string), ``key``,
 ``headers`` (array<struct<key string, value binary>>), ``topic`` (unless the ``topic``
 option names one; the option wins) and ``partition``; a ``timestamp`` column, when
-present, becomes the records' create time.
+present, becomes the records' create time. For a topic with typed columns, a
+``value_struct`` column may stand in for ``value``: each row's value is then encoded
+with the latest schema of the topic's ``<topic>-value`` subject, in Confluent's wire
+format (:mod:`laketail.spark.typed`); one that does not fit the schema fails the task,
+so the batch's transaction aborts.
 
 Protocol (docs/architecture.md §9.5 and §10.2), per batch id of a sink id:
 
@@ -37,15 +41,18 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from laketail.errors import LaketailError
 from laketail.partitioner import partition_for_key
+from laketail.records import TYPED_VALUE_COLUMN
 from laketail.spark.columns import sink_table
 from laketail.spark.gateway import SparkGateway
 from laketail.spark.options import SinkOptions
+from laketail.spark.typed import encode_values
 from laketail.spark.worker import settle_worker
 
 log = logging.getLogger(__name__)
@@ -86,6 +93,7 @@ class TaskWrite:
         self.sequences: dict[tuple[str, int], int] = {}
         self.partition_counts: dict[str, int] = {}
         self.records = 0
+        self.value_schemas: dict[str, tuple[int, Any]] = {}  # topic -> (schema id, codec), for value_struct
 
     def run(self, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
         try:
@@ -98,6 +106,8 @@ class TaskWrite:
         return SinkCommit(self.sink_id, self.batch_id, tid, self.records)
 
     def _write(self, table: pa.Table) -> None:
+        if TYPED_VALUE_COLUMN in table.column_names:
+            table = encode_values(table, self.gateway, self.value_schemas)
         for (topic, partition), rows in self._by_partition(table):
             if self.session is None:
                 self.session = _Session(*self.gateway.enlist(

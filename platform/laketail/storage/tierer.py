@@ -17,7 +17,8 @@ Typed columns: for a topic with ``laketail.table.mode=value_schema_id_prefix`` t
 carries the live versions of its ``<topic>-value`` subject (``value_schemas``), and the
 pass adds ``value_struct`` (``records.TYPED_VALUE_COLUMN``): each value decoded by the
 version its wire-format prefix names, in the latest version's Arrow type
-(:func:`laketail.schemas.columns.decode_versions`); a value that does not decode is a
+(:func:`laketail.schemas.columns.decode_versions`); with ``value_schema_latest``, each
+value as it is (no prefix) by the latest version (``decode_unframed``); a value that does not decode is a
 null there, counted in :attr:`Tierer.undecoded_values`. Before the commit that first
 carries the column, or a wider type of it (a new schema version), the pass evolves the
 table's schema (``_evolve``): an append whose schema is wider leaves a Delta table's
@@ -404,11 +405,13 @@ class Tierer:
                 return 0
             request, led = planned
             try:
-                typed = self.topics.topic_config(topic).laketail_table_mode != "key_value"
+                mode = self.topics.topic_config(topic).laketail_table_mode
+                typed = mode != "key_value"
             except UnknownTopicOrPartition:  # deleted since the plan
                 return 0
             if typed and self.value_schemas is not None:
                 request["value_schemas"] = await self.value_schemas(topic)
+                request["latest_only"] = mode == "value_schema_latest"
             result = await self._execute(request)
             if result.get("undecoded"):
                 self.undecoded_values[topic] = self.undecoded_values.get(topic, 0) + result["undecoded"]
@@ -485,7 +488,7 @@ def execute_pass(dt: DeltaTable, lock: threading.Lock | contextlib.nullcontext, 
     files: dict[int, dict] = {}
     ends: dict[int, int] = {}
     written_paths: list[str] = []
-    typed = _typed_value(request.get("value_schemas"))
+    typed = _typed_value(request.get("value_schemas"), bool(request.get("latest_only")))
     undecoded = 0
     try:
         for part in parts:
@@ -534,24 +537,29 @@ def execute_pass(dt: DeltaTable, lock: threading.Lock | contextlib.nullcontext, 
 
 
 class _TypedValue:
-    """Decodes a value column into ``value_struct`` by a subject's versions."""
+    """Decodes a value column into ``value_struct`` by a subject's versions: each value by
+    the version its prefix names, or (``latest_only``, ``value_schema_latest``) each
+    unframed value by the latest version."""
 
-    def __init__(self, versions: list[dict]) -> None:
+    def __init__(self, versions: list[dict], latest_only: bool = False) -> None:
         from laketail.schemas import columns, wire  # only topics with typed columns pay for the import
 
-        self._decode = columns.decode_versions
+        self._columns = columns
         self.codecs = {v["id"]: wire.codec(v["schema_type"], v["schema"], tuple(v["references"])) for v in versions}
         self.latest = versions[-1]["id"]
+        self.latest_only = latest_only
         self.type = columns.arrow_type(self.codecs[self.latest])
 
     def __call__(self, values: pa.ChunkedArray) -> tuple[pa.Array, int]:
-        return self._decode(values, self.codecs, self.latest)
+        if self.latest_only:
+            return self._columns.decode_unframed(values, self.codecs[self.latest])
+        return self._columns.decode_versions(values, self.codecs, self.latest)
 
 
-def _typed_value(versions: list[dict] | None) -> _TypedValue | None:
+def _typed_value(versions: list[dict] | None, latest_only: bool = False) -> _TypedValue | None:
     """The decoder of a pass's ``value_schemas``; None without typed columns, and when the
     subject has no live version yet (nothing to decode by: the column waits for one)."""
-    return _TypedValue(versions) if versions else None
+    return _TypedValue(versions, latest_only) if versions else None
 
 
 def _holds(table_type: pa.DataType, value_type: pa.DataType) -> bool:

@@ -38,6 +38,7 @@ import org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation$;
 import org.apache.spark.sql.sources.BaseRelation;
 import org.apache.spark.sql.sources.TableScan;
+import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
@@ -86,6 +87,8 @@ public final class BatchPlan {
       "startingoffsets", "endingoffsets", "failondataloss", "kafka.isolation.level", "isolation.level",
       "includeheaders");
   private static final Set<String> REPLACED = Set.of("subscribe", "assign", "startingoffsets", "endingoffsets");
+  /** The typed value column (laketail.records.TYPED_VALUE_COLUMN). */
+  static final String TYPED_COLUMN = "value_struct";
   private static final long EARLIEST = -2;
   private static final long LATEST = -1;
   private static final int MAX_LOGS = 64;
@@ -135,7 +138,9 @@ public final class BatchPlan {
       rows = python(spark, python, options);
       description = "laketail(every range by the Python source)";
     } else {
-      rows = plan.rows(freshPython.get(), options);
+      DataType typed = required.getFieldIndex(TYPED_COLUMN).isDefined()
+          ? required.apply(TYPED_COLUMN).dataType() : null;
+      rows = plan.rows(freshPython.get(), options, typed);
       description = plan.toString();
     }
     List<Column> columns = new ArrayList<>();
@@ -180,7 +185,35 @@ public final class BatchPlan {
    */
   public static StructType schema(CaseInsensitiveStringMap options) {
     Read read = Read.of(options);
-    return read == null ? null : TopicTableSource.schema(read.headers() ? SOURCE_HEADERS_RESOURCE : SOURCE_RESOURCE);
+    if (read == null || typed(read)) {
+      return null;
+    }
+    return TopicTableSource.schema(read.headers() ? SOURCE_HEADERS_RESOURCE : SOURCE_RESOURCE);
+  }
+
+  /**
+   * Whether a subscribed topic's table has typed columns ({@code value_struct}): then the Python
+   * source says the schema, with the column's type (laketail.spark.typed). A topic this plan
+   * cannot look at is left to the Python source too.
+   */
+  private static boolean typed(Read read) {
+    for (String topic : read.subscription().keySet()) {
+      JsonNode doc = get(read.servers(), "/v1/topics/" + URLEncoder.encode(topic, StandardCharsets.UTF_8)
+          .replace("+", "%20") + "/table");
+      if (doc == null || !doc.path("uri").isTextual()) {
+        return true;
+      }
+      try {
+        TopicTableLog log = log(SparkSession.active(), doc.get("uri").asText());
+        TopicFileIndex.snapshot(log);
+        if (log.typed()) {
+          return true;
+        }
+      } catch (RuntimeException e) {
+        return true;
+      }
+    }
+    return false;
   }
 
   /** The plan of a read of {@code options}, or null when the Python source reads it all. */
@@ -220,7 +253,7 @@ public final class BatchPlan {
     TopicTableLog log;
     TopicTableLog.Snapshot snapshot;
     try {
-      log = log(doc.get("uri").asText());
+      log = log(spark, doc.get("uri").asText());
       snapshot = TopicFileIndex.snapshot(log);
     } catch (RuntimeException e) {
       // A store Hadoop cannot open here (no connector for its scheme) or a table this replay
@@ -284,7 +317,8 @@ public final class BatchPlan {
 
   // -- the rows -----------------------------------------------------------------------------------
 
-  private Dataset<Row> rows(Table python, CaseInsensitiveStringMap options) {
+  /** The rows; {@code typed}: the type of the query's {@code value_struct}, null when it reads none. */
+  private Dataset<Row> rows(Table python, CaseInsensitiveStringMap options, DataType typed) {
     boolean headers = read.headers();
     Dataset<Row> out = null;
     Map<String, List<Head>> byTopic = new LinkedHashMap<>();
@@ -304,9 +338,10 @@ public final class BatchPlan {
           bounds = bounds == null ? in : bounds.or(in);
         }
       }
-      out = union(out, sourceColumns(tableRows(root, whole), topic.getKey(), headers));
+      out = union(out, sourceColumns(tableRows(root, whole, typed), topic.getKey(), headers, typed));
       if (bounds != null) {
-        out = union(out, sourceColumns(tableRows(root, straddling).where(bounds), topic.getKey(), headers));
+        out = union(out, sourceColumns(tableRows(root, straddling, typed).where(bounds), topic.getKey(), headers,
+            typed));
       }
     }
     if (!tails.isEmpty()) {
@@ -320,20 +355,27 @@ public final class BatchPlan {
   }
 
   /** The table rows of {@code files}, read by Spark's Parquet reader ({@code partition} from the paths). */
-  private Dataset<Row> tableRows(Path root, SortedMap<Integer, FileStatus[]> files) {
+  private Dataset<Row> tableRows(Path root, SortedMap<Integer, FileStatus[]> files, DataType typed) {
     TopicFileIndex index = new TopicFileIndex(root, () -> files, "BatchPlan(" + root + ")");
+    StructType columns = TopicTableSource.recordSchema();
+    if (typed != null) { // a file without the column, or without a field of it, reads null there
+      columns = columns.add(TYPED_COLUMN, typed);
+    }
     HadoopFsRelation relation = new HadoopFsRelation(index, TopicFileIndex.PARTITION_SCHEMA,
-        TopicTableSource.recordSchema(), Option.empty(), new ParquetFileFormat(),
+        columns, Option.empty(), new ParquetFileFormat(),
         scala.collection.immutable.Map$.MODULE$.empty(), spark);
     return spark.baseRelationToDataFrame(relation);
   }
 
   /** Table rows in the Kafka source's columns (laketail.spark.columns.SOURCE_COLUMNS). */
-  private static Dataset<Row> sourceColumns(Dataset<Row> rows, String topic, boolean headers) {
+  private static Dataset<Row> sourceColumns(Dataset<Row> rows, String topic, boolean headers, DataType typed) {
     List<Column> columns = new ArrayList<>(List.of(col("key"), col("value"), lit(topic).as("topic"),
         col("partition"), col("offset"), col("timestamp"), col("timestamp_type").cast("int").as("timestampType")));
     if (headers) {
       columns.add(col("headers"));
+    }
+    if (typed != null) { // after the Kafka columns, as the Python source orders them
+      columns.add(col(TYPED_COLUMN));
     }
     return rows.select(columns.toArray(new Column[0]));
   }
@@ -545,7 +587,7 @@ public final class BatchPlan {
   }
 
   /** The cached log of the table at {@code uri}, opened on first use. */
-  private TopicTableLog log(String uri) {
+  private static TopicTableLog log(SparkSession spark, String uri) {
     synchronized (LOGS) {
       TopicTableLog log = LOGS.get(uri);
       if (log == null) {

@@ -27,7 +27,7 @@ import org.apache.parquet.schema.Type;
  * metaData} are checked like a JSON commit's. Only the columns used are read: {@code add.{path,
  * partitionValues, size, modificationTime, stats}}, {@code txn.{appId, version}}, {@code
  * protocol.{minReaderVersion, readerFeatures}}, {@code metaData.{partitionColumns,
- * configuration}}. Maps and lists are read in both Parquet layouts (three-level and legacy).
+ * configuration, schemaString}}. Maps and lists are read in both Parquet layouts (three-level and legacy).
  *
  * <p>Stateless; safe from any thread.
  */
@@ -38,7 +38,7 @@ final class CheckpointReader {
       "add", List.of("path", "partitionValues", "size", "modificationTime", "stats"),
       "txn", List.of("appId", "version"),
       "protocol", List.of("minReaderVersion", "readerFeatures"),
-      "metaData", List.of("partitionColumns", "configuration"));
+      "metaData", List.of("partitionColumns", "configuration", "schemaString"));
 
   /** Hands every add, txn, protocol and metaData action of the checkpoint's parts to {@code sink}. */
   static void read(Configuration conf, List<Path> parts, Consumer<TopicTableLog.Action> sink)
@@ -64,7 +64,7 @@ final class CheckpointReader {
           Group meta = group(row, "metaData");
           if (meta != null) {
             sink.accept(new TopicTableLog.Action.MetaData(list(meta, "partitionColumns"),
-                map(meta, "configuration")));
+                map(meta, "configuration"), string(meta, "schemaString")));
           }
         }
       }

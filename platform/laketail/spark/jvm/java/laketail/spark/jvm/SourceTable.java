@@ -103,18 +103,28 @@ public final class SourceTable implements Table, SupportsRead, SupportsWrite {
     private final Table python;
     private final Supplier<Table> freshPython;
     private final CaseInsensitiveStringMap options;
+    private final StructType full;
     private StructType required; // every column until Spark prunes
 
     Builder(Table python, Supplier<Table> freshPython, CaseInsensitiveStringMap options, StructType full) {
       this.python = python;
       this.freshPython = freshPython;
       this.options = options;
+      this.full = full;
       this.required = full;
     }
 
+    /**
+     * The columns the query reads, each with its full type: a typed table's {@code value_struct}
+     * is read whole (the Python source's tail produces it whole, and both sides are unioned).
+     */
     @Override
     public void pruneColumns(StructType requiredSchema) {
-      this.required = requiredSchema;
+      StructType out = new StructType();
+      for (org.apache.spark.sql.types.StructField field : requiredSchema.fields()) {
+        out = out.add(full.getFieldIndex(field.name()).isDefined() ? full.apply(field.name()) : field);
+      }
+      this.required = out;
     }
 
     @Override

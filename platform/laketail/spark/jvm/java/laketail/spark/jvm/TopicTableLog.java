@@ -106,6 +106,7 @@ final class TopicTableLog {
   private final Map<Path, DataFile> live = new HashMap<>();
   private final Map<String, Long> transactions = new HashMap<>();
   private Snapshot snapshot;
+  private boolean typed; // the schema has value_struct (typed columns, laketail.table.mode)
 
   TopicTableLog(String uri, Configuration conf) throws IOException {
     Path given = new Path(uri);
@@ -117,6 +118,14 @@ final class TopicTableLog {
 
   Path table() {
     return table;
+  }
+
+  /**
+   * Whether the table's schema, as of the last version read, has the typed column {@code
+   * value_struct} (a topic with {@code laketail.table.mode}; laketail.spark.typed).
+   */
+  synchronized boolean typed() {
+    return typed;
   }
 
   /** The table's latest committed version: its files, read from the log now. */
@@ -292,7 +301,7 @@ final class TopicTableLog {
           Map.Entry<String, JsonNode> e = it.next();
           conf.put(e.getKey(), e.getValue().asText());
         }
-        apply(new Action.MetaData(strings(m.path("partitionColumns")), conf));
+        apply(new Action.MetaData(strings(m.path("partitionColumns")), conf, text(m, "schemaString")));
       }
     }
     version = v;
@@ -322,7 +331,8 @@ final class TopicTableLog {
 
     record Protocol(int minReaderVersion, List<String> readerFeatures) implements Action {}
 
-    record MetaData(List<String> partitionColumns, Map<String, String> configuration) implements Action {}
+    record MetaData(List<String> partitionColumns, Map<String, String> configuration, String schemaString)
+        implements Action {}
   }
 
   void apply(Action action) {
@@ -348,12 +358,28 @@ final class TopicTableLog {
         throw new IllegalArgumentException(table + " is not a laketail topic table: it is partitioned by "
             + meta.partitionColumns() + ", not [" + PARTITION + "]");
       }
+      if (meta.schemaString() != null) {
+        typed = hasTypedColumn(meta.schemaString());
+      }
       String columnMapping = meta.configuration().getOrDefault("delta.columnMapping.mode", "none");
       if (!columnMapping.equals("none")) {
         throw new UnsupportedOperationException(table + " uses column mapping (" + columnMapping
             + "), which laketail_table does not read: read it with format('laketail') or delta-spark");
       }
     }
+  }
+
+  private static boolean hasTypedColumn(String schemaString) {
+    try {
+      for (JsonNode field : JSON.readTree(schemaString).path("fields")) {
+        if (field.path("name").asText("").equals("value_struct")) {
+          return true;
+        }
+      }
+    } catch (IOException e) {
+      return false; // a schema this replay cannot read: read as the record columns only
+    }
+    return false;
   }
 
   private void checkProtocol(Action.Protocol protocol) {
