@@ -34,7 +34,7 @@ import orjson
 import pyarrow as pa
 
 from bench import bodies, wrk
-from bench.procs import LaketailServer, Server
+from bench.procs import LaketailServer, Server, live_members
 from laketail.handoff import Append, HandoffClient, HandoffServer, decode_handoff, encode_handoff, socket_path
 from laketail.partitioner import partition_for_key
 from laketail.records import CREATE_TIME, TIMESTAMP_TYPE, build_frame_batch, null_headers
@@ -125,7 +125,7 @@ class _Checkout(LaketailServer):
         """Started once every request process is listed, whatever ids its code gives them."""
         Server.start(self, timeout_s)
         deadline = time.monotonic() + timeout_s
-        while len(httpx.get(self.url + "/brokers").json().get("brokers", [])) != self.processes:
+        while len(live_members(self.data)) != self.processes:
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"not all {self.processes} request processes registered")

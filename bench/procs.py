@@ -21,7 +21,14 @@ from pathlib import Path
 import httpx
 
 from bench.bootstrap import ROOT, venv_bin
+from laketail.cluster.store import ClusterStore
 from laketail.request_processes import process_id
+
+
+def live_members(data: Path) -> set[int]:
+    """The live cluster members registered under a data root: a broker's request
+    processes each (GET /brokers shows them as the one broker they are to clients)."""
+    return {b for b, r in ClusterStore(str(data)).brokers().items() if r.alive}
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -195,8 +202,7 @@ class LaketailServer(Server):
     def start(self, timeout_s: float = 60.0) -> "LaketailServer":
         super().start(timeout_s)
         deadline = time.monotonic() + timeout_s
-        while self.processes > 1 and httpx.get(self.url + "/brokers").json().get("brokers") != [
-                process_id(0, k) for k in range(self.processes)]:
+        while self.processes > 1 and live_members(self.data) != {process_id(0, k) for k in range(self.processes)}:
             if time.monotonic() > deadline:  # every request process leads its share of new topics
                 self.stop()
                 raise ServerError(f"{self.name}: not all {self.processes} request processes registered")

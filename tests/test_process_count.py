@@ -106,5 +106,17 @@ def test_the_processes_of_consecutive_brokers_never_share_an_id():
         assert set(process_settings(group, 1).request_process_log_dirs) == members
         ids |= members
     assert len(ids) == 9
-    with pytest.raises(InvalidConfig, match="broker.id below"):
-        check(BrokerSettings(port=8082, broker_id=PROCESS_ID_STRIDE, request_processes=2))
+    for processes in (2, 1):  # ids from the stride up are members, shown as their broker's
+        with pytest.raises(InvalidConfig, match=f"below {PROCESS_ID_STRIDE}"):
+            check(BrokerSettings(port=8082, broker_id=PROCESS_ID_STRIDE + 5, request_processes=processes))
+    check(BrokerSettings(port=8082, broker_id=PROCESS_ID_STRIDE - 1, request_processes=1))
+
+
+def test_a_member_is_shown_as_its_broker():
+    """The one outward mapping: members of broker 7 are broker 7, each broker once, in
+    order; no leader (-1) stays -1."""
+    from laketail.request_processes import PROCESS_ID_STRIDE, broker_id_of, broker_ids_of, process_id
+
+    assert [broker_id_of(process_id(7, k)) for k in range(3)] == [7, 7, 7]
+    assert broker_id_of(-1) == -1
+    assert broker_ids_of([process_id(2, 1), 0, 2, PROCESS_ID_STRIDE, 1]) == [2, 0, 1]

@@ -55,6 +55,7 @@ from starlette.responses import Response
 
 from laketail.api import authz
 from laketail.api.deps import Int32, Int64Param, broker_of, json_response, metrics_of, parse_json, read_body
+from laketail.api.routes.clusters import live_brokers
 from laketail.api.routes.v3_groups import visible_lags
 from laketail.api.services import groups_of, services_of, transactions_of
 from laketail.bounds import INT64_MAX
@@ -64,6 +65,7 @@ from laketail.console.transactions import transaction_rows
 from laketail.coordinator.lag import lag_status
 from laketail.coordinator.offsets import CommittedOffset
 from laketail.errors import GroupIdNotFound, InvalidRequest, LaketailError, NonEmptyGroup, RequestTimedOut
+from laketail.request_processes import broker_id_of, broker_ids_of
 from laketail.security.acl import AclOperation, ResourceType
 
 router = APIRouter(prefix="/v1/console", tags=["v1 console"])
@@ -116,7 +118,10 @@ def _counter_total(counter: Any) -> float:
 @router.get("/overview", summary="Brokers, partition health, produce/fetch counters, tier delay")
 async def overview(request: Request) -> Response:
     broker = broker_of(request)
-    live = broker.brokers()
+    # Partition health is the cluster members'; the brokers shown are as clients see them
+    # (a broker's request processes are that one broker: broker_id_of).
+    members = {b.broker_id for b in broker.brokers()}
+    live = live_brokers(broker)
     live_ids = {b.broker_id for b in live}
     known: set[int] = set(live_ids)
     total = online = under = offline = 0
@@ -132,8 +137,8 @@ async def overview(request: Request) -> Response:
         topics += not info.internal
         for s in states:
             total += 1
-            known.update(s.replicas)
-            if s.leader < 0 or s.leader not in live_ids:
+            known.update(broker_ids_of(s.replicas))
+            if s.leader < 0 or s.leader not in members:
                 offline += 1
                 continue
             online += 1
@@ -146,11 +151,11 @@ async def overview(request: Request) -> Response:
     metrics = metrics_of(request)
     return json_response({
         "cluster_id": broker.cluster_id,
-        "broker_id": broker.broker_id,
-        "controller_id": broker.controller_id,
+        "broker_id": broker_id_of(broker.broker_id),
+        "controller_id": broker_id_of(broker.controller_id),
         "brokers": [
             {"broker_id": b, "url": next((x.url for x in live if x.broker_id == b), ""),
-             "alive": b in live_ids, "controller": b == broker.controller_id}
+             "alive": b in live_ids, "controller": b == broker_id_of(broker.controller_id)}
             for b in sorted(known)
         ],
         "topics": topics,
@@ -207,7 +212,8 @@ async def partitions(request: Request, topic: str, limit: Limit = DEFAULT_LIMIT,
     shown = page(range(info.partitions), limit, offset)
     states = [await broker.partition_state_async(topic, p) for p in shown.rows]
     rows = [{
-        "partition_id": s.partition, "leader": s.leader, "replicas": s.replicas, "isr": s.isr,
+        "partition_id": s.partition, "leader": broker_id_of(s.leader),
+        "replicas": broker_ids_of(s.replicas), "isr": broker_ids_of(s.isr),
         "leader_epoch": s.leader_epoch, "log_start_offset": s.log_start_offset,
         "log_end_offset": s.log_end_offset, "high_watermark": s.high_watermark,
         "last_stable_offset": s.last_stable_offset, "tiered_offset": s.tiered_offset,

@@ -8,11 +8,15 @@ catalog (``broker.cluster_id``). Resources carry v3's ``kind`` and ``metadata``
 
 from __future__ import annotations
 
+import dataclasses
+
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from laketail.api.deps import broker_of, check_cluster, json_response
+from laketail.broker import Broker, BrokerInfo
 from laketail.errors import BrokerNotAvailable
+from laketail.request_processes import broker_id_of
 
 router = APIRouter(tags=["v3 clusters"])
 
@@ -33,11 +37,22 @@ def list_metadata(self_url: str) -> dict:
     return {"self": self_url, "next": None}
 
 
+def live_brokers(broker: Broker) -> list[BrokerInfo]:
+    """The live brokers as clients see them, by id: the request processes of a broker
+    (cluster members ``broker.id + k * PROCESS_ID_STRIDE``) are that one broker, shown
+    with the first process's address (its member id is the broker id) or, while that
+    one is not live, another's (they share the client listeners)."""
+    shown: dict[int, BrokerInfo] = {}
+    for b in broker.brokers():  # by member id: each broker's first process before the others
+        shown.setdefault(broker_id_of(b.broker_id), dataclasses.replace(b, broker_id=broker_id_of(b.broker_id)))
+    return [shown[b] for b in sorted(shown)]
+
+
 def cluster_doc(request: Request) -> dict:
     broker = broker_of(request)
     cid = broker.cluster_id
     url = cluster_url(request, cid)
-    controller = broker.controller_id if broker.controller_id >= 0 else broker.broker_id
+    controller = broker_id_of(broker.controller_id if broker.controller_id >= 0 else broker.broker_id)
     return {
         "kind": "KafkaCluster",
         "metadata": {"self": url, "resource_name": cluster_crn(cid)},
@@ -89,7 +104,7 @@ async def list_brokers(request: Request, cluster_id: str) -> Response:
     return json_response({
         "kind": "KafkaBrokerList",
         "metadata": list_metadata(f"{cluster_url(request, cluster_id)}/brokers"),
-        "data": [_broker_doc(request, cluster_id, b) for b in broker.brokers()],
+        "data": [_broker_doc(request, cluster_id, b) for b in live_brokers(broker)],
     })
 
 
@@ -97,7 +112,7 @@ async def list_brokers(request: Request, cluster_id: str) -> Response:
 async def get_broker(request: Request, cluster_id: str, broker_id: int) -> Response:
     broker = broker_of(request)
     check_cluster(broker, cluster_id)
-    for b in broker.brokers():
+    for b in live_brokers(broker):  # a request process's own member id is no broker's: 404
         if b.broker_id == broker_id:
             return json_response(_broker_doc(request, cluster_id, b))
     raise BrokerNotAvailable(f"broker {broker_id} is not alive in this cluster")

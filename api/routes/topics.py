@@ -19,19 +19,23 @@ from starlette.responses import Response
 from laketail.api import authz
 from laketail.api.deps import PartitionParam, broker_of, json_response
 from laketail.api.encoding import V2_JSON, v2_accept
+from laketail.api.routes.clusters import live_brokers
 from laketail.broker import PartitionState
+from laketail.request_processes import broker_id_of, broker_ids_of
 from laketail.security.acl import ResourceType as R
 
 router = APIRouter(tags=["v2 topics"], dependencies=[Depends(v2_accept)])  # GET: 406 as Confluent
 
 
 def _partition(state: PartitionState) -> dict:
+    """Brokers as clients see them: a request process as its broker (``broker_id_of``)."""
+    leader, in_sync = broker_id_of(state.leader), broker_ids_of(state.isr)
     return {
         "partition": state.partition,
-        "leader": state.leader,
+        "leader": leader,
         "replicas": [
-            {"broker": b, "leader": b == state.leader, "in_sync": b in state.isr}
-            for b in state.replicas
+            {"broker": b, "leader": b == leader, "in_sync": b in in_sync}
+            for b in broker_ids_of(state.replicas)
         ],
     }
 
@@ -97,4 +101,4 @@ async def get_offsets(
 
 @router.get("/brokers", tags=["v2 brokers"], summary="List broker ids")
 async def list_brokers(request: Request) -> Response:
-    return _v2({"brokers": [b.broker_id for b in broker_of(request).brokers()]})
+    return _v2({"brokers": [b.broker_id for b in live_brokers(broker_of(request))]})

@@ -40,6 +40,7 @@ from laketail.api.services import groups_of
 from laketail.coordinator.groups import Group, Member
 from laketail.coordinator.lag import PartitionLag, group_lags
 from laketail.errors import GroupIdNotFound, UnknownMemberId
+from laketail.request_processes import broker_id_of
 from laketail.security.acl import ResourceType as R
 
 router = APIRouter(tags=["v3 consumer groups"])
@@ -87,7 +88,7 @@ def group_doc(request: Request, cluster_id: str, group: Group) -> dict:
         "state": _STATES.get(group.state, "UNKNOWN"),
         "type": "CLASSIC",
         "is_mixed_consumer_group": False,
-        "coordinator": {"related": f"{cluster_url(request, cluster_id)}/brokers/{broker.broker_id}"},
+        "coordinator": {"related": f"{cluster_url(request, cluster_id)}/brokers/{broker_id_of(broker.broker_id)}"},
         "consumers": {"related": f"{url}/consumers"},
         "lag_summary": {"related": f"{url}/lag-summary"},
     }

@@ -24,12 +24,13 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from laketail.api.deps import broker_of, check_cluster, json_response
-from laketail.api.routes.clusters import cluster_crn, cluster_url, list_metadata
+from laketail.api.routes.clusters import cluster_crn, cluster_url, list_metadata, live_brokers
 from laketail.api.routes.v3_topics import topic_url
 from laketail.api.services import cluster_of
 from laketail.broker import PartitionState
 from laketail.config import _BROKER_KEYS, SENSITIVE_BROKER_KEYS, BrokerSettings
 from laketail.errors import BrokerNotAvailable, InvalidConfig, UnknownTopicOrPartition
+from laketail.request_processes import broker_id_of, broker_ids_of
 
 router = APIRouter(tags=["v3 replicas and broker configs"])
 
@@ -37,6 +38,8 @@ CLUSTER = "/v3/clusters/{cluster_id}"
 
 
 def _replica_doc(request: Request, cid: str, state: PartitionState, broker_id: int) -> dict:
+    """The replica ``broker_id`` holds, as clients see brokers (``broker_id_of``): it
+    leads when any of its request processes leads, is in sync when any of them is."""
     url = f"{topic_url(request, cid, state.topic)}/partitions/{state.partition}/replicas/{broker_id}"
     return {
         "kind": "KafkaReplica",
@@ -49,8 +52,8 @@ def _replica_doc(request: Request, cid: str, state: PartitionState, broker_id: i
         "topic_name": state.topic,
         "partition_id": state.partition,
         "broker_id": broker_id,
-        "is_leader": broker_id == state.leader,
-        "is_in_sync": broker_id in state.isr,
+        "is_leader": broker_id == broker_id_of(state.leader),
+        "is_in_sync": broker_id in broker_ids_of(state.isr),
         "broker": {"related": f"{cluster_url(request, cid)}/brokers/{broker_id}"},
     }
 
@@ -66,7 +69,7 @@ async def list_replicas(request: Request, cluster_id: str, topic: str, partition
     state = broker.partition_state(topic, partition)
     return _replica_list(
         f"{topic_url(request, cluster_id, topic)}/partitions/{partition}/replicas",
-        [_replica_doc(request, cluster_id, state, b) for b in state.replicas],
+        [_replica_doc(request, cluster_id, state, b) for b in broker_ids_of(state.replicas)],
     )
 
 
@@ -76,7 +79,7 @@ async def get_replica(request: Request, cluster_id: str, topic: str, partition: 
     broker = broker_of(request)
     check_cluster(broker, cluster_id)
     state = broker.partition_state(topic, partition)
-    if broker_id not in state.replicas:
+    if broker_id not in broker_ids_of(state.replicas):
         raise UnknownTopicOrPartition(f"broker {broker_id} holds no replica of {topic}-{partition}")
     return json_response(_replica_doc(request, cluster_id, state, broker_id))
 
@@ -89,7 +92,7 @@ async def list_broker_replicas(request: Request, cluster_id: str, broker_id: int
     docs = []
     for topic in broker.list_topics(include_internal=True):
         for state in broker.partition_states(topic):
-            if broker_id in state.replicas:
+            if broker_id in broker_ids_of(state.replicas):
                 docs.append(_replica_doc(request, cluster_id, state, broker_id))
     return _replica_list(f"{cluster_url(request, cluster_id)}/brokers/{broker_id}/partition-replicas", docs)
 
@@ -121,7 +124,7 @@ async def list_topic_reassignments(request: Request, cluster_id: str, topic: str
 
 
 def _live(broker, broker_id: int):
-    for b in broker.brokers():
+    for b in live_brokers(broker):  # a request process's own member id is no broker's
         if b.broker_id == broker_id:
             return b
     raise BrokerNotAvailable(f"broker {broker_id} is not alive in this cluster")
@@ -164,11 +167,14 @@ def _broker_config_doc(request: Request, cid: str, broker_id: int, name: str, va
 async def _configs_of(request: Request, cluster_id: str, broker_id: int) -> list[dict]:
     broker = broker_of(request)
     check_cluster(broker, cluster_id)
-    peer = _live(broker, broker_id)
-    if broker_id != broker.broker_id:  # only that broker knows its settings
+    _live(broker, broker_id)
+    # Only that broker knows its settings; of a broker with request processes, its first
+    # process (whose member id is the broker id) answers. Asked of another process of the
+    # broker while the first is not registered, this one answers.
+    registration = cluster_of(request).image.brokers.get(broker_id)
+    if broker_id != broker.broker_id and (registration is not None or broker_id != broker_id_of(broker.broker_id)):
         # through the peer's inter-broker listener, with the cluster secret (the node's client)
-        registration = cluster_of(request).image.brokers.get(broker_id)
-        base = registration.peer_url if registration is not None else peer.url
+        base = registration.peer_url if registration is not None else _live(broker, broker_id).url
         url = f"{base.rstrip('/')}/v3/clusters/{cluster_id}/brokers/{broker_id}/configs"
         try:
             resp = await cluster_of(request).http.get(url, timeout=5.0)

@@ -26,6 +26,7 @@ from laketail.api.routes.clusters import cluster_crn, cluster_url, list_metadata
 from laketail.broker import ConfigEntry
 from laketail.config import TOPIC_CONFIGS, validate_topic_overrides
 from laketail.errors import InvalidConfig
+from laketail.request_processes import broker_id_of
 from laketail.security.acl import AclOperation as Op
 from laketail.security.acl import ResourceType as R
 
@@ -102,6 +103,7 @@ def partition_doc(request: Request, cluster_id: str, topic: str, partition: int,
     """Confluent's ``KafkaPartition``; ``leader`` links the leading replica
     (``replicas/{broker_id}``; null while the partition has no leader)."""
     url = f"{topic_url(request, cluster_id, topic)}/partitions/{partition}"
+    leader = broker_id_of(leader)  # a request process's member id as its broker's
     return {
         "kind": "KafkaPartition",
         "metadata": {

@@ -32,7 +32,8 @@ BROKER_KEY_DOCS: dict[str, str] = {
     "log.dirs": "This broker's local directory for hot segments; empty means "
                 "`<data>/logs/broker-<broker.id>`.",
     "log.dir": "Kafka's older spelling of `log.dirs`; sets the same value.",
-    "broker.id": "This broker's id in the cluster.",
+    "broker.id": "This broker's id in the cluster, below 1,000,000 (from there the ids are request processes' "
+                 "member ids).",
     "host": "Interface of the default listener (used when `listeners` is empty).",
     "port": "Port of the default listener (used when `listeners` is empty).",
     "advertised.url": "URL clients and other brokers use for this one; empty means "

@@ -16,7 +16,9 @@ How they divide the work:
   numbered 0, 1, 2 each with several processes never share an id), its own hot-log directory (``log.dirs`` of the
   first, with ``-k`` appended for the others, when set) and its own tier child. The
   controller spreads new topics' leaders round-robin over live brokers, so each process
-  leads its share of the partitions. ``GET /brokers`` lists every process.
+  leads its share of the partitions. To clients they are one broker: the gateway and
+  the console show every member as its broker (:func:`broker_id_of`), so ``GET /brokers``
+  lists ``broker.id`` once and a partition led by any process is led by it.
 * **They share the client port** through ``SO_REUSEPORT``: the kernel spreads client
   connections over the processes. A keyless produce lands on a partition that the
   process it reached leads (the sticky partitioner choosing among those,
@@ -61,7 +63,7 @@ import struct
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from laketail.config import BrokerSettings
@@ -97,6 +99,21 @@ PROCESS_ID_STRIDE = 1_000_000
 def process_id(broker_id: int, index: int) -> int:
     """The cluster member id of request process ``index`` of broker ``broker_id``."""
     return broker_id + index * PROCESS_ID_STRIDE
+
+
+def broker_id_of(member_id: int) -> int:
+    """The broker a cluster member is to clients: request process ``k`` of broker ``b``
+    (member ``b + k *`` :data:`PROCESS_ID_STRIDE`) is broker ``b``; -1 (no leader) stays.
+    The one mapping of the outward views (the REST gateway's brokers, partitions and
+    replicas, the console): inside the cluster (controller, ISR, sessions, ``/internal``,
+    the ``_system`` tables) the members stay distinct."""
+    return member_id % PROCESS_ID_STRIDE if member_id >= 0 else member_id
+
+
+def broker_ids_of(member_ids: Iterable[int]) -> list[int]:
+    """:func:`broker_id_of` of each, in order, each broker once: a partition's replicas or
+    ISR as clients see them (a broker is in sync when any of its members is)."""
+    return list(dict.fromkeys(broker_id_of(m) for m in member_ids))
 
 
 #: Where the kernel shows cgroups, and which ones this process is in.
@@ -201,11 +218,13 @@ def check(settings: BrokerSettings) -> None:
     n = settings.request_processes
     if not 1 <= n <= MAX_PROCESSES:
         raise InvalidConfig(f"laketail.request.processes={n}: between 1 and {MAX_PROCESSES}")
+    if settings.broker_id >= PROCESS_ID_STRIDE:
+        # Ids from the stride up are request processes' members, shown to clients as
+        # their broker's (broker_id_of): a broker configured with one would be shown as another.
+        raise InvalidConfig(f"broker.id={settings.broker_id}: below {PROCESS_ID_STRIDE}, as process k of a "
+                            f"broker is cluster member broker.id + k * {PROCESS_ID_STRIDE}")
     if n == 1:
         return
-    if settings.broker_id >= PROCESS_ID_STRIDE:
-        raise InvalidConfig(f"laketail.request.processes={n} needs broker.id below {PROCESS_ID_STRIDE}: "
-                            f"process k is broker.id + k * {PROCESS_ID_STRIDE}")
     if 0 in _ports(settings):
         raise InvalidConfig(f"laketail.request.processes={n} needs fixed ports: every process binds the same "
                             "ones, and port 0 would give each its own; name a port, or run one process")

@@ -5,9 +5,11 @@ Real processes on one port (``SO_REUSEPORT``), a fresh connection per request wh
 the process that answers matters (the kernel picks a process per connection), real
 ``kill -9``. What must hold: a connection's keyless records stay on partitions the
 process it reached leads; keyed records, explicit partitions, fetches and consumer
-groups work from either process; a killed request process is started again and loses
-nothing; the group stops on SIGTERM, dies with its first process and starts again on
-the same data.
+groups work from either process; to clients the two are one broker (broker 0, the
+configured ``broker.id``, in every view of brokers and partitions); a killed request
+process is started again and loses nothing; the group stops on SIGTERM, dies with its
+first process and starts again on the same data. Which process leads what is read from
+the cluster's ``_system`` tables, where the two stay distinct members.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import httpx
 import pytest
 from conftest import WITH_TIER_CHILD
 
+from laketail.cluster.store import ClusterStore
 from laketail.partitioner import partition_for_key
 from laketail.request_processes import PROCESS_ID_STRIDE
 from tests.integration.support import child_processes, process_alive, wait_until
@@ -44,12 +47,15 @@ def _group(broker_factory):
 
 
 def _wait_for_both(broker) -> None:
-    """Until both processes are cluster members, as any connection sees it."""
+    """Until both processes are live cluster members, while every connection sees one
+    broker, the configured broker.id."""
 
     def listed() -> bool:
-        return all(_fresh(broker, "GET", "/brokers").json().get("brokers") == [FIRST, SECOND] for _ in range(4))
+        alive = {b for b, r in ClusterStore(str(broker.data_dir)).brokers().items() if r.alive}
+        return alive == {FIRST, SECOND} and all(
+            _fresh(broker, "GET", "/brokers").json().get("brokers") == [FIRST] for _ in range(4))
 
-    wait_until(listed, "both request processes to be listed by GET /brokers")
+    wait_until(listed, "both request processes to be live members, and GET /brokers to list broker 0 once")
 
 
 def _fresh(broker, method: str, path: str, **kwargs) -> httpx.Response:
@@ -59,16 +65,25 @@ def _fresh(broker, method: str, path: str, **kwargs) -> httpx.Response:
 
 
 def _leaders(broker, topic: str) -> dict[int, int]:
+    """The request process (member id) leading each partition, from the ``_system`` tables."""
+    return {p: reg.leader for (t, p), reg in ClusterStore(str(broker.data_dir)).partitions().items() if t == topic}
+
+
+def _shown_leaders(broker, topic: str) -> dict[int, int]:
+    """Each partition's leader as a client sees it (GET /topics/{t}/partitions)."""
     resp = _fresh(broker, "GET", f"/topics/{topic}/partitions", headers={"Accept": V2})
     assert resp.status_code == 200, resp.text
     return {p["partition"]: p["leader"] for p in resp.json()}
 
 
 def _topic(broker, name: str, partitions: int) -> dict[int, int]:
-    """Create ``name``; its leaders once every partition has a live one."""
+    """Create ``name``; its leading processes once the metadata names a leader for every
+    partition (the broker, whichever process leads)."""
     resp = broker.rest.create_topic(name, partitions)
     assert resp.status_code in (200, 201), resp.text
     def led() -> dict[int, int] | None:
+        if _shown_leaders(broker, name) != {p: FIRST for p in range(partitions)}:
+            return None
         ls = _leaders(broker, name)
         return ls if set(ls.values()) <= {FIRST, SECOND} and len(ls) == partitions else None
 
@@ -250,6 +265,56 @@ def test_keyed_records_are_parsed_once_and_handed_to_the_leading_process(broker_
     counters = _handoff_counters(broker)
     assert all(c["http"] == 0 for c in counters.values()), counters
     assert sum(c["sent"] for c in counters.values()) == sum(c["received"] for c in counters.values()), counters
+    _assert_one_broker(broker, "handed", leaders)
+
+
+def _assert_one_broker(broker, topic: str, leaders: dict[int, int]) -> None:
+    """Whichever process answers, the two are broker 0 to a client: listed once (v2, v3,
+    the console), the second's member id no broker's (404), and broker 0 the leader and
+    the one in-sync replica of every partition, those the second process leads included.
+    Asked on connections until each process has answered all of it."""
+    rest = broker.rest
+    theirs = next(p for p, b in leaders.items() if b == SECOND)
+    answered: set[str] = set()
+
+    def round_on_one_connection() -> bool:
+        with httpx.Client(base_url=broker.url, timeout=30) as client:
+            responses = []
+
+            def get(path: str, **kwargs) -> httpx.Response:
+                responses.append(resp := client.get(path, **kwargs))
+                return resp
+
+            (process,) = re.findall(r'laketail_request_process_handoffs_total\{process="(\d+)",role="sent"\}',
+                                    get("/metrics").text)
+            assert get("/brokers", headers={"Accept": V2}).json() == {"brokers": [FIRST]}
+            assert [b["broker_id"] for b in get(rest.v3("/brokers")).json()["data"]] == [FIRST]
+            assert get(rest.v3(f"/brokers/{FIRST}")).json()["broker_id"] == FIRST
+            unknown = get(rest.v3(f"/brokers/{SECOND}"))
+            assert unknown.status_code == 404 and unknown.json()["error_code"] == 40408, unknown.text
+            assert get(rest.v3()).json()["controller"]["related"].endswith(f"/brokers/{FIRST}")
+            for p in get(rest.v3(f"/topics/{topic}/partitions")).json()["data"]:
+                assert p["leader"]["related"].endswith(f"/partitions/{p['partition_id']}/replicas/{FIRST}"), p
+            replicas = get(rest.v3(f"/topics/{topic}/partitions/{theirs}/replicas")).json()["data"]
+            assert [(r["broker_id"], r["is_leader"], r["is_in_sync"]) for r in replicas] == [(FIRST, True, True)]
+            assert get(rest.v3(f"/topics/{topic}/partitions/{theirs}/replicas/{SECOND}")).status_code == 404
+            held = get(rest.v3(f"/brokers/{FIRST}/partition-replicas")).json()["data"]
+            assert {r["partition_id"] for r in held if r["topic_name"] == topic} == set(leaders)
+            configs = get(rest.v3(f"/brokers/{FIRST}/configs")).json()["data"]
+            assert {c["name"]: c["value"] for c in configs}["broker.id"] == str(FIRST)
+            assert get(f"/topics/{topic}/partitions/{theirs}", headers={"Accept": V2}).json()["replicas"] == [
+                {"broker": FIRST, "leader": True, "in_sync": True}]
+            overview = get("/v1/console/overview").json()
+            assert overview["broker_id"] == FIRST and overview["controller_id"] == FIRST
+            assert overview["brokers"] == [{"broker_id": FIRST, "url": broker.url, "alive": True, "controller": True}]
+            rows = get(f"/v1/console/topics/{topic}/partitions").json()["data"]
+            assert {(r["leader"], tuple(r["replicas"]), tuple(r["isr"])) for r in rows} == {(FIRST, (FIRST,), (FIRST,))}
+            # the same process answered all of it unless one answer moved the connection
+            if all(r.headers.get("connection", "").lower() != "close" for r in responses[:-1]):
+                answered.add(process)
+        return answered == {str(FIRST), str(SECOND)}
+
+    wait_until(round_on_one_connection, "both processes to answer as broker 0")
 
 
 @pytest.mark.fault
@@ -330,7 +395,7 @@ def test_a_processs_extra_connections_move_until_each_holds_its_share(broker_fac
         for _ in range(200):
             for client in clients:
                 resp = client.get("/brokers")
-                assert resp.status_code == 200 and resp.json()["brokers"] == [FIRST, SECOND]
+                assert resp.status_code == 200 and resp.json()["brokers"] == [FIRST]
             seen.append([count for _, count in _board(broker)])
             if seen[-1] == [4, 4]:
                 break

@@ -3,7 +3,9 @@ listeners (a SASL_SSL client listener and an SSL inter-broker one).
 
 Every configured listener is bound by both processes (``SO_REUSEPORT``); the processes
 reach each other on loopback listeners of their own with the cluster secret. Each
-request here goes on a fresh TLS connection, so the kernel picks the process.
+request here goes on a fresh TLS connection, so the kernel picks the process. To
+clients the two are broker 0; which process leads what is read from the cluster's
+``_system`` tables.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import base64
 import httpx
 import pytest
 
+from laketail.cluster.store import ClusterStore
 from laketail.request_processes import PROCESS_ID_STRIDE
 from tests.integration.support import child_processes, wait_until
 from tests.security.support import PASSWORD, SECRET, Pki, SecureBroker, add_user, ports
@@ -38,8 +41,10 @@ def test_two_request_processes_serve_sasl_ssl_and_keep_refusing_strangers(tmp_pa
             with broker.client(auth=auth) as http:  # a connection of its own: either process
                 return http.get(f"{broker.url}{path}", **kwargs)
 
-        wait_until(lambda: all(get("/brokers").json().get("brokers") == [0, PROCESS_ID_STRIDE] for _ in range(6)),
-                   "both request processes to be listed on the TLS listener")
+        store = ClusterStore(str(data))
+        wait_until(lambda: {b for b, r in store.brokers().items() if r.alive} == {0, PROCESS_ID_STRIDE}
+                   and all(get("/brokers").json().get("brokers") == [0] for _ in range(6)),
+                   "both request processes to be live members, listed as broker 0 once on the TLS listener")
         assert len(child_processes(broker.proc.pid, b"--request-process")) == 1
         for _ in range(6):  # whichever process a stranger reaches, it is refused and nothing is read
             assert get("/topics", auth=None).status_code == 401
@@ -49,11 +54,9 @@ def test_two_request_processes_serve_sasl_ssl_and_keep_refusing_strangers(tmp_pa
             resp = http.post(f"{broker.url}/v3/clusters/{get('/v3/clusters').json()['data'][0]['cluster_id']}"
                              "/topics", json={"topic_name": "tls-split", "partitions_count": 2})
             assert resp.status_code in (200, 201), resp.text
-        leaders = wait_until(
-            lambda: (lambda ps: {p["partition"]: p["leader"] for p in ps}
-                     if len(ps) == 2 and all(p["leader"] in (0, PROCESS_ID_STRIDE) for p in ps) else None)(
-                get("/topics/tls-split/partitions", headers={"Accept": V2}).json()),
-            "leaders for tls-split")
+        wait_until(lambda: [p["leader"] for p in get("/topics/tls-split/partitions", headers={"Accept": V2}).json()]
+                   == [0, 0], "leaders for tls-split, shown as broker 0")
+        leaders = {p: reg.leader for (t, p), reg in store.partitions().items() if t == "tls-split"}
         assert sorted(leaders.values()) == [0, PROCESS_ID_STRIDE], leaders  # one partition on each process
         for p in (0, 1):
             for i in range(3):
