@@ -886,9 +886,12 @@ class Broker:
             check_partition_limits(name, partitions, self._client_partitions(), self.settings)
         if type(rf) is not int or not 1 <= rf <= INT16_MAX:
             raise InvalidReplicationFactor(f"replication factor must be an int16 of at least 1, got {rf}")
-        if rf > len(self.brokers()) and not name.startswith("__"):
+        # brokers, not cluster members: the request processes of one broker are one broker
+        # (two copies on one machine are not replication)
+        available = len({request_processes.broker_id_of(b.broker_id) for b in self.brokers()})
+        if rf > available and not name.startswith("__"):
             raise InvalidReplicationFactor(
-                f"replication factor {rf} is larger than the {len(self.brokers())} available broker(s)"
+                f"replication factor {rf} is larger than the {available} available broker(s)"
             )
         overrides = self.catalog.normalise_configs(configs or {})
         self.settings.topic_config(overrides)  # validates values against each other

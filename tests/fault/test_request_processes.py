@@ -266,6 +266,9 @@ def test_keyed_records_are_parsed_once_and_handed_to_the_leading_process(broker_
     assert all(c["http"] == 0 for c in counters.values()), counters
     assert sum(c["sent"] for c in counters.values()) == sum(c["received"] for c in counters.values()), counters
     _assert_one_broker(broker, "handed", leaders)
+    # one broker cannot hold two copies: the processes are not brokers of their own
+    resp = broker.rest.create_topic("twice", 1, replication_factor=2)
+    assert resp.status_code == 400 and resp.json()["error_code"] == 40002, resp.text
 
 
 def _assert_one_broker(broker, topic: str, leaders: dict[int, int]) -> None:
