@@ -489,14 +489,37 @@ def running_broker(tmp_path_factory: pytest.TempPathFactory, name: str,
 BROKER_FIXTURES = frozenset({"broker", "broker_factory", "make_topic", "topic", "cluster"})
 
 
+#: Directories whose tests run Spark in the pytest process (the ``spark`` fixture, or a
+#: job's ``main`` that gets the session from ``getOrCreate``).
+JVM_DIRS = ("spark", "jobs")
+
+
+def _xdist_group(item: pytest.Item, fixtures: set[str]) -> str | None:
+    """Under pytest-xdist (``-n N --dist loadgroup``): the group whose tests one worker
+    runs one after another. Every test that runs Spark in process is in ``jvm``, so the
+    run still starts one SparkSession; every other test that kills a process is in
+    ``fault``, so kill tests never overlap each other. Everything else is spread."""
+    tests = Path(__file__).parent
+    top = item.path.relative_to(tests).parts[0] if item.path.is_relative_to(tests) else ""
+    if "spark" in fixtures or top in JVM_DIRS or "spark" in item.path.name:
+        return "jvm"
+    if item.get_closest_marker("fault") is not None:
+        return "fault"
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by these markers
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    distributed = hasattr(config, "workerinput")  # collected by a pytest-xdist worker
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         if fixtures & BROKER_FIXTURES or any(name.endswith("_broker") for name in fixtures):
             item.add_marker(pytest.mark.integration)
         if "spark" in fixtures:
             item.add_marker(pytest.mark.spark)
+        group = _xdist_group(item, fixtures) if distributed else None
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _unique_topic_name(request: pytest.FixtureRequest) -> str:
