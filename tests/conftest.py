@@ -19,6 +19,8 @@ Fixtures:
   name. Topics get a small ``table.flush.interval.ms`` so tests that wait for the
   Delta table do not wait long.
 * ``topic`` -- a fresh one-partition topic on the shared broker.
+* ``few_topics_broker`` -- a second session broker for the tests whose cost grows with
+  the topics the shared one holds (views over every topic, a follower over all).
 * ``spark`` -- the run's one SparkSession (one JVM for every test that uses it).
 
 Markers (tests/README.md): a test gets ``integration`` when its fixtures start a broker
@@ -533,6 +535,20 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     50: a job that reads ``__consumer_offsets`` from the start (the lag query) then
     plans 4 Spark tasks instead of 50, and every tier pass walks 8 internal partitions."""
     proc = BrokerProcess(tmp_path_factory.mktemp("shared-broker") / "data", env=SHARED_BROKER_ENV)
+    try:
+        proc.start()
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="session")
+def few_topics_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A second session broker, for the few tests whose cost grows with the topics the
+    shared one holds by their turn: views over *every* topic (``register_topics``
+    without names, a follower over all of them). On the shared broker, late in a full
+    run, they took 56-103 s each; here they see only their own topics."""
+    proc = BrokerProcess(tmp_path_factory.mktemp("few-topics-broker") / "data", env=SHARED_BROKER_ENV)
     try:
         proc.start()
         yield proc
