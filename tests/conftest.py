@@ -17,8 +17,10 @@ Fixtures:
 * ``make_topic`` -- ``make_topic(partitions=1, configs=None, broker=None)`` creates a
   uniquely named topic (on the shared broker unless told otherwise) and returns its
   name. Topics get a small ``table.flush.interval.ms`` so tests that wait for the
-  Delta table do not wait long.
+  Delta table do not wait long; those on the shared broker are deleted after the test.
 * ``topic`` -- a fresh one-partition topic on the shared broker.
+* ``few_topics_broker`` -- a second session broker for the tests whose cost grows with
+  the topics the shared one holds (views over every topic, a follower over all).
 * ``spark`` -- the run's one SparkSession (one JVM for every test that uses it).
 
 Markers (tests/README.md): a test gets ``integration`` when its fixtures start a broker
@@ -490,14 +492,37 @@ def running_broker(tmp_path_factory: pytest.TempPathFactory, name: str,
 BROKER_FIXTURES = frozenset({"broker", "broker_factory", "make_topic", "topic", "cluster"})
 
 
+#: Directories whose tests run Spark in the pytest process (the ``spark`` fixture, or a
+#: job's ``main`` that gets the session from ``getOrCreate``).
+JVM_DIRS = ("spark", "jobs")
+
+
+def _xdist_group(item: pytest.Item, fixtures: set[str]) -> str | None:
+    """Under pytest-xdist (``-n N --dist loadgroup``): the group whose tests one worker
+    runs one after another. Every test that runs Spark in process is in ``jvm``, so the
+    run still starts one SparkSession; every other test that kills a process is in
+    ``fault``, so kill tests never overlap each other. Everything else is spread."""
+    tests = Path(__file__).parent
+    top = item.path.relative_to(tests).parts[0] if item.path.is_relative_to(tests) else ""
+    if "spark" in fixtures or top in JVM_DIRS or "spark" in item.path.name:
+        return "jvm"
+    if item.get_closest_marker("fault") is not None:
+        return "fault"
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by these markers
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    distributed = hasattr(config, "workerinput")  # collected by a pytest-xdist worker
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         if fixtures & BROKER_FIXTURES or any(name.endswith("_broker") for name in fixtures):
             item.add_marker(pytest.mark.integration)
         if "spark" in fixtures:
             item.add_marker(pytest.mark.spark)
+        group = _xdist_group(item, fixtures) if distributed else None
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _unique_topic_name(request: pytest.FixtureRequest) -> str:
@@ -511,6 +536,20 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     50: a job that reads ``__consumer_offsets`` from the start (the lag query) then
     plans 4 Spark tasks instead of 50, and every tier pass walks 8 internal partitions."""
     proc = BrokerProcess(tmp_path_factory.mktemp("shared-broker") / "data", env=SHARED_BROKER_ENV)
+    try:
+        proc.start()
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="session")
+def few_topics_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A second session broker, for the few tests whose cost grows with the topics the
+    shared one holds by their turn: views over *every* topic (``register_topics``
+    without names, a follower over all of them). On the shared broker, late in a full
+    run, they took 56-103 s each; here they see only their own topics."""
+    proc = BrokerProcess(tmp_path_factory.mktemp("few-topics-broker") / "data", env=SHARED_BROKER_ENV)
     try:
         proc.start()
         yield proc
@@ -538,9 +577,16 @@ def broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture
-def make_topic(request: pytest.FixtureRequest) -> Any:
+def make_topic(request: pytest.FixtureRequest) -> Iterator[Any]:
     """``make_topic(partitions=1, configs=None, broker=None) -> name``; the shared
-    broker is only started when no other broker is given."""
+    broker is only started when no other broker is given.
+
+    Topics made on the shared broker are deleted after the test. Its tierer visits
+    every topic each ``table.flush.interval.ms`` (100 ms here), idle or not: with the
+    topics of every earlier test kept, the shared broker burnt a growing share of a
+    core late in a run (22 % of one with 400 idle topics, 1.5 % for a broker with three),
+    on a machine of two."""
+    made: list[tuple[BrokerProcess, str]] = []
 
     def make(
         partitions: int = 1,
@@ -553,9 +599,15 @@ def make_topic(request: pytest.FixtureRequest) -> Any:
         merged = {"table.flush.interval.ms": TEST_TABLE_FLUSH_MS, **(configs or {})}
         resp = target.rest.create_topic(name, partitions, configs=merged)
         assert resp.status_code in (200, 201), f"creating topic {name}: {resp.status_code} {resp.text}"
+        if broker is None:
+            made.append((target, name))
         return name
 
-    return make
+    yield make
+    for target, name in made:
+        rest = target.rest
+        resp = rest.http.delete(rest.v3(f"/topics/{name}"))
+        assert resp.status_code in (204, 404), f"deleting topic {name}: {resp.status_code} {resp.text}"
 
 
 @pytest.fixture

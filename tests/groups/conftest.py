@@ -4,8 +4,9 @@
 without waiting for more members, and ``LAKETAIL_GROUP_MIN_SESSION_TIMEOUT_MS=500``
 lets /v1 members ask for short sessions, so a silent member is noticed quickly.
 
-* ``groups_broker`` -- one such broker per test module (tests isolate themselves with
-  fresh topics and group names);
+* ``groups_broker`` -- one such broker for the package's modules, stopped after the
+  last of them (tests isolate themselves with fresh topics and group names; one start
+  instead of five);
 * ``QUICK_GROUPS`` -- the environment, for ``broker_factory(env=QUICK_GROUPS)`` where a
   test kills its own broker.
 """
@@ -18,6 +19,6 @@ import pytest
 from conftest import QUICK_GROUPS, BrokerProcess, running_broker
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def groups_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     yield from running_broker(tmp_path_factory, "groups-broker", QUICK_GROUPS)

@@ -45,7 +45,7 @@ class KafkaBroker(BrokerProcess):
         return f"127.0.0.1:{self.kafka_port}"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     proc = KafkaBroker(tmp_path_factory.mktemp("kafka-broker") / "data")
     try:
@@ -64,9 +64,9 @@ ACL_ENV = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    """A Kafka-listener broker with the ACL authorizer on (one per test module)."""
+    """A Kafka-listener broker with the ACL authorizer on (one for the package's modules)."""
     proc = KafkaBroker(tmp_path_factory.mktemp("kafka-acl") / "data", env=ACL_ENV)
     try:
         proc.start()

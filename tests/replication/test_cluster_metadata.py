@@ -44,7 +44,8 @@ def test_a_replication_factor_above_the_live_brokers_is_refused(cluster, unique)
 
 
 @pytest.mark.timeout(300)
-def test_any_broker_answers_metadata_and_forwards_produce_and_fetch(cluster, unique):
+def test_any_broker_answers_metadata_and_forwards_produce_and_fetch(steady_cluster, unique):
+    cluster = steady_cluster
     topic = cluster.make_topic(unique("forward"), 1, 2, {"min.insync.replicas": "2"})
     views = {b.broker_id: cluster.partitions(topic, b) for b in cluster.live()}
     part = views[0][0]

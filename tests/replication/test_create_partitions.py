@@ -18,7 +18,8 @@ def _controller(cluster: Cluster) -> int:
 
 
 @pytest.mark.timeout(300)
-def test_new_partitions_are_replicated_led_and_served_by_every_broker(cluster: Cluster, unique) -> None:
+def test_new_partitions_are_replicated_led_and_served_by_every_broker(steady_cluster: Cluster, unique) -> None:
+    cluster = steady_cluster
     topic = cluster.make_topic(unique("grow"), 1, 2, {"min.insync.replicas": "2"})
     controller = _controller(cluster)
     asked = next(b for b in cluster.live() if b.broker_id != controller)

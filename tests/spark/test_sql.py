@@ -69,8 +69,9 @@ def test_views_show_committed_data_and_every_row(
     assert "PartitionFilters: [isnotnull(partition" in pruned._jdf.queryExecution().executedPlan().toString()
 
 
-def test_register_every_topic_and_plain_names(spark: Any, broker: Any, make_topic: Any) -> None:
-    topic = make_topic(name=f"plain_{__import__('uuid').uuid4().hex[:8]}")
+def test_register_every_topic_and_plain_names(spark: Any, few_topics_broker: Any, make_topic: Any) -> None:
+    broker = few_topics_broker  # every topic's views: a broker with few (tests/spark/conftest.py)
+    topic = make_topic(name=f"plain_{__import__('uuid').uuid4().hex[:8]}", broker=broker)
     produce(broker.url, topic, 0, [b"x", b"y"])
     wait_tiered(broker.url, topic)
     names = register_topics(spark, broker.url)

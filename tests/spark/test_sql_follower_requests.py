@@ -99,10 +99,13 @@ def test_a_deleted_topic_is_noticed_though_its_table_stands_still(
 
 
 @pytest.mark.skipif(jvm.jar() is None, reason="the laketail jar is not built (no javac)")
-def test_with_the_jar_a_follower_only_follows_the_topic_list(spark: Any, broker: Any, make_topic: Any) -> None:
+def test_with_the_jar_a_follower_only_follows_the_topic_list(
+    spark: Any, few_topics_broker: Any, make_topic: Any
+) -> None:
     """Named topics: no follower. Every topic: a follower that makes views for a topic
     created later and drops a deleted one's, asking only for the topic list."""
-    named = make_topic()
+    broker = few_topics_broker  # every topic followed: a broker with few (tests/spark/conftest.py)
+    named = make_topic(broker=broker)
     register_topics(spark, broker.url, [named])
     assert id(spark) not in sql_module._FOLLOWERS
     register_topics(spark, broker.url, interval_s=0.05)
@@ -114,7 +117,7 @@ def test_with_the_jar_a_follower_only_follows_the_topic_list(spark: Any, broker:
     _after_passes(follower, 20)
     assert gateway.requests - before <= follower.passes - passes + 1  # one topic list a pass
 
-    topic = make_topic()
+    topic = make_topic(broker=broker)
     produce(broker.url, topic, 0, [b"a"])
     wait_tiered(broker.url, topic)
     wait_until(lambda: spark.catalog.tableExists(f"`{topic}`"), "the follower to make the new topic's views")

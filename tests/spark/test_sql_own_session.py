@@ -25,9 +25,10 @@ JOB = Path(__file__).with_name("own_session_job.py")
 
 
 def test_a_session_built_without_the_jar_gets_the_live_views(
-    broker: Any, make_topic: Any, tmp_path: Path
+    few_topics_broker: Any, make_topic: Any, tmp_path: Path
 ) -> None:
-    topic = make_topic()
+    broker = few_topics_broker  # the job registers every topic: a broker with few of them
+    topic = make_topic(broker=broker)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKETAIL_", "PYSPARK_"))}
     env["PYSPARK_SUBMIT_ARGS"] = SUBMIT_ARGS.replace("local[2]", "local[1]")
     env["SPARK_LOCAL_DIRS"] = str(tmp_path / "spark-local")

@@ -3,8 +3,9 @@
 * ``TXN_ENV`` -- four partitions for each internal topic (their tables and logs are
   created on first use; fifty would only slow the tests) and groups that rebalance at
   once, for ``broker_factory(env=...)`` where a test kills its own broker;
-* ``txn_broker`` -- one such broker per test module (tests isolate themselves with
-  fresh topics, transactional ids, groups and sinks).
+* ``txn_broker`` -- one such broker for the package's modules, stopped after the last
+  of them (tests isolate themselves with fresh topics, transactional ids, groups and
+  sinks).
 """
 
 from __future__ import annotations
@@ -21,6 +22,6 @@ TXN_ENV = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def txn_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     yield from running_broker(tmp_path_factory, "txn-broker", TXN_ENV)
