@@ -207,19 +207,7 @@ def decode_versions(values: pa.Array | pa.ChunkedArray, versions: dict[int, wire
         except wire.NotDecodable:
             out.append(None)
             failures += 1
-    try:
-        return pa.array(out, target), failures
-    except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        pass
-    fitted: list[Any] = []
-    for value in out:  # one that does not fit: null, counted, the others kept
-        try:
-            pa.array([value], target)
-            fitted.append(value)
-        except (pa.ArrowException, TypeError, ValueError, OverflowError):
-            fitted.append(None)
-            failures += 1
-    return pa.array(fitted, target), failures
+    return _fitted(out, target, failures)
 
 
 def decode_unframed(values: pa.Array | pa.ChunkedArray, codec: wire.Codec) -> tuple[pa.Array, int]:
@@ -243,17 +231,25 @@ def decode_unframed(values: pa.Array | pa.ChunkedArray, codec: wire.Codec) -> tu
         except wire.NotDecodable:
             out.append(None)
             failures += 1
+    return _fitted(out, target, failures)
+
+
+def _fitted(values: list[Any], target: pa.DataType, failures: int) -> tuple[pa.Array, int]:
+    """``values`` as an array of ``target``, and ``failures`` plus the values that do not
+    fit it (an incompatible change made with compatibility NONE): those become null,
+    the others are kept."""
     try:
-        return pa.array(out, target), failures
+        return pa.array(values, target), failures
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        fitted = []
-        for value in out:
-            try:
-                fitted.append(pa.array([value], target)[0].as_py())
-            except (pa.ArrowException, TypeError, ValueError, OverflowError):
-                fitted.append(None)
-                failures += 1
-        return pa.array(fitted, target), failures
+        pass
+    fitted: list[Any] = []
+    for value in values:
+        try:
+            fitted.append(pa.array([value], target)[0].as_py())
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            fitted.append(None)
+            failures += 1
+    return pa.array(fitted, target), failures
 
 
 def _native(codec: wire.Codec, payload: bytes, reader: wire.Codec | None = None) -> Any:
