@@ -45,7 +45,7 @@ def test_overlapping_unsorted_files_are_all_planned_and_read_once(tmp_path):
         assert set(files) == ({odd} if start == 19 else {even, odd})
         work = OffsetRange("t", 0, start, end, 20, files)
         reader = RangeReader(ScanSettings(("http://127.0.0.1:9",), "read_uncommitted", False, False), work)
-        got = sorted(o for rows in reader._rows() for o in rows.column("offset").to_pylist())
+        got = sorted(o for rows, _ in reader._rows() for o in rows.column("offset").to_pylist())
         assert got == list(range(start, end)), (start, end)
 
 
