@@ -26,7 +26,7 @@ from tests.integration.support import TIER_DEADLINE_S, wait_until
 from tests.object_store.conftest import Bucket, S3Server
 from tests.object_store.fault_proxy import FaultProxy
 
-pytestmark = [pytest.mark.integration, pytest.mark.fault]
+pytestmark = [pytest.mark.integration]
 
 PARTITIONS = 2
 #: How long each fault lasts while the test produces (several failed passes' backoff).
@@ -133,6 +133,7 @@ def test_expired_credentials_are_reported_and_tiering_resumes_once_renewed(
     assert any(f'topic="{topic}"' in m for m in _metric(broker, "laketail_tier_pass_failures_total"))
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize("stalled, forward_first, env", [
     pytest.param(r"/topics/orders/partition(=|%3D)\d+/.*\.parquet", False, {}, id="data-file-upload"),
     pytest.param(r"/topics/orders/_delta_log/\d+\.json", True, WITH_TIER_CHILD, id="commit-answer-lost"),

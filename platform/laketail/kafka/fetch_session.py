@@ -83,22 +83,27 @@ class CachedPartition:
 
     fetch_offset: int
     max_bytes: int
-    high_watermark: int = -1
-    last_stable_offset: int = -1
-    log_start_offset: int = -1
+    answered_hw: int = -1  # the high watermark last sent (a copy; the partition log owns the real one)
+    answered_lso: int = -1
+    answered_log_start: int = -1
 
     def must_respond(self, answer: dict) -> bool:
         """Whether an incremental answer carries this partition (module docstring), and
         remember what it carries."""
         must = bool(answer["records"])
-        for name in ("high_watermark", "last_stable_offset", "log_start_offset"):
-            if getattr(self, name) != answer[name]:
-                setattr(self, name, answer[name])
+        for key, name in _ANSWERED.items():
+            if getattr(self, name) != answer[key]:
+                setattr(self, name, answer[key])
                 must = True
         if answer["error_code"]:
-            self.high_watermark = -1  # sent again once the error is gone
+            self.answered_hw = -1  # sent again once the error is gone
             must = True
         return must
+
+
+#: the offsets of an answer a session remembers: answer key -> :class:`CachedPartition` field
+_ANSWERED = {"high_watermark": "answered_hw", "last_stable_offset": "answered_lso",
+             "log_start_offset": "answered_log_start"}
 
 
 @dataclass(slots=True)
