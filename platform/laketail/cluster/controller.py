@@ -21,9 +21,7 @@ Elections (Kafka's rules):
 Staying the controller: a write of a controller that another broker superseded is
 fenced (:class:`ControllerDeposed`), but a controller with nothing to write would never
 learn of it. So the tick reads the controller's epoch in the store every heartbeat
-interval and steps down when it moved on; and time the controller itself did not run
-(a stalled process: SIGSTOP, a long pause) does not count against the brokers'
-sessions: their heartbeats could not have been heard.
+interval and steps down when it moved on.
 
 Time: liveness, session deadlines and registration times read the node's injected
 clock (:attr:`ClusterNode.clock`), so a test moves them by hand.
@@ -103,7 +101,6 @@ class Controller:
         self._lock = asyncio.Lock()
         self._leos_dirty = False
         self._last_leo_write = self.clock.monotonic()
-        self._last_tick = self.clock.monotonic()
         self._verified_at = self.clock.monotonic()
         self._alone_since: float | None = None  # since when no broker is heard from (:meth:`_cut_off`)
         self.active = False
@@ -117,7 +114,7 @@ class Controller:
         partitions = await asyncio.to_thread(self.store.partitions)
         await asyncio.to_thread(self.host.catalog.reload)
         now = self.clock.monotonic()
-        self._last_tick = self._verified_at = now
+        self._verified_at = now
         me = self.node.registration
         brokers[me.broker_id] = me
         for b in brokers.values():
@@ -223,12 +220,6 @@ class Controller:
         write the replicas' last known log end offsets now and then."""
         now = self.clock.monotonic()
         timeout = self.settings.broker_session_timeout_ms / 1000
-        stalled = now - self._last_tick
-        self._last_tick = now
-        if stalled > timeout:  # this process did not run: nobody's heartbeat could be heard
-            log.warning("the controller did not run for %.1f s: every broker gets that time back", stalled)
-            for broker_id in self.last_seen:
-                self.last_seen[broker_id] += stalled
         if now - self._verified_at >= self.settings.broker_heartbeat_interval_ms / 1000:
             if not await self._still_controller():
                 return
