@@ -330,6 +330,8 @@ class Controller:
         self, topic: str, partition: int, leader: int, leader_epoch: int, partition_epoch: int, isr: list[int]
     ) -> PartitionRegistration:
         async with self._lock:
+            if not self.active:  # deposed while this waited: no write that can only conflict
+                raise NotController(f"broker {self.node.broker_id} is no longer the controller")
             reg = self.partitions.get((topic, partition))
             if reg is None:
                 raise UnknownTopicOrPartition.partition(topic, partition)
