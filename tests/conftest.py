@@ -45,7 +45,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, TypeVar
 
 import httpx
 import pytest
@@ -477,15 +477,22 @@ SHARED_BROKER_ENV = {
 }
 
 
-def running_broker(tmp_path_factory: pytest.TempPathFactory, name: str,
-                   env: dict[str, str]) -> Iterator[BrokerProcess]:
-    """A broker started with ``env`` for a module-scoped fixture to yield, stopped after."""
-    proc = BrokerProcess(tmp_path_factory.mktemp(name) / "data", env=env)
+_Proc = TypeVar("_Proc", bound="BrokerProcess")
+
+
+def running(proc: _Proc) -> Iterator[_Proc]:
+    """``proc`` started, for a fixture to ``yield from``; stopped after."""
     try:
         proc.start()
         yield proc
     finally:
         proc.stop()
+
+
+def running_broker(tmp_path_factory: pytest.TempPathFactory, name: str,
+                   env: dict[str, str]) -> Iterator[BrokerProcess]:
+    """A broker started with ``env`` for a module-scoped fixture to yield, stopped after."""
+    return running(BrokerProcess(tmp_path_factory.mktemp(name) / "data", env=env))
 
 
 #: Fixtures whose use makes a test ``integration``: each starts (or needs) broker processes.
@@ -535,12 +542,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """The session's shared broker. Its internal topics have 4 partitions, not Kafka's
     50: a job that reads ``__consumer_offsets`` from the start (the lag query) then
     plans 4 Spark tasks instead of 50, and every tier pass walks 8 internal partitions."""
-    proc = BrokerProcess(tmp_path_factory.mktemp("shared-broker") / "data", env=SHARED_BROKER_ENV)
-    try:
-        proc.start()
-        yield proc
-    finally:
-        proc.stop()
+    yield from running_broker(tmp_path_factory, "shared-broker", SHARED_BROKER_ENV)
 
 
 @pytest.fixture(scope="session")
@@ -549,12 +551,7 @@ def few_topics_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brok
     shared one holds by their turn: views over *every* topic (``register_topics``
     without names, a follower over all of them). On the shared broker, late in a full
     run, they took 56-103 s each; here they see only their own topics."""
-    proc = BrokerProcess(tmp_path_factory.mktemp("few-topics-broker") / "data", env=SHARED_BROKER_ENV)
-    try:
-        proc.start()
-        yield proc
-    finally:
-        proc.stop()
+    yield from running_broker(tmp_path_factory, "few-topics-broker", SHARED_BROKER_ENV)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.conftest import READY_TIMEOUT_S, SHARED_BROKER_ENV, BrokerProcess, free_port
+from tests.conftest import READY_TIMEOUT_S, SHARED_BROKER_ENV, BrokerProcess, free_port, running
 
 
 class KafkaBroker(BrokerProcess):
@@ -47,12 +47,7 @@ class KafkaBroker(BrokerProcess):
 
 @pytest.fixture(scope="package")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    proc = KafkaBroker(tmp_path_factory.mktemp("kafka-broker") / "data")
-    try:
-        proc.start()
-        yield proc
-    finally:
-        proc.stop()
+    yield from running(KafkaBroker(tmp_path_factory.mktemp("kafka-broker") / "data"))
 
 
 #: ACLs on; a resource without ACLs is open to everyone, so each test restricts only its
@@ -67,9 +62,4 @@ ACL_ENV = {
 @pytest.fixture(scope="package")
 def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """A Kafka-listener broker with the ACL authorizer on (one for the package's modules)."""
-    proc = KafkaBroker(tmp_path_factory.mktemp("kafka-acl") / "data", env=ACL_ENV)
-    try:
-        proc.start()
-        yield proc
-    finally:
-        proc.stop()
+    yield from running(KafkaBroker(tmp_path_factory.mktemp("kafka-acl") / "data", env=ACL_ENV))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import fastavro
@@ -161,22 +162,15 @@ def decode_column(values: pa.Array | pa.ChunkedArray, schema_id: int, codec: wir
                   ) -> tuple[pa.Array, int]:
     """``values`` (wire format of ``schema_id``) decoded into :func:`arrow_type`'s type;
     the number of non-null values that did not decode (null in the column)."""
-    target = arrow_type(codec)
-    out: list[Any] = []
-    failures = 0
     prefix = struct.pack(">bi", wire.MAGIC, schema_id)
-    for data in values.to_pylist():
-        if data is None:
-            out.append(None)
-            continue
-        try:
-            if data[:5] != prefix:
-                raise wire.NotDecodable("not this schema's wire format")
-            out.append(_native(codec, data[5:]))
-        except wire.NotDecodable:
-            out.append(None)
-            failures += 1
-    return pa.array(out, target), failures
+
+    def decode(data: bytes) -> Any:
+        if data[:5] != prefix:
+            raise wire.NotDecodable("not this schema's wire format")
+        return _native(codec, data[5:])
+
+    out, failures = _decode_each(values, decode)
+    return pa.array(out, arrow_type(codec)), failures
 
 
 def decode_versions(values: pa.Array | pa.ChunkedArray, versions: dict[int, wire.Codec], latest: int
@@ -192,22 +186,14 @@ def decode_versions(values: pa.Array | pa.ChunkedArray, versions: dict[int, wire
     fit ``latest``'s type (an incompatible change made with compatibility NONE) is a
     counted null too."""
     reader = versions[latest]
-    target = arrow_type(reader)
-    out: list[Any] = []
-    failures = 0
-    for data in values.to_pylist():
-        if data is None:
-            out.append(None)
-            continue
-        try:
-            codec = versions.get(wire.schema_id_of(data))
-            if codec is None:
-                raise wire.NotDecodable("not a version of the subject")
-            out.append(_native(codec, data[5:], reader))
-        except wire.NotDecodable:
-            out.append(None)
-            failures += 1
-    return _fitted(out, target, failures)
+
+    def decode(data: bytes) -> Any:
+        codec = versions.get(wire.schema_id_of(data))
+        if codec is None:
+            raise wire.NotDecodable("not a version of the subject")
+        return _native(codec, data[5:], reader)
+
+    return _fitted(*_decode_each(values, decode), arrow_type(reader))
 
 
 def decode_unframed(values: pa.Array | pa.ChunkedArray, codec: wire.Codec) -> tuple[pa.Array, int]:
@@ -215,7 +201,18 @@ def decode_unframed(values: pa.Array | pa.ChunkedArray, codec: wire.Codec) -> tu
     bytes of the schema's first Protobuf message -- decoded by ``codec`` (a subject's
     latest version, ``laketail.table.mode=value_schema_latest``) into its
     :func:`arrow_type`; the number of non-null values that did not decode (null)."""
-    target = arrow_type(codec)
+    def decode(data: bytes) -> Any:
+        if isinstance(codec, wire.ProtobufCodec):
+            data = b"\x00" + data  # the first message's index path, as _native reads it
+        elif isinstance(codec, wire.AvroCodec):
+            codec.check(data)  # to its last byte: a framed value is not read as Avro by chance
+        return _native(codec, data)
+
+    return _fitted(*_decode_each(values, decode), arrow_type(codec))
+
+
+def _decode_each(values: pa.Array | pa.ChunkedArray, decode: Callable[[bytes], Any]) -> tuple[list[Any], int]:
+    """``decode`` of each non-null value (None where it raised NotDecodable), and how many raised."""
     out: list[Any] = []
     failures = 0
     for data in values.to_pylist():
@@ -223,18 +220,14 @@ def decode_unframed(values: pa.Array | pa.ChunkedArray, codec: wire.Codec) -> tu
             out.append(None)
             continue
         try:
-            if isinstance(codec, wire.ProtobufCodec):
-                data = b"\x00" + data  # the first message's index path, as _native reads it
-            elif isinstance(codec, wire.AvroCodec):
-                codec.check(data)  # to its last byte: a framed value is not read as Avro by chance
-            out.append(_native(codec, data))
+            out.append(decode(data))
         except wire.NotDecodable:
             out.append(None)
             failures += 1
-    return _fitted(out, target, failures)
+    return out, failures
 
 
-def _fitted(values: list[Any], target: pa.DataType, failures: int) -> tuple[pa.Array, int]:
+def _fitted(values: list[Any], failures: int, target: pa.DataType) -> tuple[pa.Array, int]:
     """``values`` as an array of ``target``, and ``failures`` plus the values that do not
     fit it (an incompatible change made with compatibility NONE): those become null,
     the others are kept."""
