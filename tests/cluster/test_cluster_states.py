@@ -99,8 +99,11 @@ class ClusterStates(RuleBasedStateMachine):
 
     @rule()
     def check_isr(self) -> None:
-        self.cluster.check_isr()
-        self._run(self.cluster.settle())
+        async def round_of_isr_checks() -> None:  # in the loop: a shrink is sent as a task
+            self.cluster.check_isr()
+            await self.cluster.settle()
+
+        self._run(round_of_isr_checks())
 
     @rule(partition=st.integers(0, PARTITIONS - 1))
     def produce(self, partition: int) -> None:

@@ -9,6 +9,7 @@ import asyncio
 
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 
 from laketail.produce_path import PRODUCE_SCHEMA
 from tests.cluster.harness import HEARTBEAT_MS, LAG_MS, SESSION_MS, Cluster
@@ -271,5 +272,39 @@ def test_a_controller_deposed_while_it_had_nothing_to_write_steps_down_and_the_c
 
         await c.until("every partition led and fully in sync again", healed, step=rounds, rounds=60)
         assert old.cluster.image.controller_id == new.broker_id
+
+    run(tmp_path, scenario)
+
+
+def test_isr_changes_sent_together_share_one_write_of_the_controller(tmp_path):
+    """A broker back from a pause rejoins the ISR of every partition it follows, and each
+    partition's leader sends its own AlterPartition. Written one by one (a full
+    ``_system/replicas`` rewrite each, under the controller's lock), a hundred internal
+    partitions kept the lock for seconds; a returning broker's heartbeat waited behind
+    them past its timeout and the brokers took turns claiming the controller (the short
+    Jepsen run). The changes decided while a write is under way now share the next one."""
+
+    partitions = 24
+
+    async def scenario(c: Cluster) -> None:
+        await _topic(c, "t", partitions)
+        controller = c.controller()
+        away = next(b for b in c.brokers.values() if b is not controller)
+        c.network.isolated.add(away.broker_id)
+        c.paused.add(away.broker_id)
+        await c.advance(SESSION_MS + HEARTBEAT_MS)
+        assert all(away.broker_id not in c.registration("t", p).isr for p in range(partitions))
+
+        c.network.heal()
+        c.paused.clear()
+        await c.beat()  # it heartbeats and is alive again (a write of its own)
+        await c.until("it is alive to the controller", lambda: controller.cluster.active_controller.brokers[
+            away.broker_id].alive)
+        writes_before = DeltaTable(f"{c.root}/_system/replicas").version()
+        await c.until("it is back in every ISR", lambda: all(
+            away.broker_id in c.registration("t", p).isr for p in range(partitions)))
+        writes = DeltaTable(f"{c.root}/_system/replicas").version() - writes_before
+        assert writes <= partitions // 4, f"{writes} writes for {partitions} ISR expansions"
+        await c.until("and every broker knows", lambda: c.converged("t", partitions))
 
     run(tmp_path, scenario)

@@ -26,6 +26,13 @@ interval and steps down when it moved on.
 Time: liveness, session deadlines and registration times read the node's injected
 clock (:attr:`ClusterNode.clock`), so a test moves them by hand.
 
+ISR changes are group-committed: each is decided under the lock at once, and every
+change decided while a write is under way goes into the next write together
+(:meth:`_write_soon`). When a broker returns, each partition it follows sends its own
+AlterPartition; written one by one, a hundred internal partitions held the lock for
+seconds, a heartbeat of a returning broker waited behind them past its timeout, and the
+brokers took turns claiming the controller.
+
 Thread-safety: event loop only; one lock serialises changes; table writes run in
 worker threads.
 """
@@ -103,6 +110,9 @@ class Controller:
         self._last_leo_write = self.clock.monotonic()
         self._verified_at = self.clock.monotonic()
         self._alone_since: float | None = None  # since when no broker is heard from (:meth:`_cut_off`)
+        self._unwritten = False  # decisions taken but not yet in the store (:meth:`_write_soon`)
+        self._next_write: asyncio.Future | None = None
+        self._writer: asyncio.Task | None = None
         self.active = False
 
     # -- activation ------------------------------------------------------------------------
@@ -181,6 +191,7 @@ class Controller:
         self._leos_dirty = False
         self._last_leo_write = self.clock.monotonic()
         if publish:
+            self._unwritten = False
             self.version += 1
             await self.node.apply_image(self.image())
 
@@ -347,12 +358,38 @@ class Controller:
             for r in wanted:
                 if r not in reg.isr and not self._alive(r):
                     raise InvalidRequest(f"broker {r} is not alive: it cannot join the ISR of {topic}-{partition}")
-            if wanted != reg.isr:
+            changed = wanted != reg.isr
+            if changed:
                 log.info("%s-%d ISR %s -> %s", topic, partition, reg.isr, wanted)
                 reg.isr = wanted
                 reg.partition_epoch += 1
-                await self._persist()
-            return PartitionRegistration(**vars(reg))
+                self._unwritten = True
+            answer = PartitionRegistration(**vars(reg))
+        if changed:
+            # The waiter may be cancelled (its client gone); the write goes on for the others.
+            await asyncio.shield(self._write_soon())
+        return answer
+
+    def _write_soon(self) -> asyncio.Future:
+        """The write that will carry the changes decided so far: the next one to take the
+        lock. Changes decided while a write is under way wait for it and share the next."""
+        if self._next_write is None:
+            self._next_write = asyncio.get_running_loop().create_future()
+            self._writer = asyncio.create_task(self._write_queued(self._next_write), name="laketail-controller-write")
+        return self._next_write
+
+    async def _write_queued(self, done: asyncio.Future) -> None:
+        async with self._lock:
+            self._next_write = None  # from here on, a change waits for the write after this one
+            try:
+                if not self.active:
+                    raise NotController(f"broker {self.node.broker_id} is no longer the controller")
+                if self._unwritten:  # else another decision's write already carried them
+                    await self._persist()
+            except Exception as exc:
+                done.set_exception(exc)
+            else:
+                done.set_result(None)
 
     # -- topics ------------------------------------------------------------------------------------------
 
