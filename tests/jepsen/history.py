@@ -164,6 +164,8 @@ class History:
     log: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
     committed_log: dict[int, list[str]] = field(default_factory=dict)
     nemesis: list[dict] = field(default_factory=list)
+    #: the controller epoch in the store at the end: how many times the controller was claimed
+    controller_epoch: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -181,6 +183,7 @@ class History:
             log={int(p): [(int(o), str(v)) for o, v in rows] for p, rows in raw["log"].items()},
             committed_log={int(p): list(vs) for p, vs in raw["committed_log"].items()},
             nemesis=raw.get("nemesis", []),
+            controller_epoch=raw.get("controller_epoch", 0),
         )
 
 

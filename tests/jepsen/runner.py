@@ -59,6 +59,7 @@ from jepsen.history import (
     check,
     summary,
 )
+from laketail.cluster.store import ClusterStore
 from laketail.errors import LaketailError, for_kafka_name
 
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"
@@ -510,6 +511,7 @@ def run(cluster: Cluster, plan: Plan, holder: dict[str, Run] | None = None) -> H
             t.join(timeout=max(0.0, deadline - time.monotonic()))
     cluster.wait_healthy(TOPIC, "before reading back")
     state.read_back()
+    state.history.controller_epoch = ClusterStore(str(cluster.root)).controller()[1]
     return state.history
 
 
@@ -546,7 +548,8 @@ def write_report(out: Path, plan: Plan, history: History, findings: list[Finding
         f"reads {len(history.reads)}",
         f"- producer ids handed out {len(history.grants)}; broker starts {len(history.starts)} "
         f"({sum(not s.ok for s in history.starts)} failed)",
-        f"- faults {len(faults)}: {Counter_of(e['action'] for e in faults)}", "",
+        f"- faults {len(faults)}: {Counter_of(e['action'] for e in faults)}; controller claimed "
+        f"{history.controller_epoch} times (a controller that flaps claims far more often than faults kill one)", "",
         "| check | findings |", "|---|---|", *[f"| {k} | {v} |" for k, v in counts.items()], "",
         "## Findings", "", *([f"- {f}" for f in findings[:200]] or ["none"]), "",
         "## Nemesis", "", *[f"- t={e['t']}: {e['action']} broker {e['broker']}" for e in history.nemesis],
@@ -570,7 +573,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results/jepsen"))
     args = parser.parse_args(argv)
     plan = Plan(seed=args.seed, seconds=args.minutes * 60)
-    out = args.out / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    # Absolute: each broker runs in a directory of its own, where a relative data root would
+    # name three roots, and three clusters of one broker each (make soak did that).
+    out = args.out.resolve() / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     cluster = Cluster(out / "cluster", env=WITH_TIER_CHILD)  # the production layout
     try:
         history, broke = run_to_history(cluster.start(), plan)
