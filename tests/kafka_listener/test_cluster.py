@@ -138,6 +138,17 @@ def test_produce_and_fetch_to_a_follower_are_not_leader_or_follower(kafka_cluste
                                           "topics": []}, correlation_id=11)
         part = incremental.responses[0].partitions[0]
         assert (int(part.error_code), part.current_leader.leader_id) == (6, leader)
+        # Fetch v16 (KIP-951, topics by id): the refusal lists where the leader listens
+        topic_id = _call(sock, 3, 12, {"topics": [{"name": topic, "topic_id": None}],
+                                       "allow_auto_topic_creation": False}, correlation_id=13).topics[0].topic_id
+        by_id = _call(sock, 1, 16, {**session_fetch, "session_epoch": -1, "topics": [
+            {"topic_id": topic_id, "partitions": [{"partition": 0, "fetch_offset": 0,
+                                                   "partition_max_bytes": 1 << 20}]}]}, correlation_id=14)
+        assert by_id.responses[0].topic_id == topic_id
+        part = by_id.responses[0].partitions[0]
+        assert (int(part.error_code), part.current_leader.leader_id) == (6, leader)
+        assert [(n.node_id, n.host, n.port) for n in by_id.node_endpoints] == [
+            (leader, "127.0.0.1", kafka_cluster.kafka_ports[leader])]
     assert kafka_cluster.partitions(topic)[0]["leader"] == leader
     # nothing was written through the follower
     assert kafka_cluster.get(kafka_cluster[leader], f"/topics/{topic}/partitions/0/offsets").json()["end_offset"] == 0

@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import uuid
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from kio.index import load_entity_schema
@@ -82,6 +83,7 @@ CLUSTER_AUTHORIZATION_FAILED = 31
 UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
 INVALID_PRODUCER_EPOCH = 47
+UNKNOWN_TOPIC_ID = 100
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 ACKS = {0: "0", 1: "1", -1: "all"}
 
@@ -158,6 +160,7 @@ class KafkaApis:
             self.handlers.update(part.handlers)
         self.handlers.update(sasl.AFTER_AUTHENTICATION)  # the SASL exchange itself is sasl.SaslGate's
         self.leader_gate = LeaderGate(self)  # Produce and Fetch only on the partition's leader
+        self._names_by_id: dict[uuid.UUID, str] = {}  # KIP-516's topic ids (Fetch v13+), see _names_of
         self.handlers[0] = self.leader_gate.produce(self.handlers[0])
         assert set(self.handlers) == set(SUPPORTED), "every served API has a handler and only those"
 
@@ -237,6 +240,7 @@ class KafkaApis:
             out["error_code"] = error_code(exc)
             return out
         out["is_internal"] = info.internal
+        out["topic_id"] = uuid.UUID(info.topic_id)  # Metadata v10+ (KIP-516): what Fetch v13+ names it by
         out["partitions"] = [self._partition_metadata(name, p, listed) for p in range(info.partitions)]
         return out
 
@@ -314,9 +318,17 @@ class KafkaApis:
 
     async def fetch(self, request: Request, session: Session) -> dict:
         body = request.body
-        requested = {(t.topic, p.partition): (p.fetch_offset, p.partition_max_bytes)
-                     for t in body.topics for p in t.partitions}
-        forgotten = [(t.topic, p) for t in getattr(body, "forgotten_topics_data", ()) for p in t.partitions]
+        forgotten_topics = getattr(body, "forgotten_topics_data", ())
+        by_id = request.api_version >= 13  # KIP-516: from v13 topics are named by id
+        names = self._names_of([t.topic_id for t in (*body.topics, *forgotten_topics)]) if by_id else {}
+
+        def name_of(t: Any) -> str | None:
+            return names.get(t.topic_id) if by_id else t.topic
+
+        requested = {(name, p.partition): (p.fetch_offset, p.partition_max_bytes)
+                     for t in body.topics if (name := name_of(t)) is not None for p in t.partitions}
+        unknown_ids = [(t.topic_id, p.partition) for t in body.topics if name_of(t) is None for p in t.partitions]
+        forgotten = [(name, p) for t in forgotten_topics if (name := name_of(t)) is not None for p in t.partitions]
         context = self.fetch_sessions.new_context(  # v4-6 have no session: sessionless (0, -1)
             getattr(body, "session_id", INVALID_SESSION_ID), getattr(body, "session_epoch", FINAL_EPOCH),
             requested, forgotten, session.principal, self.broker.clock.now_ms())
@@ -326,15 +338,50 @@ class KafkaApis:
                                               for t, p, o, m in wanted)))
         wait_ms = ms(body.max_wait)
         if wait_ms > 0 and wanted and sum(len(a["records"]) for a in answers) < max(body.min_bytes, 1) and all(
-                a["error_code"] == 0 for a in answers):  # an error answers at once, as Kafka's fetch does
+                a["error_code"] == 0 for a in answers) and not unknown_ids:  # an error answers at once, as Kafka's
             answers = await self._long_poll(wanted, answers, wait_ms, isolation, session)
         answer = context.respond([((t, p), a) for (t, p, _, _), a in zip(wanted, answers)],
                                  self.broker.clock.now_ms())
         by_topic: dict[str, list[dict]] = {}
         for (topic, _), part in answer.partitions:
             by_topic.setdefault(topic, []).append(part)
-        return {"throttle_time": 0, "error_code": answer.error_code, "session_id": answer.session_id,
-                "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+        responses = [{"topic": t, "topic_id": self._topic_id(t) if by_id else None, "partitions": ps}
+                     for t, ps in by_topic.items()]
+        for topic_id, partition in unknown_ids:  # answered, and never kept in the session (as Kafka does)
+            responses.append({"topic_id": topic_id, "partitions": [
+                {**_empty_fetch_partition(partition), "error_code": UNKNOWN_TOPIC_ID}]})
+        out = {"throttle_time": 0, "error_code": answer.error_code, "session_id": answer.session_id,
+               "responses": responses}
+        if request.api_version >= 16:  # KIP-951: where the refused partitions' leaders listen
+            leaders = {part["current_leader"]["leader_id"] for ps in by_topic.values() for part in ps
+                       if "current_leader" in part}
+            out["node_endpoints"] = self.leader_gate.endpoints_of(leaders)
+        return out
+
+    def _topic_id(self, name: str) -> uuid.UUID | None:
+        """The topic's id (KIP-516); None, written as the zero id, for one the catalog no
+        longer has (a fetch session's topic deleted since)."""
+        try:
+            return uuid.UUID(self.broker.topic(name).topic_id)
+        except Exception:  # noqa: BLE001 - unknown topic
+            return None
+
+    def _names_of(self, ids: list[uuid.UUID | None]) -> dict[uuid.UUID, str]:
+        """The topics Fetch v13+ names by id, those the catalog has. Held between requests
+        and checked against the catalog on use (a topic deleted and created again under its
+        name gets a new id); an id not held rebuilds the map."""
+        known: dict[uuid.UUID, str] = {}
+        for topic_id in ids:
+            if topic_id is None:  # the zero id: no topic has it
+                continue
+            name = self._names_by_id.get(topic_id)
+            if name is not None and self._topic_id(name) == topic_id:
+                known[topic_id] = name
+            else:
+                self._names_by_id = {tid: n for n in self.broker.list_topics()
+                                     if (tid := self._topic_id(n)) is not None}
+                return {i: self._names_by_id[i] for i in ids if i is not None and i in self._names_by_id}
+        return known
 
     async def _long_poll(self, wanted: list, answers: list[dict], wait_ms: int, isolation: str,
                          session: Session) -> list[dict]:
@@ -366,9 +413,7 @@ class KafkaApis:
 
     async def _fetch_one(self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int,
                          isolation: Any, session: Session) -> dict:
-        out: dict[str, Any] = {"partition_index": partition, "error_code": 0, "high_watermark": -1,
-                               "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": [],
-                               "preferred_read_replica": -1, "records": b""}
+        out = _empty_fetch_partition(partition)
         if not self._allowed(session, Op.READ, R.TOPIC, topic):
             out["error_code"] = TOPIC_AUTHORIZATION_FAILED
             return out
@@ -726,3 +771,9 @@ def _encode_assignment(assignment: list[tuple[str, int]]) -> bytes:
     for t, parts in sorted(by_topic.items()):
         out += _string(t) + struct.pack(">i", len(parts)) + b"".join(struct.pack(">i", p) for p in sorted(parts))
     return bytes(out + struct.pack(">i", -1))
+
+
+def _empty_fetch_partition(partition: int) -> dict[str, Any]:
+    """A Fetch answer's partition before anything is known of it."""
+    return {"partition_index": partition, "error_code": 0, "high_watermark": -1, "last_stable_offset": -1,
+            "log_start_offset": -1, "aborted_transactions": [], "preferred_read_replica": -1, "records": b""}

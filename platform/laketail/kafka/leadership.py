@@ -20,8 +20,8 @@ to the handler, which answers them as before. A broker that leads everything (al
 costs one lookup per partition. ``acks=0`` produce is never refused: that client reads
 no answer, so the broker forwards it as the REST path does. Produce v10+ answers carry
 KIP-951's hints: each refused partition's ``current_leader`` and the leaders'
-``node_endpoints``. Fetch's ``node_endpoints`` come only with v16, which names topics by
-id and is not served.
+``node_endpoints``; Fetch v16 answers carry the same ``node_endpoints`` (the fetch handler
+adds them, :meth:`LeaderGate.endpoints_of`).
 """
 
 from __future__ import annotations
@@ -111,9 +111,14 @@ class LeaderGate:
                 part["current_leader"] = {"leader_id": leader, "leader_epoch": epoch}
                 leaders.add(leader)
         if leaders:
-            answer["node_endpoints"] = [{"node_id": b["node_id"], "host": b["host"], "port": b["port"],
-                                         "rack": b["rack"]} for b in self.brokers() if b["node_id"] in leaders]
+            answer["node_endpoints"] = self.endpoints_of(leaders)
         return answer
+
+    def endpoints_of(self, leaders: set[int]) -> list[dict]:
+        """KIP-951's ``node_endpoints``: where ``leaders`` listen on this listener (the
+        ones Metadata would list; none for a broker it would not)."""
+        return [{"node_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
+                for b in self.brokers() if b["node_id"] in leaders]
 
     def fetch_refusal(self, topic: str, partition: int) -> dict | None:
         """A Fetch partition's answer fields when another broker leads it (with Fetch

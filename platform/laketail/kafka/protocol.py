@@ -41,7 +41,7 @@ from kio.static.primitive import i32Timedelta, i64Timedelta
 #: api key -> (name, min version, max version): every API laketail's Kafka listener serves.
 SUPPORTED: dict[int, tuple[str, int, int]] = {
     0: ("Produce", 3, 10),  # v10: KIP-951's leader hints (laketail.kafka.leadership)
-    1: ("Fetch", 4, 12),
+    1: ("Fetch", 4, 16),  # v13+: topics by id (KIP-516); v16: KIP-951's node_endpoints
     2: ("ListOffsets", 1, 7),
     3: ("Metadata", 0, 12),
     8: ("OffsetCommit", 2, 8),
