@@ -16,6 +16,10 @@ takes the coordinators over; one partition by :meth:`OffsetStore.load_partition`
 a write replays the records it appended once they are acknowledged. A restart so reads
 back exactly the state the writes made.
 
+Which partitions run here is :attr:`OffsetStore.ownership`
+(:mod:`laketail.coordinator.shards`): a group whose partition is not elected here is
+answered NOT_COORDINATOR, one whose partition is still loading COORDINATOR_LOAD_IN_PROGRESS.
+
 Record format (JSON, so SQL over the topic's Delta table can read it):
 
 * key   ``{"group": g, "topic": t, "partition": p}``
