@@ -278,7 +278,7 @@ class Broker:
             self._coordinator_load = None
         self._first_load_attempt.set()
         self.groups.resign()
-        for partition in self.offsets.ownership.owned():  # their state is the next coordinator's
+        for partition in range(self.offsets.num_partitions):  # their state is the next coordinator's
             self.groups.unload_partition(partition)
         self.offsets.unload()
         self.transactions.unload()

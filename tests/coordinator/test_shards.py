@@ -244,3 +244,36 @@ def test_transaction_shards_load_and_unload_one_partition_at_a_time() -> None:
         assert len(second.timer) == 1
 
     asyncio.run(scenario())
+
+
+def test_a_deposed_broker_unloads_every_shard_and_its_groups(tmp_path):
+    """Giving the coordinators up unloads them (the state is the next coordinator's), and
+    taking them over again loads every shard from the log, not from what it held."""
+    from tests.api_inprocess import create_topic, gateway
+
+    with gateway(tmp_path / "data") as gw:
+        create_topic(gw, "t")
+        broker = gw.broker
+
+        async def scenario() -> None:
+            await broker.offsets.commit("g", {("t", 0): CommittedOffset(3)})
+            await broker.groups.join("members", "", topics=["t"], session_timeout_ms=10_000)
+            pid, _ = await broker.transactions.init_producer_id("app")
+            assert broker.groups.group("members") is not None
+
+            broker.give_up_coordinators()
+            with pytest.raises(NotCoordinator):
+                broker.offsets.committed("g", ("t", 0))
+            with pytest.raises(NotCoordinator):
+                broker.transactions.describe("app")
+            assert broker.groups.group("members") is None  # its members rejoin at the next coordinator
+            assert broker.offsets.groups() == [] and broker.transactions.transactional_id_of(pid) is None
+
+            broker.take_over_coordinators()
+            while not broker.coordinators_loaded:
+                await asyncio.sleep(0.02)
+            assert broker.offsets.committed("g", ("t", 0)).offset == 3
+            assert broker.transactions.transactional_id_of(pid) == "app"
+            assert broker.offsets.epoch == broker.coordinator_epoch() >= 1
+
+        gw.run(scenario())
