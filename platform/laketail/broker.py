@@ -278,6 +278,10 @@ class Broker:
             self._coordinator_load = None
         self._first_load_attempt.set()
         self.groups.resign()
+        for partition in range(self.offsets.num_partitions):  # their state is the next coordinator's
+            self.groups.unload_partition(partition)
+        self.offsets.unload()
+        self.transactions.unload()
 
     def check_coordinating(self) -> None:
         """Raise unless the coordinators here may answer: COORDINATOR_LOAD_IN_PROGRESS
@@ -353,8 +357,9 @@ class Broker:
         """Rebuild the group and transaction coordinators from their internal topics, each
         partition to the high watermark its leader reached (``read_to_log_end``). Raises
         what a read raises; the caller (:meth:`take_over_coordinators`) retries."""
-        await self.offsets.load()
-        await self.transactions.load()
+        epoch = self.coordinator_epoch()  # every shard is elected at it (docs/architecture.md §9.1)
+        await self.offsets.load(epoch)
+        await self.transactions.load(epoch)
         await self.transactions.recover()
         await self.schemas.load()
 

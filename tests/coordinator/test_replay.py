@@ -5,6 +5,7 @@ coordinator log (``coordinator.fakes``) and a ``ManualClock``: milliseconds per 
 
 import asyncio
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ from laketail.coordinator.offsets import (
     OffsetStore,
 )
 from laketail.coordinator.transactions import TXN_TOPIC, TransactionCoordinator, decode_key
-from laketail.errors import LaketailError
+from laketail.errors import LaketailError, NotCoordinator
 
 GROUPS = st.sampled_from(["g1", "g2", "g3", "orders"])
 TPS = st.tuples(st.sampled_from(["t", "u"]), st.integers(0, 1))
@@ -192,7 +193,8 @@ def test_a_partitions_shard_unloads_and_loads_alone() -> None:
 
         store.unload_partition(partition)
         assert store.groups() == sorted(elsewhere)
-        assert store.committed("group-0", ("t", 0)) is None
+        with pytest.raises(NotCoordinator):  # its groups are coordinated elsewhere now
+            store.committed("group-0", ("t", 0))
 
         await store.load_partition(partition)
         assert store.groups() == sorted(groups)

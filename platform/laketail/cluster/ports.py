@@ -88,3 +88,22 @@ class ClusterHost(Protocol):
     def schedule_tiering(self, topic: str) -> None:
         """Tier the topic at the tierer's next pass (a new leader with untiered records)."""
         ...
+
+
+class LeadershipListener(Protocol):
+    """Told when this broker takes up or gives up a partition's leadership (Kafka's
+    metadata publisher calls the group and transaction coordinators' ``onElection`` /
+    ``onResignation`` so): registered in :attr:`ReplicaManager.listeners
+    <laketail.cluster.replicas.ReplicaManager.listeners>`, called on the event loop from
+    the apply of a cluster image, for every partition (a listener picks its topics). It
+    must return at once (schedule its work) and not raise; one that raises is logged."""
+
+    def on_election(self, topic: str, partition: int, leader_epoch: int) -> None:
+        """This broker now leads ``topic-partition`` at ``leader_epoch``."""
+        ...
+
+    def on_resignation(self, topic: str, partition: int, leader_epoch: int | None) -> None:
+        """This broker no longer leads ``topic-partition``: ``leader_epoch`` is the
+        epoch of the registration that moved it (another leader, or none), None when
+        the partition is gone (its topic deleted)."""
+        ...

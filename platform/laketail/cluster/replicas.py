@@ -43,6 +43,7 @@ from laketail.storage.partition_log import OffsetBelowHotTier, PartitionLog
 
 if TYPE_CHECKING:
     from laketail.cluster.node import ClusterNode
+    from laketail.cluster.ports import LeadershipListener
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,8 @@ class ReplicaManager:
         self._fetchers: dict[int, asyncio.Task] = {}
         self._isr_task: asyncio.Task | None = None
         self._applied = asyncio.Event()  # set (and replaced) at the end of each apply
+        #: told of every leadership this broker takes up or gives up (cluster/ports.py)
+        self.listeners: list[LeadershipListener] = []
 
     def stop(self) -> None:
         """Cancel the fetcher tasks and the ISR check (shutdown; they end at their next await)."""
@@ -207,6 +210,7 @@ class ReplicaManager:
         plog.lead(lambda _plog: self._update_hw(state))
         log.info("%s-%d: leading at epoch %d (ISR %s)", reg.topic, reg.partition, reg.leader_epoch, reg.isr)
         self._update_hw(state)
+        self._tell("on_election", reg.topic, reg.partition, reg.leader_epoch)
         if plog.log_end_offset > plog.tiered_offset:
             # Records the previous leader left untiered: tier them at the next pass. (A new
             # partition has none, and its first pass waits table.flush.interval.ms.)
@@ -214,7 +218,7 @@ class ReplicaManager:
 
     def _become_follower(self, reg: PartitionRegistration, plog: PartitionLog) -> None:
         key = (reg.topic, reg.partition)
-        self._stop_leading(key)
+        self._stop_leading(key, reg.leader_epoch)
         plog.follow()
         self.following[key] = reg
         if reg.leader == NO_LEADER:
@@ -222,10 +226,11 @@ class ReplicaManager:
         else:
             log.info("%s-%d: following broker %d at epoch %d", reg.topic, reg.partition, reg.leader, reg.leader_epoch)
 
-    def _stop_leading(self, key: tuple[str, int]) -> None:
+    def _stop_leading(self, key: tuple[str, int], leader_epoch: int | None = None) -> None:
         state = self.leading.pop(key, None)
         if state is None:
             return
+        self._tell("on_resignation", key[0], key[1], leader_epoch)
         state.plog.follow()
         for _, future in state.waiters:
             if not future.done():
@@ -233,6 +238,14 @@ class ReplicaManager:
                     f"{key[0]}-{key[1]}: broker {self.me} stopped leading before the record was replicated"
                 ))
         state.waiters.clear()
+
+    def _tell(self, event: str, topic: str, partition: int, leader_epoch: int | None) -> None:
+        """Call ``event`` (on_election, on_resignation) on every listener."""
+        for listener in list(self.listeners):
+            try:
+                getattr(listener, event)(topic, partition, leader_epoch)
+            except Exception:
+                log.exception("%s-%d: a leadership listener's %s failed", topic, partition, event)
 
     def forget_topic(self, topic: str) -> None:
         for key in [k for k in self.leading if k[0] == topic]:

@@ -184,6 +184,7 @@ class GroupCoordinator:
         strategies = [s for s in strategies if s in ASSIGNORS]
         if not strategies:
             raise InconsistentGroupProtocol(f"no supported partition.assignment.strategy among {ASSIGNORS}")
+        self.offsets.check_group(group_id)  # its partition runs here and is loaded
         group = self._groups.setdefault(group_id, Group(group_id))
         now = self.clock.monotonic()
         if member_id:
@@ -333,6 +334,7 @@ class GroupCoordinator:
         )
 
     def _member(self, group_id: str, member_id: str) -> tuple[Group, Member]:
+        self.offsets.check_group(group_id)
         group = self._groups.get(group_id)
         member = group.members.get(member_id) if group else None
         if group is None or member is None:
@@ -380,6 +382,21 @@ class GroupCoordinator:
             return
         self._prepare_rebalance(group, now)
         self._maybe_complete(group, now)
+
+    def unload_partition(self, partition: int) -> None:
+        """Kafka's ``onResignation`` for the groups of one ``__consumer_offsets``
+        partition (call it with :meth:`OffsetStore.unload_partition`): their joins still
+        waiting are answered NOT_COORDINATOR, their deadlines cancelled, and the groups
+        forgotten here; their members find the new coordinator and rejoin there."""
+        for group_id in [g for g in self._groups if self.offsets.partition_of(g) == partition]:
+            group = self._groups.pop(group_id)
+            self._cancel_rebalance_deadlines(group)
+            for member in group.members.values():
+                self.timer.cancel(("session", group_id, member.member_id))
+                waiter, member.join_waiter = member.join_waiter, None
+                if waiter is not None and not waiter.done():
+                    waiter.set_exception(NotCoordinator(
+                        f"group '{group_id}' is no longer coordinated here: find its coordinator and rejoin"))
 
     def resign(self) -> None:
         """This broker stops coordinating (it is shutting down): every join still waiting

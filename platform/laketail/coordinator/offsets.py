@@ -16,6 +16,10 @@ takes the coordinators over; one partition by :meth:`OffsetStore.load_partition`
 a write replays the records it appended once they are acknowledged. A restart so reads
 back exactly the state the writes made.
 
+Which partitions run here is :attr:`OffsetStore.ownership`
+(:mod:`laketail.coordinator.shards`): a group whose partition is not elected here is
+answered NOT_COORDINATOR, one whose partition is still loading COORDINATOR_LOAD_IN_PROGRESS.
+
 Record format (JSON, so SQL over the topic's Delta table can read it):
 
 * key   ``{"group": g, "topic": t, "partition": p}``
@@ -52,6 +56,7 @@ import pyarrow as pa
 from laketail.bounds import INT64_MAX, bounded_int
 from laketail.coordinator.isolation import IsolatedPartitions
 from laketail.coordinator.ports import coordinator_batch
+from laketail.coordinator.shards import ShardOwnership
 from laketail.errors import InvalidProducerEpoch, NotCoordinator, OffsetMetadataTooLarge, UnknownTopicOrPartition
 from laketail.records import data_records
 
@@ -219,6 +224,11 @@ class OffsetStore:
         #: Partitions whose table is damaged (CORRUPT_MESSAGE): isolated, their groups
         #: refused, reloaded by :meth:`load_unavailable` once repaired.
         self.isolated = IsolatedPartitions(OFFSETS_TOPIC)
+        #: Which partitions run here and are loaded (elected by :meth:`load` or
+        #: :meth:`load_partition`, resigned by :meth:`unload_partition`)
+        self.ownership = ShardOwnership(OFFSETS_TOPIC)
+        #: the epoch of the last :meth:`load` (the coordinators' take-over)
+        self.epoch = 0
 
     # -- the topic -----------------------------------------------------------------------------
 
@@ -244,45 +254,79 @@ class OffsetStore:
         """Isolated (damaged) partitions -> why; see :mod:`laketail.coordinator.isolation`."""
         return self.isolated.unavailable
 
-    async def load(self) -> None:
-        """Rebuild every shard from the log (each partition's records replayed in order).
+    async def load(self, epoch: int | None = None) -> None:
+        """Run every partition of the topic here, elected at ``epoch`` (default: the
+        epoch of the last load), each shard rebuilt from the log (its records replayed in
+        order) and served once read.
 
-        What was loaded replaces what this store had; a partition that cannot be read
-        whole is isolated and has no shard until :meth:`load_unavailable` loads it."""
-        if OFFSETS_TOPIC not in self.internal_log.list_topics():
+        What was loaded replaces what this store had (a partition elected at a newer
+        epoch already is left as it is); a partition that cannot be read whole is
+        isolated and stays loading until :meth:`load_unavailable` loads it. Raises what a
+        read raises (the partitions not read yet stay loading)."""
+        if OFFSETS_TOPIC in self.internal_log.list_topics():
+            self.num_partitions = self.internal_log.topic(OFFSETS_TOPIC).partitions
+            self._exists = True
+        epoch = self.epoch if epoch is None else epoch
+        self.epoch = epoch
+        self.ownership.pin(range(0), epoch)
+        elected = [p for p in range(self.num_partitions) if self.ownership.elect(p, epoch)]
+        for partition in set(self._shards) - set(self.ownership.owned()) | set(elected):
+            self._shards.pop(partition, None)
+        self.skipped_records = 0
+        if not self._exists:  # nothing written yet: every shard is empty
+            for partition in elected:
+                self._install(partition, epoch, OffsetShard(partition), 0)
             return
-        self.num_partitions = self.internal_log.topic(OFFSETS_TOPIC).partitions
-        self._exists = True
-        shards: dict[int, OffsetShard] = {}
-        skipped = 0
 
         async def load_partition(partition: int) -> None:
-            nonlocal skipped
-            shard, shard_skipped = await self._read_shard(partition)
-            shards[partition] = shard
-            skipped += shard_skipped
+            shard, skipped = await self._read_shard(partition)
+            self._install(partition, epoch, shard, skipped)
 
-        await self.isolated.load(range(self.num_partitions), load_partition)
-        self._shards = shards
-        self.skipped_records = skipped
+        await self.isolated.load(elected, load_partition)
+        for partition, why in self.isolated.unavailable.items():
+            self.ownership.stall(partition, epoch, f"damaged, waiting for its repair: {why}")
 
     async def load_unavailable(self) -> None:
         """Load the partitions the last :meth:`load` isolated, each once it reads whole
         (its leader repaired it). Raises what a read raises; the caller retries."""
         await self.isolated.load_unavailable(self.load_partition)
 
-    async def load_partition(self, partition: int) -> None:
-        """(Re)build one partition's shard from the log and serve it (Kafka loads a
-        shard when its broker becomes the partition's leader). Raises what a read raises,
-        leaving the shard as it was."""
-        shard, skipped = await self._read_shard(partition)
-        self.skipped_records += skipped
-        self._shards[partition] = shard
+    async def load_partition(self, partition: int, epoch: int | None = None) -> None:
+        """Kafka's ``onElection``: run ``partition`` here from ``epoch`` on (default: the
+        epoch of the last :meth:`load`), answered COORDINATOR_LOAD_IN_PROGRESS until its
+        shard is rebuilt from the log and served. Raises what a read raises, and the
+        partition stays loading (the caller loads it again or unloads it); a load that
+        finishes after the partition was unloaded or elected again is dropped."""
+        epoch = self.epoch if epoch is None else epoch
+        if not self.ownership.elect(partition, epoch):
+            return  # elected at a newer epoch already
+        try:
+            shard, skipped = await self._read_shard(partition)
+        except Exception as exc:
+            self.ownership.stall(partition, epoch, f"its load failed: {exc}")
+            raise
+        self._install(partition, epoch, shard, skipped)
 
-    def unload_partition(self, partition: int) -> None:
-        """Stop serving one partition's groups here (its leadership moved away): their
-        offsets are forgotten until :meth:`load_partition` loads them again."""
-        self._shards.pop(partition, None)
+    def unload_partition(self, partition: int, epoch: int | None = None) -> None:
+        """Kafka's ``onResignation``: stop running ``partition`` here (its groups are
+        answered NOT_COORDINATOR) and forget its offsets, unless it was elected at a
+        newer epoch than ``epoch`` (None: whatever is held)."""
+        self.ownership.pin(range(self.num_partitions), self.epoch)
+        if self.ownership.resign(partition, epoch) or self.ownership.epoch(partition) is None:
+            self._shards.pop(partition, None)
+
+    def unload(self) -> None:
+        """Stop running every partition here (the coordinators moved away)."""
+        self.ownership.pin(range(0), self.epoch)
+        for partition in self.ownership.owned():
+            self.ownership.resign(partition)
+        self._shards = {}
+
+    def _install(self, partition: int, epoch: int, shard: OffsetShard, skipped: int) -> None:
+        """Serve a loaded shard, unless its partition was unloaded or elected again meanwhile."""
+        if self.ownership.activate(partition, epoch):
+            self._shards[partition] = shard
+            self.skipped_records += skipped
 
     async def _read_shard(self, partition: int) -> tuple[OffsetShard, int]:
         """A new shard with every record of ``partition`` replayed, and how many records
@@ -304,14 +348,37 @@ class OffsetStore:
     def replay(self, record: OffsetRecord) -> None:
         """Apply a record this coordinator has written (after its append succeeded): the
         same :meth:`OffsetShard.replay` a load goes through, so a restart reads back
-        exactly the state the writes made."""
-        partition = partition_for_group(record.group, self.num_partitions)
-        self._shards.setdefault(partition, OffsetShard(partition)).replay(record)
+        exactly the state the writes made. A record of a partition not loaded here is
+        left to that partition's next load (it reads it from the log)."""
+        shard = self._shard_for(record.group)
+        if shard is not None:
+            shard.replay(record)
+
+    def _shard_for(self, group: str) -> OffsetShard | None:
+        """The shard ``group``'s writes replay into: the one loaded, or (for a store that
+        runs every partition without elections) a new empty one."""
+        partition = partition_for_group(group, self.num_partitions)
+        shard = self._shards.get(partition)
+        if shard is None and self.ownership.everything:
+            shard = self._shards[partition] = OffsetShard(partition)
+        return shard
 
     def _check_available(self, group: str) -> None:
-        """COORDINATOR_LOAD_IN_PROGRESS for a group whose partition is isolated."""
+        """NOT_COORDINATOR for a group whose partition does not run here,
+        COORDINATOR_LOAD_IN_PROGRESS while it loads or is isolated."""
+        partition = partition_for_group(group, self.num_partitions)
         if self.isolated:
-            self.isolated.check(partition_for_group(group, self.num_partitions), f"group '{group}'")
+            self.isolated.check(partition, f"group '{group}'")
+        self.ownership.check(partition, f"group '{group}'")
+
+    def partition_of(self, group: str) -> int:
+        """The partition of ``__consumer_offsets`` that keeps ``group``'s state."""
+        return partition_for_group(group, self.num_partitions)
+
+    def check_group(self, group: str) -> None:
+        """Raise unless ``group``'s partition runs here and is loaded (the group
+        coordinator asks before it admits a member)."""
+        self._check_available(group)
 
     def _offsets_of(self, group: str) -> dict[TopicPartition, CommittedOffset]:
         shard = self._shards.get(partition_for_group(group, self.num_partitions))
@@ -346,11 +413,11 @@ class OffsetStore:
         }
         await self.ensure_topic()
         records = [OffsetRecord(group, tp, c) for tp, c in offsets.items()]
+        shard = self._shard_for(group)
         await self._append(group, records)
         if self.fence is not None:  # a deposed coordinator's commit is neither acknowledged nor served
             await self.fence.check_coordinator_epoch()
-        for record in records:
-            self.replay(record)
+        self._replay_written(shard, records)
 
     async def delete(self, group: str, tps: Iterable[TopicPartition]) -> None:
         """Tombstone the group's offsets for ``tps`` (expiry, group deletion)."""
@@ -360,9 +427,19 @@ class OffsetStore:
         if not records:
             return
         await self.ensure_topic()
+        shard = self._shard_for(group)
         await self._append(group, records)
+        self._replay_written(shard, records)
+
+    def _replay_written(self, shard: OffsetShard | None, records: list[OffsetRecord]) -> None:
+        """Replay acknowledged records into the shard that was served when they were
+        checked: if the partition was unloaded (or unloaded and loaded again) meanwhile,
+        its load read them from the log, and replaying them again over a newer load
+        could put an older value back."""
+        if shard is None or self._shards.get(shard.partition) is not shard:
+            return
         for record in records:
-            self.replay(record)
+            shard.replay(record)
 
     async def _append(self, group: str, records: list[OffsetRecord]) -> None:
         encoded = [record.encode() for record in records]

@@ -91,6 +91,7 @@ from laketail.coordinator.offsets import (
     partition_for_group,
 )
 from laketail.coordinator.ports import coordinator_batch
+from laketail.coordinator.shards import ShardOwnership
 from laketail.coordinator.timer import CoordinatorTimer
 from laketail.errors import (
     ConcurrentTransactions,
@@ -306,6 +307,12 @@ class TransactionCoordinator:
         #: Partitions whose table is damaged (CORRUPT_MESSAGE): isolated, what hashes to
         #: them refused, reloaded by :meth:`load_unavailable` once repaired.
         self.isolated = IsolatedPartitions(TXN_TOPIC)
+        #: Which partitions run here and are loaded (one shard each: the transactional
+        #: ids and sinks hashing to it; elected by :meth:`load` or :meth:`load_partition`,
+        #: resigned by :meth:`unload_partition`)
+        self.ownership = ShardOwnership(TXN_TOPIC)
+        #: the epoch of the last :meth:`load` (the coordinators' take-over)
+        self.epoch = 0
         #: Records of ``__transaction_state`` the last :meth:`load` could not decode.
         self.skipped_records = 0
         self._pause_after_prepare_s = int(os.environ.get(FAULT_PAUSE_AFTER_PREPARE_ENV) or 0) / 1000
@@ -327,10 +334,12 @@ class TransactionCoordinator:
     async def _write(self, key: StateKey, value: bytes | None) -> None:
         self._check_available(key)  # never over a partition not loaded (isolated): its later load would lose it
         await self._ensure_topic()
+        partition = self.partition_of(key)
+        generation = self.ownership.generation(partition)
         batch = pa.RecordBatch.from_pydict({
             "key": pa.array([encode_key(*key)], pa.binary()),
             "value": pa.array([value], pa.binary()),
-            "partition": pa.array([partition_for_group(legacy_name(key), self.num_partitions)], pa.int32()),
+            "partition": pa.array([partition], pa.int32()),
         })
         try:  # conditional on this coordinator's epoch (see CoordinatorFence)
             await self.internal_log.produce(TXN_TOPIC, batch, acks="all", producer=coordinator_batch(self.fence),
@@ -339,6 +348,10 @@ class TransactionCoordinator:
             raise NotCoordinator(f"a newer coordinator has written to {TXN_TOPIC}: {exc}") from exc
         if self.fence is not None:  # a deposed coordinator goes no further (the client retries at the new one)
             await self.fence.check_coordinator_epoch()
+        if self.ownership.generation(partition) != generation:
+            # unloaded (maybe loaded again) meanwhile: its load read the record from the log
+            raise NotCoordinator(f"{TXN_TOPIC}-{partition} was unloaded while the write of {key[0]} "
+                                 f"'{key[1]}' was in flight; retry at its coordinator")
         self.replay(key, value)
 
     def _skip(self, partition: int, offset: int, why: object) -> None:
@@ -464,30 +477,40 @@ class TransactionCoordinator:
         if self._by_pid:
             self._pid_floor = max(self._pid_floor, max(self._by_pid) + 1)
 
-    async def load(self) -> None:
-        """Rebuild from ``__transaction_state``: each key's latest record, replayed.
+    async def load(self, epoch: int | None = None) -> None:
+        """Run every partition here, elected at ``epoch``, rebuilt from
+        ``__transaction_state``: each key's latest record, replayed.
 
         Forgiving: a record that cannot be decoded is skipped, logged and counted in
         :attr:`skipped_records`, and the rest is loaded. A damaged partition is isolated
         (:attr:`isolated`): its transactional ids and sinks are answered
         COORDINATOR_LOAD_IN_PROGRESS until :meth:`load_unavailable` reads it whole."""
-        if TXN_TOPIC not in self.internal_log.list_topics():
-            return
-        self._topic_ready = True
-        self.num_partitions = self.internal_log.topic(TXN_TOPIC).partitions
+        if TXN_TOPIC in self.internal_log.list_topics():
+            self._topic_ready = True
+            self.num_partitions = self.internal_log.topic(TXN_TOPIC).partitions
         self.skipped_records = 0
+        epoch = self.epoch if epoch is None else epoch
+        self.epoch = epoch
+        self.ownership.pin(range(0), epoch)
+        elected = [p for p in range(self.num_partitions) if self.ownership.elect(p, epoch)]
         loaded: dict[int, dict[StateKey, tuple[bytes | None, int]]] = {}
 
         async def load_partition(partition: int) -> None:
             loaded[partition] = await self._read_partition(partition)
 
-        await self.isolated.load(range(self.num_partitions), load_partition)
+        if self._topic_ready:
+            await self.isolated.load(elected, load_partition)
+        else:  # nothing written yet: every shard is empty
+            loaded = dict.fromkeys(elected, {})
         # What was loaded replaces what this coordinator had (a reload on becoming the
         # controller again must not keep state another coordinator has since changed).
-        self._txns, self._by_pid, self._pid_of, self._sinks = {}, {}, {}, {}
-        self.timer, self._timed_out = CoordinatorTimer(self.clock), set()
+        for partition in elected:
+            self._forget_partition(partition)
         for partition, latest in loaded.items():
-            self._replay_loaded(partition, latest)
+            if self.ownership.activate(partition, epoch):
+                self._replay_loaded(partition, latest)
+        for partition, why in self.isolated.unavailable.items():
+            self.ownership.stall(partition, epoch, f"damaged, waiting for its repair: {why}")
         self._raise_pid_floor()
 
     async def load_unavailable(self) -> None:
@@ -498,24 +521,81 @@ class TransactionCoordinator:
         loaded_sinks: list[SinkState] = []
 
         async def load_partition(partition: int) -> None:
-            latest = await self._read_partition(partition)
-            async with self._lock:  # no key of this partition was served meanwhile: no overlap
-                self._replay_loaded(partition, latest)
-                self._raise_pid_floor()
-            loaded_txns.extend(self._txns[n] for k, n in latest if k == "txn" and n in self._txns)
-            loaded_sinks.extend(self._sinks[n] for k, n in latest if k == "sink" and n in self._sinks)
+            txns, sinks = await self._load_partition(partition, self.epoch)
+            loaded_txns.extend(txns)
+            loaded_sinks.extend(sinks)
 
         try:
             await self.isolated.load_unavailable(load_partition)
         finally:  # what the partitions loaded so far left prepared
             await self.recover(loaded_txns, loaded_sinks)
 
+    async def load_partition(self, partition: int, epoch: int | None = None) -> None:
+        """Kafka's ``onElection``: run ``partition`` here from ``epoch`` on (default: the
+        epoch of the last :meth:`load`): its transactional ids and sinks are answered
+        COORDINATOR_LOAD_IN_PROGRESS until its records are read to the high watermark
+        and replayed, then what it left prepared is finished. Raises what a read raises,
+        and the partition stays loading (the caller loads it again or unloads it); a load
+        that finishes after the partition was unloaded or elected again is dropped."""
+        txns, sinks = await self._load_partition(partition, self.epoch if epoch is None else epoch)
+        await self.recover(txns, sinks)
+
+    async def _load_partition(self, partition: int, epoch: int) -> tuple[list[TxnMetadata], list[SinkState]]:
+        """Elect, read and replay one partition; the transactions and sinks it loaded."""
+        if not self.ownership.elect(partition, epoch):
+            return [], []  # elected at a newer epoch already
+        try:
+            latest = await self._read_partition(partition)
+        except Exception as exc:
+            self.ownership.stall(partition, epoch, f"its load failed: {exc}")
+            raise
+        async with self._lock:  # no key of this partition is served while it loads: no overlap
+            if self.ownership.epoch(partition) != epoch:
+                return [], []  # unloaded or elected again meanwhile
+            self._forget_partition(partition)
+            self._replay_loaded(partition, latest)
+            self._raise_pid_floor()
+            self.ownership.activate(partition, epoch)
+        txns = [self._txns[n] for k, n in latest if k == "txn" and n in self._txns]
+        sinks = [self._sinks[n] for k, n in latest if k == "sink" and n in self._sinks]
+        return txns, sinks
+
+    def unload_partition(self, partition: int, epoch: int | None = None) -> None:
+        """Kafka's ``onResignation``: stop running ``partition`` here (its transactional
+        ids and sinks are answered NOT_COORDINATOR) and forget their state and deadlines,
+        unless it was elected at a newer epoch than ``epoch`` (None: whatever is held)."""
+        self.ownership.pin(range(self.num_partitions), self.epoch)
+        if self.ownership.resign(partition, epoch) or self.ownership.epoch(partition) is None:
+            self._forget_partition(partition)
+
+    def unload(self) -> None:
+        """Stop running every partition here (the coordinators moved away)."""
+        self.ownership.pin(range(0), self.epoch)
+        for partition in self.ownership.owned():
+            self.ownership.resign(partition)
+        self._txns, self._by_pid, self._pid_of, self._sinks = {}, {}, {}, {}
+        self.timer, self._timed_out = CoordinatorTimer(self.clock), set()
+
+    def _forget_partition(self, partition: int) -> None:
+        """Drop the state of every transactional id and sink that hashes to ``partition``."""
+        for name in [n for n in self._txns if self.partition_of(("txn", n)) == partition]:
+            self._forget_txn(name)
+        for name in [n for n in self._sinks if self.partition_of(("sink", n)) == partition]:
+            del self._sinks[name]
+
+    def partition_of(self, key: StateKey) -> int:
+        """The partition of ``__transaction_state`` that keeps ``key``'s state."""
+        return partition_for_group(legacy_name(key), self.num_partitions)
+
     def _check_available(self, key: StateKey) -> None:
-        """COORDINATOR_LOAD_IN_PROGRESS when ``key``'s partition is isolated."""
+        """NOT_COORDINATOR when ``key``'s partition does not run here,
+        COORDINATOR_LOAD_IN_PROGRESS while it loads or is isolated."""
+        kind, name = key
+        whose = f"sink '{name}'" if kind == "sink" else f"transactional id '{name}'"
+        partition = self.partition_of(key)
         if self.isolated:
-            kind, name = key
-            whose = f"sink '{name}'" if kind == "sink" else f"transactional id '{name}'"
-            self.isolated.check(partition_for_group(legacy_name(key), self.num_partitions), whose)
+            self.isolated.check(partition, whose)
+        self.ownership.check(partition, whose)
 
     async def recover(self, txns: Iterable[TxnMetadata] | None = None,
                       sinks: Iterable[SinkState] | None = None) -> None:
@@ -655,10 +735,11 @@ class TransactionCoordinator:
         """Before a transactional append: the producer is current and its transaction
         includes the partition (added here if it was not)."""
         transactional_id = self._by_pid.get(producer_id)
-        if transactional_id is None and self.isolated:  # maybe the id of a transactional id not loaded
+        loading = self.ownership.loading()
+        if transactional_id is None and loading:  # maybe the id of a transactional id not loaded
             raise CoordinatorLoadInProgress(
                 f"producer id {producer_id} is not among the transactional ids loaded, and "
-                f"{TXN_TOPIC} partitions {sorted(self.unavailable)} are damaged and wait for their repair"
+                f"{TXN_TOPIC} partitions {sorted(loading)} are still loading: {sorted(set(loading.values()))[:3]}"
             )
         if transactional_id is None:
             raise InvalidProducerIdMapping(f"producer id {producer_id} has no transactional id")
@@ -784,9 +865,10 @@ class TransactionCoordinator:
         """A fresh transactional session for one writer attempt of ``batch_id``."""
         _check_batch_id(batch_id)
         self._check_available(("sink", sink_id))
-        while True:  # a fresh session never lives in an isolated partition: draw again
+        while True:  # a fresh session lives in a partition served here (the sink's is): else draw again
             transactional_id = f"{SINK_PREFIX}{sink_id}:{batch_id}:{uuid.uuid4().hex[:12]}"
-            if partition_for_group(transactional_id, self.num_partitions) not in self.unavailable:
+            partition = partition_for_group(transactional_id, self.num_partitions)
+            if partition not in self.unavailable and self.ownership.serves(partition):
                 break
         producer_id, epoch = await self._init_producer_id(transactional_id, timeout_ms, None)
         async with self._lock:
