@@ -195,3 +195,57 @@ def test_a_leader_that_keeps_saying_it_does_not_lead_is_answered_after_the_retry
     with pytest.raises(NotLeaderOrFollower):
         asyncio.run(go())
     assert 1 <= len(received) < 50  # it gave up with answers left
+
+
+def test_a_heartbeat_is_not_queued_behind_requests_that_fill_the_shared_pool(tmp_path):
+    """Client requests passed to the controller (a JoinGroup waits a whole rebalance) and
+    ISR changes share the node's pool of 64 connections. With the pool full, a heartbeat
+    waited in it past its timeout (PoolTimeout in the Jepsen run's logs), and a broker that
+    misses a session of heartbeats claims the controller. Heartbeats have a client of their own."""
+    answered: list[bytes] = []
+    held: list[asyncio.Event] = []
+
+    async def go() -> None:
+        async def controller(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            head = await reader.readuntil(b"\r\n\r\n")
+            if b"/internal/v1/heartbeat" not in head.split(b"\r\n")[0]:
+                held.append(release := asyncio.Event())
+                await release.wait()  # a long poll that holds its connection
+                writer.close()
+                return
+            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length")))
+            await reader.readexactly(length)
+            body = b'{"controller_id": 1, "controller_epoch": 1, "version": 0}'
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                         + str(len(body)).encode() + b"\r\n\r\n" + body)
+            await writer.drain()
+            answered.append(head)
+
+        server = await asyncio.start_server(controller, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        url = f"http://127.0.0.1:{port}"
+        node = _node(tmp_path, port)
+        node.host.logs = _NoLogs()  # type: ignore[attr-defined]
+        await asyncio.to_thread(node.store.register_broker, 1, url, "x")
+        await asyncio.to_thread(node.store.claim_controller, 1, 0)
+        holding = [asyncio.create_task(node.http.get(url + "/join", timeout=None)) for _ in range(64)]
+        try:
+            await asyncio.sleep(0.5)  # every connection of the shared pool is taken
+            await node._heartbeat()
+            assert len(held) == 64
+        finally:
+            for release in held:
+                release.set()
+            await asyncio.gather(*holding, return_exceptions=True)
+            await node.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(go())
+    assert len(answered) == 1
+
+
+class _NoLogs:
+    def all(self) -> list:
+        return []

@@ -114,6 +114,7 @@ class ClusterNode:
         self.controller: Controller | None = None
         self.replicas = ReplicaManager(self)
         self._http: httpx.AsyncClient | None = None
+        self._beat_http: httpx.AsyncClient | None = None
         self._links: dict[int, Link] = {}  # replica fetches, per leader broker
         self._pools: dict[int, Pool] = {}  # forwarded produce and fetch, per leader broker
         #: internal idempotent identities of forwarded appends (a retry is a duplicate the leader drops)
@@ -135,6 +136,16 @@ class ClusterNode:
         if self._http is None:
             self._http = self.transport.http_client()
         return self._http
+
+    @property
+    def beat_http(self) -> httpx.AsyncClient:
+        """Heartbeats' own client. In the shared pool (:attr:`http`) a heartbeat queued
+        behind client requests passed to the controller (a JoinGroup holds its connection
+        for a whole rebalance) and ISR changes, timed out in the pool, and the broker then
+        claimed the controller (PoolTimeout in the Jepsen run's logs)."""
+        if self._beat_http is None:
+            self._beat_http = self.transport.http_client()
+        return self._beat_http
 
     @property
     def is_controller(self) -> bool:
@@ -186,8 +197,9 @@ class ClusterNode:
             link.close()
         for pool in self._pools.values():
             pool.close()
-        if self._http is not None:
-            await self._http.aclose()
+        for client in (self._http, self._beat_http):
+            if client is not None:
+                await client.aclose()
 
     # -- controller election ------------------------------------------------------------------------
 
@@ -289,7 +301,7 @@ class ClusterNode:
         else:
             url = await self._broker_url(controller_id)
             timeout = max(0.5, min(self.settings.broker_session_timeout_ms / 2000, 5.0))
-            resp = await self._post(url, f"{INTERNAL}/heartbeat", json=body, timeout=timeout)
+            resp = await self._post(url, f"{INTERNAL}/heartbeat", json=body, timeout=timeout, client=self.beat_http)
             answer = resp.json()
         self._last_contact = self.clock.monotonic()
         self._heard_from = (controller_id, epoch)
@@ -334,8 +346,9 @@ class ClusterNode:
             raise LeaderNotAvailable(f"broker {broker_id} is not registered")
         return brokers[broker_id].peer_url
 
-    async def _post(self, url: str, path: str, timeout: float | None = None, **kwargs: Any) -> httpx.Response:
-        resp = await self.http.post(url + path, timeout=timeout or httpx.USE_CLIENT_DEFAULT, **kwargs)
+    async def _post(self, url: str, path: str, timeout: float | None = None, client: httpx.AsyncClient | None = None,
+                    **kwargs: Any) -> httpx.Response:
+        resp = await (client or self.http).post(url + path, timeout=timeout or httpx.USE_CLIENT_DEFAULT, **kwargs)
         raise_for_error(resp)
         return resp
 
