@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import http.client
 import re
+import sys
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -81,7 +82,12 @@ class FaultProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: object, client_address: object) -> None:
+                if not isinstance(sys.exc_info()[1], ConnectionError):  # a client gone (a broker stopped)
+                    super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="fault-proxy", daemon=True).start()
         return self
