@@ -16,7 +16,7 @@ import socket
 import pytest
 from deltalake import DeltaTable
 from kafka import KafkaProducer
-from kafka.errors import KafkaStorageError
+from kafka.errors import KafkaStorageError, NotLeaderForPartitionError
 
 from tests.conftest import free_port
 from tests.integration.support import TIER_DEADLINE_S, wait_until
@@ -96,6 +96,14 @@ def test_produce_is_refused_past_local_retention_bytes_while_the_store_is_down_t
     try:
         with pytest.raises(KafkaStorageError):  # the Kafka protocol's produce is refused the same way
             producer.send(topic, value=_value("kafka-refused"), partition=0).get(timeout=60)
+        # Produce v3 predates KAFKA_STORAGE_ERROR: NOT_LEADER_OR_FOLLOWER, as Kafka down-converts it
+        old = KafkaProducer(bootstrap_servers=f"127.0.0.1:{kafka_port}", acks="all", retries=0,
+                            api_version=(0, 11, 0), request_timeout_ms=30_000)
+        try:
+            with pytest.raises(NotLeaderForPartitionError):
+                old.send(topic, value=_value("v3-refused"), partition=0).get(timeout=60)
+        finally:
+            old.close(timeout=10)
         assert broker.rest.offsets(topic, 0)[1] == len(acked), "a refused record was written"
         assert DeltaTable(uri).version() == version, "a commit reached the bucket during the outage"
 
