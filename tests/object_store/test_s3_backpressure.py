@@ -117,6 +117,9 @@ def test_produce_is_refused_past_local_retention_bytes_while_the_store_is_down_t
     finally:
         producer.close(timeout=10)
     wait_table(uri, acked)  # every acknowledged record once, no refused one
+    output = broker.output()
+    assert output.count(f"{topic}-0: refusing produce (KAFKA_STORAGE_ERROR)") == 1, output  # once, not per request
+    assert f"{topic}-0: accepting produce again" in output, output
     assert broker.rest.offsets(topic, 0)[1] == len(acked)
 
 

@@ -204,6 +204,7 @@ class PartitionLog:
         self.tiered_offset = 0
         self.log_start_offset = segments[0].base_offset
         self.untiered_bytes = 0  # approximate payload bytes above tiered_offset
+        self._refusing = False  # refuse_when_backlogged refused the last producer batch
         self.producer_state = ProducerStateManager()
         # Replication: with followers the replica manager moves HW (min LEO over the
         # ISR); alone, HW follows LEO after each write.
@@ -356,10 +357,19 @@ class PartitionLog:
         to be tiered. The batch that crosses the limit, and those queued with it, are
         taken; later ones are refused until tiering brings the backlog back under it."""
         if 0 <= limit_bytes < self.untiered_bytes:
+            if not self._refusing:  # once per episode, not per request
+                self._refusing = True
+                log.warning("%s-%d: refusing produce (KAFKA_STORAGE_ERROR): %d bytes wait to be tiered, more "
+                            "than local.retention.bytes=%d", self.topic, self.partition, self.untiered_bytes,
+                            limit_bytes)
             raise HotTierFull(
                 f"{self.topic}-{self.partition}: {self.untiered_bytes} bytes wait to be tiered, more than "
                 f"local.retention.bytes={limit_bytes} (the object store is down or behind); retry later"
             )
+        if self._refusing:
+            self._refusing = False
+            log.warning("%s-%d: accepting produce again (%d bytes wait to be tiered)", self.topic, self.partition,
+                        self.untiered_bytes)
 
     def advance_log_start(self, offset: int) -> None:
         """Retention deleted everything below ``offset`` (never moves backwards, never
