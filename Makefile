@@ -14,7 +14,7 @@ JAVA_SOURCES := $(shell find platform/laketail/spark/jvm/java -type f)
 
 KAFKAJS := tests/kafka_listener/kafkajs/node_modules/kafkajs/package.json
 
-.PHONY: run test test-fast bench soak check-python check-java check-compose check-chromium check-kcat check-node install
+.PHONY: run test test-fast bench soak outage-soak check-python check-java check-compose check-chromium check-kcat check-node install
 
 # HTTP on 8082, Kafka's protocol on 9092 (docs/architecture.md §11.6)
 run: check-java install
@@ -49,6 +49,10 @@ SOAK_MINUTES ?= 30
 SOAK_SEED ?= 35
 soak: install
 	PYTHONPATH=tests $(VPY) -m jepsen.runner --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED) --out results/jepsen
+
+# The object store down for a minute under steady produce (issue 40; bench/outage.py): about 3 minutes.
+outage-soak: install
+	$(VPY) -m bench.outage
 
 install: $(STAMP) $(SPARK_LOOKUP) $(JAR)
 

@@ -11,7 +11,14 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from laketail.errors import InvalidRequest, NotLeaderOrFollower, RecordTooLarge, RequestTimedOut
+from laketail.errors import (
+    HotTierFull,
+    InvalidRequest,
+    KafkaStorageError,
+    NotLeaderOrFollower,
+    RecordTooLarge,
+    RequestTimedOut,
+)
 from laketail.handoff import (
     FAILED,
     REFUSED,
@@ -25,6 +32,7 @@ from laketail.handoff import (
     encode_handoff,
     socket_path,
 )
+from laketail.maintenance.table_commit import MaintenanceConflict
 from laketail.records import CREATE_TIME, TIMESTAMP_TYPE, build_frame_batch, null_headers
 from laketail.storage.partition_log import ProducerBatch
 
@@ -59,6 +67,18 @@ def test_a_hand_off_and_its_answer_decode_to_what_was_encoded():
     request_id, (base, (kind, error)) = decode_answer(answer[4:])
     assert (request_id, base, kind) == (77, 10, FAILED)
     assert type(error) is RecordTooLarge and error.kafka_code == 10 and error.detail == "too big"
+
+
+def test_an_error_keeps_its_class_when_a_subclass_shares_its_kafka_name():
+    """HotTierFull answers KAFKA_STORAGE_ERROR with REST 503 50307: it comes back as
+    itself (so a forwarding broker answers 503 too), and a plain KAFKA_STORAGE_ERROR
+    stays plain (not MaintenanceConflict, a subclass with the parent's code)."""
+    answer = encode_answer(1, [(FAILED, HotTierFull("t-0: full")), (FAILED, KafkaStorageError("disk"))])
+    _, ((_, full), (_, disk)) = decode_answer(answer[4:])
+    assert type(full) is HotTierFull and full.http_status == 503 and full.kafka_code == 56
+    assert full.detail == "t-0: full"
+    assert type(disk) is KafkaStorageError and disk.http_status == 500
+    assert MaintenanceConflict.rest_code == KafkaStorageError.rest_code  # the case that must stay plain
 
 
 def test_bytes_that_are_not_a_hand_off_are_refused():

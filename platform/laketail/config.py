@@ -113,7 +113,9 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = {
                   "cache). Kafka's tiered storage default is -2 (= retention.ms); laketail keeps an "
                   "hour because the table is the durable copy.", _at_least(-2)),
         ConfigKey("local.retention.bytes", int, -2,
-                  "Local size cap for fully tiered hot segments; -2 means retention.bytes.",
+                  "Local size cap for fully tiered hot segments; -2 means retention.bytes. On an "
+                  "object-store data root also the most a partition's hot log holds untiered: past it "
+                  "produce is refused (KAFKA_STORAGE_ERROR, retriable; REST 503) until tiering catches up.",
                   _at_least(-2)),
         ConfigKey("table.flush.interval.ms", int, 1000,
                   "laketail: at most this long between a record's append and its Delta commit.",

@@ -38,6 +38,7 @@ classes by :func:`code_table` and kept equal to it by ``tests/test_conformance.p
     ├── RequestTimedOut              504 50401
     ├── CorruptMessage               500 50002
     ├── KafkaStorageError            500 50002
+    │   └── HotTierFull              503 50307 (untiered bytes over local.retention.bytes)
     ├── UnknownCluster               404 404 (INCONSISTENT_CLUSTER_ID)
     ├── producers: OutOfOrderSequenceNumber 409 40910, InvalidProducerEpoch 40911,
     │   InvalidTxnState 40912, InvalidProducerIdMapping 40913, ConcurrentTransactions
@@ -326,6 +327,18 @@ class KafkaStorageError(LaketailError):
     retriable = True
 
 
+class HotTierFull(KafkaStorageError):
+    """A partition's hot log holds more bytes not yet tiered than ``local.retention.bytes``
+    allows (its object store down or behind), so the leader takes no more until tiering
+    catches up. Kafka's KAFKA_STORAGE_ERROR, retriable, which Redpanda also answers a
+    produce with when its disk is nearly full; on REST 503, Service Unavailable: the
+    broker is well and the request may be sent again unchanged, not a server fault (500).
+    Nothing of a refused batch is written (docs/architecture.md, section 7)."""
+
+    http_status = 503
+    rest_code = 50307
+
+
 def code_table() -> list[tuple[str, str, int, str]]:
     """Every error class of laketail (defined in any of its modules) as ``(kafka_name,
     class name, http_status, rest codes)``, sorted by status and code: the
@@ -381,8 +394,11 @@ def from_body(status: int, body: dict) -> LaketailError:
     cls = for_kafka_name(name)
     if cls is LaketailError:
         detail = message
-    err = cls(detail, rest_code=int(body.get("error_code", status * 100)))
-    return err
+    rest_code = int(body.get("error_code", status * 100))
+    if cls.rest_code != rest_code:  # a subclass answering the same Kafka name with a code of its own
+        cls = next((sub for sub in _all_subclasses(cls) if sub.kafka_name == name and sub.rest_code == rest_code),
+                   cls)
+    return cls(detail, rest_code=rest_code)
 
 
 class UnknownCluster(LaketailError):

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from laketail.bounds import check_timestamp_column
 from laketail.bounds import timestamp_ms as checked_timestamp_ms
-from laketail.catalog import TopicInfo, check_not_internal
+from laketail.catalog import INTERNAL_TOPICS, TopicInfo, check_not_internal
 from laketail.cluster.node import INTERNAL
 from laketail.config import BrokerSettings, TopicConfig
 from laketail.errors import InvalidRequest, LaketailError, LeaderNotAvailable, RecordTooLarge, UnknownTopicOrPartition
@@ -44,7 +44,8 @@ from laketail.records import (
     build_frame_batch,
     null_headers,
 )
-from laketail.storage.partition_log import ProducerBatch
+from laketail.storage.object_store import is_remote
+from laketail.storage.partition_log import ProducerBatch, local_retention_bytes
 
 log = logging.getLogger(__name__)
 
@@ -220,6 +221,9 @@ class ProducePath:
         self.handoff: HandoffClient | None = None
         #: appends forwarded over the inter-broker listener (metrics)
         self.http_forwards = 0
+        #: on an object-store root the hot log buffers what the store has not taken yet,
+        #: up to ``local.retention.bytes`` per partition (:meth:`append`)
+        self.bounded_hot_tier = is_remote(settings.data)
 
     def _validates(self, topic: str) -> tuple[bool, bool]:
         config = self._runtime(topic).config
@@ -508,10 +512,13 @@ class ProducePath:
                 return outcome
             return await self._forward_append(topic, partition, frame, acks, max_timestamp_us, producer)
         state = replicas.leader_state(topic, partition)  # raises when fenced
-        min_insync = self._runtime(topic).config.min_insync_replicas
+        config = self._runtime(topic).config
+        min_insync = config.min_insync_replicas
         if acks == "all":
             replicas.check_min_isr(topic, partition, min_insync)
         plog = state.plog
+        if self.bounded_hot_tier and topic not in INTERNAL_TOPICS and (producer is None or producer.control is None):
+            plog.refuse_when_backlogged(local_retention_bytes(config))  # KAFKA_STORAGE_ERROR, nothing written
         base = await plog.append(
             frame, leader_epoch=state.reg.leader_epoch, max_timestamp_us=max_timestamp_us, producer=producer
         )

@@ -28,6 +28,8 @@ import httpx
 import pytest
 
 from tests.conftest import BrokerProcess, free_port
+from tests.integration.support import TIER_DEADLINE_S, wait_until
+from tests.object_store.fault_proxy import FaultProxy
 
 #: How long moto may take to answer its first request (imports of boto and flask).
 S3_READY_TIMEOUT_S = 60.0
@@ -107,6 +109,36 @@ def bucket(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Bucket:
     name = f"lake-{uuid.uuid4().hex[:12]}"
     s3_server.client().create_bucket(Bucket=name)
     return Bucket(name, s3_server)
+
+
+@pytest.fixture
+def proxy(s3_server: S3Server) -> Iterator[FaultProxy]:
+    """A :class:`FaultProxy` in front of the session's S3 server (give brokers its
+    ``endpoint`` as ``AWS_ENDPOINT_URL``; the test reads the bucket directly)."""
+    proxy = FaultProxy(s3_server.endpoint).start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+def table_rows(uri: str) -> dict[tuple[int, int], bytes]:
+    """A topic table's rows as ``{(partition, offset): value}``; a row twice fails the test."""
+    from deltalake import DeltaTable
+
+    out: dict[tuple[int, int], bytes] = {}
+    for row in DeltaTable(uri).to_pyarrow_table(columns=["partition", "offset", "value"]).to_pylist():
+        key = (row["partition"], row["offset"])
+        assert key not in out, f"row {key} twice in {uri}"
+        out[key] = row["value"]
+    return out
+
+
+def wait_table(uri: str, expected: dict[tuple[int, int], bytes]) -> None:
+    """Wait for the table to hold as many rows as ``expected``; they must be those."""
+    rows = wait_until(lambda: (lambda r: r if len(r) >= len(expected) else None)(table_rows(uri)),
+                      f"{len(expected)} records in {uri}", TIER_DEADLINE_S, 0.3)
+    assert rows == expected
 
 
 class S3BrokerProcess(BrokerProcess):

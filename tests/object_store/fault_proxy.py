@@ -12,18 +12,21 @@ and answers every request according to its :attr:`FaultProxy.mode`:
 
 :meth:`FaultProxy.hold` stalls the requests whose path matches a pattern until
 :meth:`FaultProxy.release` (forwarded first, or not at all), so a test can kill a broker
-with an upload or a commit in flight. It counts requests per method (``requests``).
+with an upload or a commit in flight. It counts requests per method (``requests``) and
+per S3 operation as S3 bills them (``operations``, :func:`s3_operation`), which benchmark
+13 prices.
 """
 
 from __future__ import annotations
 
 import http.client
 import re
+import sys
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 Mode = Literal["pass", "down", "slowdown", "expired"]
 
@@ -34,6 +37,18 @@ _ERRORS = {
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade"}
 
 
+def s3_operation(method: str, path: str, copy_source: bool = False) -> str:
+    """What a path-style S3 request is billed as: ``LIST`` (a GET of the bucket itself,
+    ListObjects), ``COPY`` (a PUT with ``x-amz-copy-source``), else its method (``PUT``,
+    ``POST`` for multipart uploads, ``GET``, ``HEAD``, ``DELETE``)."""
+    parts = urlsplit(path)
+    if method == "GET" and ("list-type" in parse_qs(parts.query) or "/" not in parts.path.strip("/")):
+        return "LIST"
+    if method == "PUT" and copy_source:
+        return "COPY"
+    return method
+
+
 class FaultProxy:
     """The proxy (started on a free port of 127.0.0.1 by :meth:`start`)."""
 
@@ -42,6 +57,7 @@ class FaultProxy:
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.mode: Mode = "pass"
         self.requests: Counter[str] = Counter()
+        self.operations: Counter[str] = Counter()
         self.held: list[str] = []  # paths of the requests stalled so far
         self._hold: tuple[re.Pattern, bool] | None = None
         self._released = threading.Event()
@@ -66,7 +82,12 @@ class FaultProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: object, client_address: object) -> None:
+                if not isinstance(sys.exc_info()[1], ConnectionError):  # a client gone (a broker stopped)
+                    super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="fault-proxy", daemon=True).start()
         return self
@@ -92,6 +113,7 @@ class FaultProxy:
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else b""
         self.requests[method] += 1
+        self.operations[s3_operation(method, handler.path, "x-amz-copy-source" in handler.headers)] += 1
         mode = self.mode
         if mode == "down":
             handler.close_connection = True

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Iterator
 
 import httpx
 import pytest
@@ -23,7 +22,7 @@ from deltalake import DeltaTable
 
 from tests.conftest import WITH_TIER_CHILD
 from tests.integration.support import TIER_DEADLINE_S, wait_until
-from tests.object_store.conftest import Bucket, S3Server
+from tests.object_store.conftest import Bucket, table_rows, wait_table
 from tests.object_store.fault_proxy import FaultProxy
 
 pytestmark = [pytest.mark.integration]
@@ -31,15 +30,6 @@ pytestmark = [pytest.mark.integration]
 PARTITIONS = 2
 #: How long each fault lasts while the test produces (several failed passes' backoff).
 FAULT_S = 8.0
-
-
-@pytest.fixture
-def proxy(s3_server: S3Server) -> Iterator[FaultProxy]:
-    proxy = FaultProxy(s3_server.endpoint).start()
-    try:
-        yield proxy
-    finally:
-        proxy.stop()
 
 
 def _produce(broker, topic: str, label: str, count: int) -> dict[tuple[int, int], bytes]:
@@ -52,22 +42,6 @@ def _produce(broker, topic: str, label: str, count: int) -> dict[tuple[int, int]
             assert resp.status_code == 200, resp.text
             out[(p, resp.json()["offsets"][0]["offset"])] = value
     return out
-
-
-def _table(uri: str) -> dict[tuple[int, int], bytes]:
-    """The table's rows; a row twice fails the test."""
-    out: dict[tuple[int, int], bytes] = {}
-    for row in DeltaTable(uri).to_pyarrow_table(columns=["partition", "offset", "value"]).to_pylist():
-        key = (row["partition"], row["offset"])
-        assert key not in out, f"row {key} twice in {uri}"
-        out[key] = row["value"]
-    return out
-
-
-def _wait_table(uri: str, expected: dict[tuple[int, int], bytes]) -> None:
-    rows = wait_until(lambda: (lambda r: r if len(r) >= len(expected) else None)(_table(uri)),
-                      f"{len(expected)} records in {uri}", TIER_DEADLINE_S, 0.3)
-    assert rows == expected
 
 
 def _metric(broker, name: str) -> list[str]:
@@ -90,7 +64,7 @@ def test_produce_is_acknowledged_through_an_outage_and_tiering_catches_up(
     broker, topic = _start(s3_broker_factory, bucket, proxy, f"outage-{fault}")
     uri = broker.table_uri(topic)
     produced = _produce(broker, topic, "before", 5)
-    _wait_table(uri, produced)
+    wait_table(uri, produced)
 
     proxy.mode = fault
     version = DeltaTable(uri).version()
@@ -106,7 +80,7 @@ def test_produce_is_acknowledged_through_an_outage_and_tiering_catches_up(
 
     proxy.mode = "pass"
     after = _produce(broker, topic, "after", 3)
-    _wait_table(uri, produced | during | after)
+    wait_table(uri, produced | during | after)
 
 
 def test_expired_credentials_are_reported_and_tiering_resumes_once_renewed(
@@ -114,7 +88,7 @@ def test_expired_credentials_are_reported_and_tiering_resumes_once_renewed(
     broker, topic = _start(s3_broker_factory, bucket, proxy, "expired")
     uri = broker.table_uri(topic)
     produced = _produce(broker, topic, "before", 3)
-    _wait_table(uri, produced)
+    wait_table(uri, produced)
 
     proxy.mode = "expired"
     version = DeltaTable(uri).version()
@@ -127,7 +101,7 @@ def test_expired_credentials_are_reported_and_tiering_resumes_once_renewed(
     assert DeltaTable(uri).version() == version, "a commit reached the bucket with expired credentials"
 
     proxy.mode = "pass"  # renewed where the broker's credential provider reads them
-    _wait_table(uri, produced)
+    wait_table(uri, produced)
     wait_until(lambda: not any(f'topic="{topic}"' in m for m in _metric(broker, "laketail_tier_failing{")),
                "the topic to leave laketail_tier_failing", TIER_DEADLINE_S, 0.3)
     assert any(f'topic="{topic}"' in m for m in _metric(broker, "laketail_tier_pass_failures_total"))
@@ -147,7 +121,7 @@ def test_kill9_mid_tier_leaves_nothing_half_committed_and_restart_tiers_once(
     broker, topic = _start(s3_broker_factory, bucket, proxy, "kill", env)
     uri = broker.table_uri(topic)
     produced = _produce(broker, topic, "first", 3)
-    _wait_table(uri, produced)
+    wait_table(uri, produced)
 
     proxy.hold(stalled, forward_first=forward_first)
     produced |= _produce(broker, topic, "second", 3)
@@ -155,11 +129,11 @@ def test_kill9_mid_tier_leaves_nothing_half_committed_and_restart_tiers_once(
     broker.kill9()
     proxy.release()
     if not forward_first:
-        assert len(_table(uri)) == 2 * 3, "an upload cut short was committed"
+        assert len(table_rows(uri)) == 2 * 3, "an upload cut short was committed"
 
     broker.start()
     produced |= _produce(broker, topic, "third", 2)
-    _wait_table(uri, produced)
+    wait_table(uri, produced)
     table = DeltaTable(uri)
     named = table.file_uris()
     keys = set(bucket.keys(f"kill/topics/{topic}/"))

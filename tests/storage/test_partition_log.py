@@ -10,13 +10,15 @@ import os
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from laketail.clock import ManualClock
 from laketail.config import TopicConfig
+from laketail.errors import HotTierFull
 from laketail.records import build_frame_batch
-from laketail.storage.partition_log import PartitionLog
+from laketail.storage.partition_log import PartitionLog, local_retention_bytes
 
 
 def _batch(values: list[bytes], ts: int = 1_000) -> pa.RecordBatch:
@@ -155,6 +157,44 @@ def test_local_retention_drops_only_tiered_expired_segments(tmp_path):
         assert plog.hot_start_offset <= 4
         assert plog.log_end_offset == 10
         await plog.close()
+
+    asyncio.run(run())
+
+
+def test_appends_are_refused_past_local_retention_bytes_of_untiered_records_until_tiered(tmp_path):
+    """``refuse_when_backlogged``: the batch that crosses the limit is taken, the next is
+    refused; tiering, or a limit of -1 (and -2 resolving to retention.bytes -1), lifts it.
+    A reopened log counts what its segments hold above the tiered offset."""
+    clock = ManualClock()
+    config = TopicConfig(segment_bytes=4_000, local_retention_bytes=5_000)  # a frame here is ~1.2 kB
+    assert local_retention_bytes(config) == 5_000
+    assert local_retention_bytes(TopicConfig()) == -1
+    assert local_retention_bytes(TopicConfig(retention_bytes=7_000)) == 7_000
+
+    async def run():
+        plog = _open(tmp_path, config, clock)
+        taken = 0
+        while plog.untiered_bytes <= 5_000:
+            plog.refuse_when_backlogged(local_retention_bytes(config))
+            await plog.append(_batch([b"x" * 300]))
+            taken += 1
+        assert taken >= 3 and len(plog.segments) >= 2
+        with pytest.raises(HotTierFull, match="local.retention.bytes=5000"):
+            plog.refuse_when_backlogged(5_000)
+        plog.refuse_when_backlogged(-1)
+        plog.mark_tiered(taken - 1)
+        plog.refuse_when_backlogged(5_000)  # one batch left untiered
+        _crash(plog)
+        reopened = _open(tmp_path, config, clock, tiered=0)
+        assert reopened.untiered_bytes > 5_000  # counted from its segments, not from zero
+        with pytest.raises(HotTierFull):
+            reopened.refuse_when_backlogged(5_000)
+        _crash(reopened)
+        tail = _open(tmp_path, config, clock, tiered=taken - 1)
+        assert tail.untiered_bytes > 0
+        tail.refuse_when_backlogged(5_000)
+        _crash(tail)
+        assert _open(tmp_path, config, clock, tiered=taken).untiered_bytes == 0
 
     asyncio.run(run())
 

@@ -73,6 +73,7 @@ UNKNOWN_SERVER_ERROR = -1
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
 LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_OR_FOLLOWER = 6
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
 INVALID_REQUIRED_ACKS = 21
@@ -83,8 +84,9 @@ CLUSTER_AUTHORIZATION_FAILED = 31
 UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
 INVALID_PRODUCER_EPOCH = 47
-UNKNOWN_TOPIC_ID = 100
+KAFKA_STORAGE_ERROR = 56
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+UNKNOWN_TOPIC_ID = 100
 ACKS = {0: "0", 1: "1", -1: "all"}
 
 
@@ -277,6 +279,10 @@ class KafkaApis:
         else:
             results = list(await asyncio.gather(*(self._produce_partition(t, p, r, acks, session)
                                                   for t, p, r in work)))
+            if request.api_version <= 3:  # Kafka's ProduceResponse: v3 clients may not know code 56 and
+                for result in results:   # take it for a fatal unknown error; NOT_LEADER_OR_FOLLOWER is retried
+                    if result["error_code"] == KAFKA_STORAGE_ERROR:
+                        result["error_code"] = NOT_LEADER_OR_FOLLOWER
         if body.acks == 0:
             return None  # Kafka answers nothing to acks=0, not even an error
         by_topic: dict[str, list[dict]] = {}

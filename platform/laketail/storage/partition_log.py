@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 
 from laketail.clock import Clock
 from laketail.config import TopicConfig
-from laketail.errors import KafkaStorageError, LaketailError
+from laketail.errors import HotTierFull, KafkaStorageError, LaketailError
 from laketail.records import RECORD_SCHEMA, to_record_batch, widen_frames
 from laketail.storage import frame
 from laketail.storage.block_cache import BLOCKS, NotCached
@@ -109,6 +109,12 @@ def _window(frames, start: int, end: int, max_records: int, max_bytes: int):
             nbytes += header.length * rows // max(header.record_count, 1)
         if rows < wanted:
             return
+
+
+def local_retention_bytes(config: TopicConfig) -> int:
+    """``local.retention.bytes`` with Kafka's -2 resolved to ``retention.bytes``; negative
+    means no limit."""
+    return config.retention_bytes if config.local_retention_bytes == -2 else config.local_retention_bytes
 
 
 class OffsetBelowHotTier(Exception):
@@ -198,6 +204,7 @@ class PartitionLog:
         self.tiered_offset = 0
         self.log_start_offset = segments[0].base_offset
         self.untiered_bytes = 0  # approximate payload bytes above tiered_offset
+        self._refusing = False  # refuse_when_backlogged refused the last producer batch
         self.producer_state = ProducerStateManager()
         # Replication: with followers the replica manager moves HW (min LEO over the
         # ISR); alone, HW follows LEO after each write.
@@ -266,6 +273,7 @@ class PartitionLog:
         for seg in segments:
             seg.release()  # reopened on first use: idle partitions hold no file handles
         plog.tiered_offset = tiered_offset
+        plog.untiered_bytes = plog._bytes_from(tiered_offset)
         # The table's log start (moved by retention) wins even while hot segments still
         # hold what retention deleted; without one, the hot log's first offset.
         plog.log_start_offset = min(
@@ -333,6 +341,35 @@ class PartitionLog:
     @property
     def segments(self) -> list[Segment]:
         return self._segments
+
+    def _bytes_from(self, offset: int) -> int:
+        """The hot log's bytes from ``offset`` to its end (from the indexed frame at or
+        before it: a little more, never less)."""
+        total = 0
+        for segment in self._segments:
+            if segment.next_offset > offset:
+                total += segment.size - (segment.position_for(offset) if segment.base_offset <= offset else 0)
+        return total
+
+    def refuse_when_backlogged(self, limit_bytes: int) -> None:
+        """The check before a producer's append: :class:`~laketail.errors.HotTierFull`
+        when more than ``limit_bytes`` (``local.retention.bytes``; negative: no limit) wait
+        to be tiered. The batch that crosses the limit, and those queued with it, are
+        taken; later ones are refused until tiering brings the backlog back under it."""
+        if 0 <= limit_bytes < self.untiered_bytes:
+            if not self._refusing:  # once per episode, not per request
+                self._refusing = True
+                log.warning("%s-%d: refusing produce (KAFKA_STORAGE_ERROR): %d bytes wait to be tiered, more "
+                            "than local.retention.bytes=%d", self.topic, self.partition, self.untiered_bytes,
+                            limit_bytes)
+            raise HotTierFull(
+                f"{self.topic}-{self.partition}: {self.untiered_bytes} bytes wait to be tiered, more than "
+                f"local.retention.bytes={limit_bytes} (the object store is down or behind); retry later"
+            )
+        if self._refusing:
+            self._refusing = False
+            log.warning("%s-%d: accepting produce again (%d bytes wait to be tiered)", self.topic, self.partition,
+                        self.untiered_bytes)
 
     def advance_log_start(self, offset: int) -> None:
         """Retention deleted everything below ``offset`` (never moves backwards, never
@@ -888,9 +925,7 @@ class PartitionLog:
         retention_ms = self.config.local_retention_ms
         if retention_ms == -2:
             retention_ms = self.config.retention_ms
-        retention_bytes = self.config.local_retention_bytes
-        if retention_bytes == -2:
-            retention_bytes = self.config.retention_bytes
+        retention_bytes = local_retention_bytes(self.config)
         segments = self._segments
         total = sum(s.size for s in segments)
         dropped = 0
