@@ -1,5 +1,5 @@
-"""Typed columns through ``format("laketail")``: ``value_struct`` in the source's rows and
-in the sink's input (issue 42; docs/schema-registry.md).
+"""Typed columns through ``format("laketail")``: ``value_struct`` (and ``key_struct``) in
+the source's rows, ``value_struct`` in the sink's input (issue 42; docs/schema-registry.md).
 
 Source: a read whose subscription names its topics (``subscribe`` or ``assign``) has a
 ``value_struct`` column, after the Kafka source's columns, when the subscribed topics
@@ -12,7 +12,9 @@ from the table's files, fitted to the query's type by field name
 through the gateway as the tierer will (the subject's live versions, each value by the
 version its prefix names, :func:`laketail.schemas.columns.decode_versions`, or with
 ``value_schema_latest`` each value as it is by the latest version). Files
-tiered before the topic had typed columns hold no ``value_struct``: null.
+tiered before the topic had typed columns hold no ``value_struct``: null. ``key_struct``
+(``laketail.table.key.mode``) the same way, after ``value_struct``, decoded from the raw
+``key`` by ``<topic>-key``.
 
 Sink: an input with a ``value_struct`` column and no ``value`` column has each row's
 value encoded from it with the latest version of the target topic's ``<topic>-value``
@@ -29,21 +31,21 @@ from typing import Any
 import pyarrow as pa
 
 from laketail.errors import InvalidRecord
-from laketail.records import TYPED_VALUE_COLUMN
+from laketail.records import TYPED_COLUMNS, TYPED_VALUE_COLUMN
 from laketail.spark.gateway import SparkGateway, seg
 
 log = logging.getLogger(__name__)
 
 
-def value_type_of(types: dict[str, pa.DataType | None]) -> pa.DataType | None:
-    """The ``value_struct`` type a read of topics with these table types (None: no typed
-    columns) exposes: the one type the typed topics share; None when no topic is typed
-    or their types differ (then logged)."""
+def value_type_of(types: dict[str, pa.DataType | None], column: str = TYPED_VALUE_COLUMN) -> pa.DataType | None:
+    """The ``column`` (``value_struct``, ``key_struct``) type a read of topics with these
+    table types (None: no such typed column) exposes: the one type the typed topics
+    share; None when no topic is typed or their types differ (then logged)."""
     typed = {t: v for t, v in types.items() if v is not None}
     distinct = {str(v) for v in typed.values()}
     if len(distinct) > 1:
-        log.warning("topics %s hold value_struct of different types; format('laketail') leaves the column out",
-                    sorted(typed))
+        log.warning("topics %s hold %s of different types; format('laketail') leaves the column out",
+                    sorted(typed), column)
         return None
     return next(iter(typed.values()), None)
 
@@ -73,31 +75,34 @@ def _version(gateway: SparkGateway, subject: str, version: int | str) -> dict[st
 
 @dataclass
 class TypedRows:
-    """Adds ``value_struct`` of ``value_type`` to one task's rows (see the module
-    docstring); the subject's versions are asked for once, at the first fetched tail."""
+    """Adds the typed ``column`` (``value_struct`` or ``key_struct``) of ``value_type`` to
+    one task's rows (see the module docstring); the subject's versions are asked for once,
+    at the first fetched tail."""
 
     value_type: pa.DataType
     topic: str
+    column: str = TYPED_VALUE_COLUMN
     _decoder: Any = field(default=None, repr=False)
 
     def from_table(self, rows: pa.Table) -> pa.ChunkedArray | pa.Array:
         from laketail.schemas.columns import conform
 
-        if TYPED_VALUE_COLUMN not in rows.column_names:
+        if self.column not in rows.column_names:
             return pa.nulls(rows.num_rows, self.value_type)
-        return conform(rows.column(TYPED_VALUE_COLUMN), self.value_type)
+        return conform(rows.column(self.column), self.value_type)
 
     def from_fetch(self, rows: pa.Table, gateway: SparkGateway) -> pa.Array | pa.ChunkedArray:
         from laketail.schemas.columns import conform
 
+        source = TYPED_COLUMNS[self.column]  # "value" or "key"
         if self._decoder is None:
-            versions = subject_versions(gateway, f"{self.topic}-value")
+            versions = subject_versions(gateway, f"{self.topic}-{source}")
             configs = gateway.get_json(f"/topics/{seg(self.topic)}").get("configs") or {}
-            latest_only = configs.get("laketail.table.mode") == "value_schema_latest"
-            self._decoder = _Decoder(versions, latest_only) if versions else False
+            mode = configs.get("laketail.table.mode" if source == "value" else "laketail.table.key.mode") or ""
+            self._decoder = _Decoder(versions, mode.endswith("_latest")) if versions else False
         if self._decoder is False:
             return pa.nulls(rows.num_rows, self.value_type)
-        column, _undecoded = self._decoder(rows.column("value"))
+        column, _undecoded = self._decoder(rows.column(source))
         return conform(column, self.value_type)
 
 
