@@ -51,6 +51,10 @@ class TableFile:
 
 @dataclass(frozen=True)
 class TableSnapshot:
+    """One version of a topic's Delta table as the Spark reads plan it: per partition its
+    files (ordered by first offset), tiered and log start offsets, and the types of its
+    typed columns. Immutable, so shared between threads and queries."""
+
     uri: str
     version: int
     files: dict[int, tuple[TableFile, ...]]
