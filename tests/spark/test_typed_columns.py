@@ -203,3 +203,25 @@ def test_format_laketail_reads_key_struct_alone(spark: Any, broker: Any, make_to
     frame = spark.read.format("laketail").option("laketail.servers", broker.url).option("subscribe", topic).load()
     assert frame.columns[-1] == "key_struct" and "value_struct" not in frame.columns
     assert [r.key_struct.region for r in frame.collect()] == ["eu"]
+
+
+def test_the_sink_encodes_key_struct_with_the_key_subject(spark: Any, broker: Any, make_topic: Any) -> None:
+    topic = make_topic(configs={**TYPED, **KEYED})
+    _produce_keyed_avro(broker.rest, topic, KEY_V1, ORDER_V1, [({"region": "eu"}, {"id": "o-0", "amount": 0.5})])
+    key_id = broker.rest.http.get(f"/subjects/{topic}-key/versions/latest").json()["id"]
+    frame = spark.createDataFrame([({"region": "us"}, {"id": "s-1", "amount": 1.25})],
+                                  f"key_struct {KEY_TYPE}, value_struct {ORDER_TYPE}")
+    (frame.coalesce(1).write.mode("append").format("laketail").option("laketail.servers", broker.url)
+     .option("topic", topic).save())
+    wait_tiered(broker.url, topic)
+    read = spark.read.format("laketail").option("laketail.servers", broker.url).option("subscribe", topic).load()
+    rows = read.orderBy("offset").collect()
+    assert [(r.key_struct.region, r.value_struct.id) for r in rows] == [("eu", "o-0"), ("us", "s-1")]
+    assert bytes(rows[1].key)[:5] == wire.frame(key_id, b"")  # Confluent's wire format, <topic>-key's id
+
+    before = table_info(broker.url, topic)["partitions"][0]["high_watermark"]  # the records and a commit marker
+    both = spark.createDataFrame([(b"k", {"region": "us"}, b"v")], f"key binary, key_struct {KEY_TYPE}, value binary")
+    with pytest.raises(Exception, match="'key' or 'key_struct', not both"):
+        (both.write.mode("append").format("laketail").option("laketail.servers", broker.url)
+         .option("topic", topic).save())
+    assert table_info(broker.url, topic)["partitions"][0]["high_watermark"] == before  # nothing more written

@@ -96,7 +96,8 @@ def _binary(column: pa.ChunkedArray) -> pa.ChunkedArray:
 def sink_table(batch: pa.RecordBatch, topic_override: str | None) -> pa.Table:
     """A sink's input rows with ``key``/``value`` as binary, ``headers`` typed and a
     ``topic`` column (``topic_override`` replacing the rows' own); other columns kept
-    (``value_struct``, which the sink encodes into ``value``: :mod:`laketail.spark.typed`)."""
+    (``value_struct`` / ``key_struct``, which the sink encodes into ``value`` / ``key``:
+    :mod:`laketail.spark.typed`)."""
     table = pa.Table.from_batches([batch])
     names = table.column_names
     if "value" not in names and TYPED_VALUE_COLUMN not in names:

@@ -1,5 +1,5 @@
-"""Typed columns through ``format("laketail")``: ``value_struct`` (and ``key_struct``) in
-the source's rows, ``value_struct`` in the sink's input (issue 42; docs/schema-registry.md).
+"""Typed columns through ``format("laketail")``: ``value_struct`` and ``key_struct`` in the
+source's rows and in the sink's input (issue 42; docs/schema-registry.md).
 
 Source: a read whose subscription names its topics (``subscribe`` or ``assign``) has a
 ``value_struct`` column, after the Kafka source's columns, when the subscribed topics
@@ -19,7 +19,8 @@ tiered before the topic had typed columns hold no ``value_struct``: null. ``key_
 Sink: an input with a ``value_struct`` column and no ``value`` column has each row's
 value encoded from it with the latest version of the target topic's ``<topic>-value``
 subject, in Confluent's wire format (:func:`encode_values`); giving both is refused
-(which bytes would be meant is not clear).
+(which bytes would be meant is not clear). ``key_struct`` and ``key`` the same way, by
+``<topic>-key``.
 """
 
 from __future__ import annotations
@@ -125,35 +126,39 @@ class _Decoder:
         return decode_versions(values, self.codecs, self.latest)
 
 
-def encode_values(table: pa.Table, gateway: SparkGateway, cache: dict[str, tuple[int, Any]]) -> pa.Table:
-    """A sink input with ``value_struct`` and no ``value``: ``value`` encoded from it by the
-    latest version of each row's topic's ``<topic>-value`` (``cache``: topic -> (schema id,
-    codec), one task's). INVALID_RECORD when the topic's subject has no version or a
-    value does not fit the schema."""
+def encode_values(table: pa.Table, gateway: SparkGateway, cache: dict[str, tuple[int, Any]],
+                  column: str = TYPED_VALUE_COLUMN) -> pa.Table:
+    """A sink input with ``column`` (``value_struct``; ``key_struct``) and no ``value``
+    (``key``): that raw column encoded from it by the latest version of each row's topic's
+    ``<topic>-value`` (``-key``; ``cache``: subject -> (schema id, codec), one task's).
+    INVALID_RECORD when the topic's subject has no version or a value does not fit the
+    schema."""
     from laketail.schemas import wire
     from laketail.schemas.columns import encode_column
 
-    if "value" in table.column_names:
-        raise InvalidRecord("the laketail sink takes 'value' or 'value_struct', not both: drop one")
+    source = TYPED_COLUMNS[column]
+    if source in table.column_names:
+        raise InvalidRecord(f"the laketail sink takes '{source}' or '{column}', not both: drop one")
     topics = table.column("topic").to_pylist()
-    structs = table.column(TYPED_VALUE_COLUMN)
+    structs = table.column(column)
     values: list[bytes | None] = [None] * table.num_rows
     for topic in sorted(set(topics)):
-        if topic not in cache:
-            versions = subject_versions(gateway, f"{topic}-value")
+        subject = f"{topic}-{source}"
+        if subject not in cache:
+            versions = subject_versions(gateway, subject)
             if not versions:
-                raise InvalidRecord(f"the laketail sink got value_struct for topic '{topic}', whose subject "
-                                    f"'{topic}-value' has no schema to encode it with")
+                raise InvalidRecord(f"the laketail sink got {column} for topic '{topic}', whose subject "
+                                    f"'{subject}' has no schema to encode it with")
             latest = versions[-1]
-            cache[topic] = (latest["id"], wire.codec(latest["schema_type"], latest["schema"],
-                                                     tuple(latest["references"])))
-        schema_id, codec = cache[topic]
+            cache[subject] = (latest["id"], wire.codec(latest["schema_type"], latest["schema"],
+                                                       tuple(latest["references"])))
+        schema_id, codec = cache[subject]
         rows = [i for i, t in enumerate(topics) if t == topic]
         encoded = encode_column(structs.take(pa.array(rows, pa.int64())), schema_id, codec)
         for i, data in zip(rows, encoded):
             values[i] = data
-    out = table.drop_columns([TYPED_VALUE_COLUMN])
-    return out.append_column("value", pa.array(values, pa.binary()))
+    out = table.drop_columns([column])
+    return out.append_column(source, pa.array(values, pa.binary()))
 
 
 __all__ = ["TypedRows", "encode_values", "subject_versions", "value_type_of"]
