@@ -141,7 +141,7 @@ class InternalLoadCollector(Collector):
         yield family
         undecoded = CounterMetricFamily(
             "laketail_table_values_undecoded",
-            "Values of a topic with typed columns tiered with a null value_struct: not decodable.",
+            "Values (keys) of a topic with typed columns tiered with a null value_struct (key_struct): not decodable.",
             labels=["topic"],
         )
         for topic, count in self.broker.table_values_undecoded().items():

@@ -39,6 +39,7 @@ BENCHMARKS = {
     11: ("secure_produce", "11 REST produce with TLS + SCRAM (+ ACLs) vs the same broker without them"),
     12: ("kafka_protocol", "12 Kafka protocol (issue 39): confluent-kafka vs a bare Kafka server"),
     13: ("object_store", "13 a bucket as data root (issue 40): produce and tier on moto vs a local folder"),
+    14: ("schemas", "14 schemas (issue 42): validated Avro produce, Spark over typed columns, tier delay"),
 }
 
 NOT_YET: list[Skipped] = []
@@ -56,6 +57,7 @@ def parse(argv: list[str]) -> tuple[Params, argparse.Namespace]:
     ap.add_argument("--memory-seconds", type=float, help="sustained produce for benchmark 8")
     ap.add_argument("--spark-records", type=int, help="records in benchmark 6's topic (default 10M)")
     ap.add_argument("--group-records", type=int, help="records per run in benchmark 10 (default 200,000)")
+    ap.add_argument("--schema-records", type=int, help="records in benchmark 14's typed topic (default 1M)")
     ap.add_argument("--request-processes", type=int,
                     help="benchmark 1 again with the broker split into N request processes (default: CPUs, "
                          "at most 4; 1 leaves those figures out)")
@@ -68,7 +70,7 @@ def parse(argv: list[str]) -> tuple[Params, argparse.Namespace]:
     args = ap.parse_args(argv)
     overrides = {}
     for flag in ("seconds", "flat_commits", "flat_records", "naive_commits", "latency_seconds",
-                 "memory_seconds", "spark_records", "group_records", "request_processes"):
+                 "memory_seconds", "spark_records", "group_records", "schema_records", "request_processes"):
         if getattr(args, flag) is not None:
             overrides[flag] = getattr(args, flag)
     if args.only:

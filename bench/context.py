@@ -56,6 +56,8 @@ class Params:
     group_records: int = 200_000  # benchmark 10: records each producer, consumer and loop handles
     txn_interval_ms: int = 100  # benchmark 10: the transactional producer commits this often
     rebalance_rounds: int = 5
+    schema_records: int = 1_000_000  # benchmark 14's typed topic for the Spark figure
+    tier_rate: float = 2000.0  # benchmark 14: records/s produced to each of the tier-delay topics
     profile: bool = True
     only: tuple[int, ...] = ()
 

@@ -218,8 +218,8 @@ class Broker:
             local = request_processes.local_dir(settings)
             self.handoff_server = HandoffServer(socket_path(local, self.broker_id), self.wait_leads, self.append)
             self.produce_path.handoff = HandoffClient(local, settings.request_timeout_ms / 1000 + 5)
-        # typed columns (laketail.table.mode): the tier pass decodes by the subject's versions
-        self.tierer.value_schemas = self.produce_path.schema_validation.value_versions  # type: ignore[union-attr]
+        # typed columns (laketail.table.mode, .key.mode): the tier pass decodes by the subjects' versions
+        self.tierer.subject_schemas = self.produce_path.schema_validation.subject_versions  # type: ignore[union-attr]
         self.fetch_path = FetchPath(settings, self.logs, self.tables, self.cluster, self.leads, self.check_partition,
                                     self._sibling_log)
         self._background: list[asyncio.Task] = []
@@ -376,7 +376,8 @@ class Broker:
         }
 
     def table_values_undecoded(self) -> dict[str, int]:
-        """Per topic with typed columns, the values tiered with a null ``value_struct``."""
+        """Per topic with typed columns, the values (and keys) tiered with a null
+        ``value_struct`` (``key_struct``)."""
         return dict(self.tierer.undecoded_values)
 
     async def close(self) -> None:

@@ -133,6 +133,12 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = {
                   "prefix names; value_schema_latest decodes each value, unframed, by the latest <topic>-value "
                   "schema (Redpanda's Iceberg modes of those names; docs/schema-registry.md).",
                   choices=("key_value", "value_schema_id_prefix", "value_schema_latest")),
+        ConfigKey("laketail.table.key.mode", str, "key_raw",
+                  "laketail: key_raw keeps the raw key only; key_schema_id_prefix also writes key_struct, "
+                  "each key decoded by the <topic>-key schema its wire-format prefix names; key_schema_latest "
+                  "decodes each key, unframed, by the latest <topic>-key schema (the key's mirror of "
+                  "laketail.table.mode).",
+                  choices=("key_raw", "key_schema_id_prefix", "key_schema_latest")),
     ]
 }
 
@@ -161,6 +167,7 @@ class TopicConfig:
     confluent_value_schema_validation: bool = False
     confluent_key_schema_validation: bool = False
     laketail_table_mode: str = "key_value"
+    laketail_table_key_mode: str = "key_raw"
 
     @classmethod
     def from_kafka(

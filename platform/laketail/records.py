@@ -60,13 +60,18 @@ RECORD_SCHEMA = pa.schema(
 #: adds to ``RECORD_SCHEMA`` in its table (laketail.schemas.columns); every other
 #: column is the record schema's.
 TYPED_VALUE_COLUMN = "value_struct"
+#: The typed key column a topic with ``laketail.table.key.mode=key_schema_id_prefix``
+#: (or ``key_schema_latest``) adds the same way, decoded by ``<topic>-key``.
+TYPED_KEY_COLUMN = "key_struct"
+#: Each typed column and the raw column it is decoded from.
+TYPED_COLUMNS = {TYPED_VALUE_COLUMN: "value", TYPED_KEY_COLUMN: "key"}
 
 
 def laketail_schema_changed(table_schema: pa.Schema) -> bool:
     """Whether a topic's Delta table schema is no longer laketail's: other columns or
-    types than ``RECORD_SCHEMA``'s, beside the typed value column. The order is not
+    types than ``RECORD_SCHEMA``'s, beside the typed columns. The order is not
     compared: Delta's schema evolution (typed columns) puts the partition column last."""
-    columns = {f.name: f.type for f in table_schema if f.name != TYPED_VALUE_COLUMN}
+    columns = {f.name: f.type for f in table_schema if f.name not in TYPED_COLUMNS}
     return columns != {f.name: f.type for f in RECORD_SCHEMA}
 
 

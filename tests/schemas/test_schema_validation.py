@@ -91,6 +91,19 @@ def test_keys_are_checked_only_with_key_validation(kafka_broker) -> None:
     assert kafka_broker.rest.produce_binary(values_only, [{"key": b"raw", "value": good}]).status_code == 200
 
 
+def test_a_bad_key_refuses_the_whole_produce_and_writes_nothing(kafka_broker) -> None:
+    topic = _topic(kafka_broker, **{"confluent.key.schema.validation": "true"})
+    client = SchemaRegistryClient({"url": kafka_broker.url})
+    key = AvroSerializer(client, ORDER)({"id": "k-1", "amount": 1.0}, SerializationContext(topic, MessageField.KEY))
+    unknown_id = struct.pack(">bi", 0, 999_999) + key[5:]
+    rest = kafka_broker.rest
+    for bad in (b"raw", unknown_id, key[:-1]):
+        _refused(rest.produce_binary(topic, [{"key": key, "value": b"v"}, {"key": bad, "value": b"v"}]), "a bad key")
+    assert rest.offsets(topic, 0) == (0, 0)  # nothing written, not even the good first record
+    assert rest.produce_binary(topic, [{"key": key, "value": b"raw value"}, {"key": None}]).status_code == 200
+    assert rest.offsets(topic, 0) == (0, 2)
+
+
 def test_a_kafka_client_gets_invalid_record(kafka_broker) -> None:
     topic = _topic(kafka_broker, **{"confluent.value.schema.validation": "true"})
     _, good = _register(kafka_broker, topic)

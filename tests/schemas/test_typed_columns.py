@@ -2,7 +2,8 @@
 real Delta table: Avro produced through the REST Proxy lands decoded in
 ``value_struct`` next to the raw ``value``; a value that does not decode is a null
 struct, counted on ``/metrics``; a new schema version with an optional field widens the
-column; the table stays sound for Kafka reads and ``laketail check``."""
+column; the table stays sound for Kafka reads and ``laketail check``. Keys the same way
+(``laketail.table.key.mode``): ``key_struct`` next to the raw ``key``."""
 
 from __future__ import annotations
 
@@ -108,3 +109,73 @@ def test_value_schema_latest_decodes_unframed_values_by_the_latest_schema(broker
     table = _table_rows(broker, topic, 3)
     assert table.column("value_struct").to_pylist() == [{"id": "o-1", "amount": 1.5}, None, None]
     assert _undecoded(broker, topic) == 2.0  # the framed value is not this mode's: it reads to no end
+
+
+KEY_V1 = {"type": "record", "name": "OrderKey", "fields": [{"name": "region", "type": "string"}]}
+KEY_V2 = {"type": "record", "name": "OrderKey", "fields": [
+    {"name": "region", "type": "string"}, {"name": "shard", "type": ["null", "int"], "default": None}]}
+KEYED = {"laketail.table.key.mode": "key_schema_id_prefix"}
+
+
+def _produce_keyed_avro(rest: Any, topic: str, key_schema: dict, value_schema: dict,
+                        records: list[tuple[dict, dict]]) -> None:
+    resp = rest.http.post(f"/topics/{topic}", content=json.dumps({
+        "key_schema": json.dumps(key_schema), "value_schema": json.dumps(value_schema),
+        "records": [{"key": k, "value": v, "partition": 0} for k, v in records]}),
+        headers={"Content-Type": AVRO})
+    assert resp.status_code == 200, resp.text
+    assert all(o.get("error") is None for o in resp.json()["offsets"]), resp.text
+
+
+def test_keys_land_decoded_in_key_struct_and_the_column_widens(broker: Any, make_topic: Any) -> None:
+    topic = make_topic(configs={**TYPED, **KEYED})
+    rest = broker.rest
+    _produce_keyed_avro(rest, topic, KEY_V1, ORDER_V1, [({"region": "eu"}, {"id": "o-1", "amount": 1.5}),
+                                                        ({"region": "us"}, {"id": "o-2", "amount": 2.0})])
+    assert rest.produce_binary(topic, [{"key": b"raw key", "value": None, "partition": 0},
+                                       {"key": None, "value": None, "partition": 0}]).status_code == 200
+    table = _table_rows(broker, topic, 4)
+    assert table.schema.field("key_struct").type == pa.struct([("region", pa.string())])
+    assert table.column("key_struct").to_pylist() == [{"region": "eu"}, {"region": "us"}, None, None]
+    assert table.column("value_struct").to_pylist() == [
+        {"id": "o-1", "amount": 1.5}, {"id": "o-2", "amount": 2.0}, None, None]
+    assert table.column("key")[2].as_py() == b"raw key"  # the raw key stays beside it
+    assert _undecoded(broker, topic) == 1.0  # the raw key; null keys and values are no failure
+
+    # a compatible key v2 widens key_struct; v1 keys read the new field as null
+    _produce_keyed_avro(rest, topic, KEY_V2, ORDER_V1, [({"region": "ap", "shard": {"int": 7}},
+                                                         {"id": "o-3", "amount": 3.0})])
+    table = _table_rows(broker, topic, 5)
+    assert table.schema.field("key_struct").type == pa.struct([("region", pa.string()), ("shard", pa.int32())])
+    assert table.column("key_struct").to_pylist() == [
+        {"region": "eu", "shard": None}, {"region": "us", "shard": None}, None, None, {"region": "ap", "shard": 7}]
+    check = httpx.get(f"{broker.url}/v1/topics/{topic}/check", timeout=60)
+    assert check.status_code == 200 and check.json()["ok"], check.text
+
+
+def test_typed_keys_need_no_typed_values(broker: Any, make_topic: Any) -> None:
+    topic = make_topic(configs=KEYED)
+    _produce_keyed_avro(broker.rest, topic, KEY_V1, ORDER_V1, [({"region": "eu"}, {"id": "o-1", "amount": 1.5})])
+    table = _table_rows(broker, topic, 1)
+    assert table.column("key_struct").to_pylist() == [{"region": "eu"}]
+    assert "value_struct" not in table.schema.names
+
+
+def test_key_schema_latest_decodes_unframed_keys(broker: Any, make_topic: Any) -> None:
+    topic = make_topic(configs={"laketail.table.key.mode": "key_schema_latest"})
+    rest = broker.rest
+    resp = rest.http.post(f"/subjects/{topic}-key/versions", content=json.dumps({"schema": json.dumps(KEY_V1)}),
+                          headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+    assert resp.status_code == 200, resp.text
+    plain = wire.codec("AVRO", json.dumps(KEY_V1)).encode({"region": "eu"})
+    assert rest.produce_binary(topic, [{"key": plain, "value": b"v", "partition": 0},
+                                       {"key": b"\xff", "value": b"v", "partition": 0}]).status_code == 200
+    table = _table_rows(broker, topic, 2)
+    assert table.column("key_struct").to_pylist() == [{"region": "eu"}, None]
+
+
+def test_the_key_mode_is_a_validated_topic_config(broker: Any) -> None:
+    resp = broker.rest.create_topic("typed-bad-key-mode", 1, configs={"laketail.table.key.mode": "value_schema_latest"})
+    assert resp.status_code == 400, resp.text
+    assert "laketail.table.key.mode='value_schema_latest': must be one of" in resp.json()["message"]
+    assert broker.rest.http.get("/topics/typed-bad-key-mode").status_code == 404  # nothing created

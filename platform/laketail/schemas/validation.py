@@ -96,13 +96,18 @@ class SchemaValidation:
 
 
     async def value_versions(self, topic: str) -> list[dict]:
-        """The live versions of ``<topic>-value``, oldest first, as the tier pass of a topic
-        with typed columns takes them (``storage/tierer.py``): ``id``, ``schema_type``,
-        ``schema`` and the texts of its ``references``. The follower's copy, where the
-        registry does not run, is read again at most once per ``refresh_interval_ms``."""
+        """:meth:`subject_versions` of ``<topic>-value``."""
+        return await self.subject_versions(f"{topic}-value")
+
+    async def subject_versions(self, subject: str) -> list[dict]:
+        """The live versions of ``subject``, oldest first, as the tier pass of a topic
+        with typed columns takes them (``storage/tierer.py``; ``<topic>-value`` and
+        ``<topic>-key``): ``id``, ``schema_type``, ``schema`` and the texts of its
+        ``references``. The follower's copy, where the registry does not run, is read
+        again at most once per ``refresh_interval_ms``."""
         registry = self.registry if self.registry_here() else await self.follower(fresh=True)
         out = []
-        for v in registry.versions_of_subject(f"{topic}-value"):
+        for v in registry.versions_of_subject(subject):
             if v.deleted:
                 continue
             stored = registry.schema(v.id)

@@ -10,6 +10,8 @@ binary>> with ``includeHeaders``), so a query written for ``format("kafka")`` ru
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -62,9 +64,9 @@ def scan_columns(include_headers: bool, plain: bool = False) -> list[str]:
 
 
 def to_source_batches(rows: pa.Table, topic: str, partition: int, include_headers: bool,
-                      value_struct: pa.Array | pa.ChunkedArray | None = None) -> list[pa.RecordBatch]:
-    """Table (or fetched) rows as Arrow batches in the Kafka source's columns, then
-    ``value_struct`` when given (typed columns, :mod:`laketail.spark.typed`)."""
+                      typed: Mapping[str, pa.Array | pa.ChunkedArray] | None = None) -> list[pa.RecordBatch]:
+    """Table (or fetched) rows as Arrow batches in the Kafka source's columns, then the
+    ``typed`` columns, in order (``value_struct``, ``key_struct``: :mod:`laketail.spark.typed`)."""
     n = rows.num_rows
     timestamps = rows.column("timestamp")
     if timestamps.type != TIMESTAMP_TYPE:
@@ -81,9 +83,9 @@ def to_source_batches(rows: pa.Table, topic: str, partition: int, include_header
     if include_headers:
         arrays.append(rows.column("headers").cast(HEADER_TYPE))
     schema = source_arrow_schema(include_headers)
-    if value_struct is not None:
-        arrays.append(value_struct)
-        schema = schema.append(pa.field(TYPED_VALUE_COLUMN, value_struct.type))
+    for name, column in (typed or {}).items():
+        arrays.append(column)
+        schema = schema.append(pa.field(name, column.type))
     return pa.Table.from_arrays(arrays, schema=schema).to_batches()
 
 
@@ -94,7 +96,8 @@ def _binary(column: pa.ChunkedArray) -> pa.ChunkedArray:
 def sink_table(batch: pa.RecordBatch, topic_override: str | None) -> pa.Table:
     """A sink's input rows with ``key``/``value`` as binary, ``headers`` typed and a
     ``topic`` column (``topic_override`` replacing the rows' own); other columns kept
-    (``value_struct``, which the sink encodes into ``value``: :mod:`laketail.spark.typed`)."""
+    (``value_struct`` / ``key_struct``, which the sink encodes into ``value`` / ``key``:
+    :mod:`laketail.spark.typed`)."""
     table = pa.Table.from_batches([batch])
     names = table.column_names
     if "value" not in names and TYPED_VALUE_COLUMN not in names:

@@ -45,7 +45,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from laketail.errors import LaketailError
-from laketail.records import TYPED_VALUE_COLUMN
+from laketail.records import TYPED_KEY_COLUMN, TYPED_VALUE_COLUMN
 from laketail.spark.columns import source_ddl
 from laketail.spark.options import SinkOptions, SourceOptions, TopicPartition
 from laketail.spark.planning import (
@@ -67,42 +67,48 @@ from laketail.spark.worker import settle_worker
 log = logging.getLogger(__name__)
 
 
-def _settings(options: SourceOptions, value_type: pa.DataType | None = None) -> ScanSettings:
+def _settings(options: SourceOptions, typed: dict[str, pa.DataType] | None = None) -> ScanSettings:
+    typed = typed or {}
     return ScanSettings(
         options.servers, options.isolation, options.include_headers, options.fail_on_data_loss, options.group_id,
-        options.security, options.api_timeout_ms, value_type,
+        options.security, options.api_timeout_ms, typed.get(TYPED_VALUE_COLUMN), typed.get(TYPED_KEY_COLUMN),
     )
 
 
-def _typed_value_type(raw: Mapping[str, str]) -> pa.DataType | None:
-    """The ``value_struct`` type of a read of ``raw``'s topics (:mod:`laketail.spark.typed`);
-    None without one, and for options the reader will refuse (it says why)."""
+def _typed_types(raw: Mapping[str, str]) -> dict[str, pa.DataType]:
+    """The ``value_struct`` and ``key_struct`` types of a read of ``raw``'s topics
+    (:mod:`laketail.spark.typed`), those it has; none for options the reader will refuse
+    (it says why)."""
     try:
         options = SourceOptions.parse(raw, streaming=False)
     except LaketailError:
         try:
             options = SourceOptions.parse(raw, streaming=True)
         except LaketailError:
-            return None
+            return {}
     if options.subscription.pattern is not None:
-        return None
+        return {}
     planner = Planner(options, shared_snapshots())
     try:
-        types = {topic: planner.state_of(topic).snapshot.value_type for topic in planner.topics()}
+        snapshots = {topic: planner.state_of(topic).snapshot for topic in planner.topics()}
     except LaketailError:
-        return None  # an unknown topic: the read reports it
+        return {}  # an unknown topic: the read reports it
     finally:
         planner.close()
-    return value_type_of(types)
+    out = {}
+    for column in (TYPED_VALUE_COLUMN, TYPED_KEY_COLUMN):
+        found = value_type_of({t: s.typed_types().get(column) for t, s in snapshots.items()}, column)
+        if found is not None:
+            out[column] = found
+    return out
 
 
-def _value_type(schema: StructType) -> pa.DataType | None:
-    """The Arrow type the query's ``value_struct`` has (None: the query has no such column)."""
-    if TYPED_VALUE_COLUMN not in schema.fieldNames():
-        return None
+def _typed(schema: StructType) -> dict[str, pa.DataType]:
+    """The Arrow types the query's typed columns have (none: the query has no such column)."""
     from pyspark.sql.pandas.types import to_arrow_type
 
-    return to_arrow_type(schema[TYPED_VALUE_COLUMN].dataType)
+    return {name: to_arrow_type(schema[name].dataType) for name in (TYPED_VALUE_COLUMN, TYPED_KEY_COLUMN)
+            if name in schema.fieldNames()}
 
 
 class LaketailDataSource(DataSource):
@@ -116,20 +122,20 @@ class LaketailDataSource(DataSource):
         settle_worker()  # every method here runs in a Spark Python worker
         raw = str(self.options.get("includeHeaders", "false")).strip().lower()
         columns = source_ddl(raw == "true")
-        value_type = _typed_value_type(self.options)
-        if value_type is None:
+        typed = _typed_types(self.options)
+        if not typed:
             return columns
         from pyspark.sql.pandas.types import from_arrow_type
 
-        return f"{columns}, {TYPED_VALUE_COLUMN} {from_arrow_type(value_type).simpleString()}"
+        return ", ".join([columns] + [f"{name} {from_arrow_type(t).simpleString()}" for name, t in typed.items()])
 
     def reader(self, schema: StructType) -> "BatchReader":
         settle_worker()
-        return BatchReader(SourceOptions.parse(self.options, streaming=False), _value_type(schema))
+        return BatchReader(SourceOptions.parse(self.options, streaming=False), _typed(schema))
 
     def streamReader(self, schema: StructType) -> "StreamReader":
         settle_worker()
-        return StreamReader(SourceOptions.parse(self.options, streaming=True), _value_type(schema))
+        return StreamReader(SourceOptions.parse(self.options, streaming=True), _typed(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
         settle_worker()
@@ -146,9 +152,9 @@ class BatchReader(DataSourceReader):
     latest, the default), whose tasks read each partition as it is when they run, so
     a view ``USING laketail`` is live at every query."""
 
-    def __init__(self, options: SourceOptions, value_type: pa.DataType | None = None) -> None:
+    def __init__(self, options: SourceOptions, typed: dict[str, pa.DataType] | None = None) -> None:
         self.options = options
-        self.settings = _settings(options, value_type)
+        self.settings = _settings(options, typed)
 
     def partitions(self) -> list[InputPartition]:
         planner = Planner(self.options, shared_snapshots())  # the planning worker's, query after query
@@ -189,9 +195,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     Under ``trigger(availableNow=True)`` the end offsets at the query's start are the
     target: batches (each bounded by ``maxOffsetsPerTrigger``) run up to it, never past."""
 
-    def __init__(self, options: SourceOptions, value_type: pa.DataType | None = None) -> None:
+    def __init__(self, options: SourceOptions, typed: dict[str, pa.DataType] | None = None) -> None:
         self.options = options
-        self.settings = _settings(options, value_type)
+        self.settings = _settings(options, typed)
         self._planner: Planner | None = None
         self._state: dict[str, TopicState] | None = None
         self._committed: dict | None = None

@@ -32,7 +32,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from laketail.errors import CorruptMessage, LaketailError, OffsetOutOfRange
-from laketail.records import TYPED_VALUE_COLUMN, IsolationLevel
+from laketail.records import TYPED_COLUMNS, TYPED_KEY_COLUMN, TYPED_VALUE_COLUMN, IsolationLevel
 from laketail.spark.columns import scan_columns, to_source_batches
 from laketail.spark.gateway import DEFAULT_API_TIMEOUT_MS, SparkGateway
 from laketail.spark.isolation import TXN_COLUMNS, Markers, committed_rows
@@ -59,6 +59,8 @@ class ScanSettings:
     api_timeout_ms: int = DEFAULT_API_TIMEOUT_MS  # default.api.timeout.ms
     #: the query's ``value_struct`` type (typed columns, :mod:`laketail.spark.typed`); None: no column
     value_type: pa.DataType | None = None
+    #: the query's ``key_struct`` type (``laketail.table.key.mode``); None: no column
+    key_type: pa.DataType | None = None
 
 
 def open_parquet(path: str) -> pq.ParquetFile:
@@ -84,10 +86,10 @@ def _offset_column(pf: pq.ParquetFile) -> int:
 def read_rows(data_file: TableFile, start: int, end: int, columns: list[str]) -> Iterator[pa.Table]:
     """Rows of ``[start, end)`` in one file, a row group at a time (pruned by stats).
     The file is opened now (FileNotFoundError when it is gone), read as iterated.
-    ``value_struct`` is read only from a file that has it (typed columns)."""
+    ``value_struct`` and ``key_struct`` are read only from a file that has them (typed columns)."""
     pf = open_parquet(data_file.path)
-    if TYPED_VALUE_COLUMN in columns and TYPED_VALUE_COLUMN not in pf.schema_arrow.names:
-        columns = [c for c in columns if c != TYPED_VALUE_COLUMN]
+    names = pf.schema_arrow.names
+    columns = [c for c in columns if c not in TYPED_COLUMNS or c in names]
     return _row_groups(pf, start, end, columns)
 
 
@@ -140,7 +142,8 @@ class RangeReader:
         self.settings = settings
         self.work = work
         self._gateway: SparkGateway | None = None
-        self._typed = None if settings.value_type is None else TypedRows(settings.value_type, work.topic)
+        pairs = ((TYPED_VALUE_COLUMN, settings.value_type), (TYPED_KEY_COLUMN, settings.key_type))
+        self._typed = [TypedRows(t, work.topic, name) for name, t in pairs if t is not None]
 
     @property
     def gateway(self) -> SparkGateway:
@@ -165,15 +168,15 @@ class RangeReader:
             if self._gateway is not None:
                 self._gateway.close()
 
-    def _rows(self) -> Iterator[tuple[pa.Table, pa.Array | pa.ChunkedArray | None]]:
-        """The range's rows, each piece with its ``value_struct`` (None: the query has none):
+    def _rows(self) -> Iterator[tuple[pa.Table, dict[str, pa.Array | pa.ChunkedArray] | None]]:
+        """The range's rows, each piece with its typed columns (None: the query has none):
         from the files where they were read, decoded where they were fetched."""
-        typed = self._typed
         for rows, fetched in self._pieces():
-            if typed is None or not rows.num_rows:
+            if not self._typed or not rows.num_rows:
                 yield rows, None
             else:
-                yield rows, typed.from_fetch(rows, self.gateway) if fetched else typed.from_table(rows)
+                yield rows, {t.column: t.from_fetch(rows, self.gateway) if fetched else t.from_table(rows)
+                             for t in self._typed}
 
     def _pieces(self) -> Iterator[tuple[pa.Table, bool]]:
         """(rows, whether they were fetched through the gateway)."""
@@ -193,7 +196,7 @@ class RangeReader:
         """Rows of ``[start, stop)`` from files; returns where it stopped (``stop``
         unless it handed the rest to the gateway)."""
         committed = self.settings.isolation == "read_committed"
-        typed = [TYPED_VALUE_COLUMN] if self._typed is not None else []
+        typed = [t.column for t in self._typed]
         columns = scan_columns(self.settings.include_headers) + typed
         plain_columns = scan_columns(self.settings.include_headers, plain=True) + typed
         markers = Markers.empty()

@@ -48,7 +48,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from laketail.errors import LaketailError
 from laketail.partitioner import partition_for_key
-from laketail.records import TYPED_VALUE_COLUMN
+from laketail.records import TYPED_COLUMNS
 from laketail.spark.columns import sink_table
 from laketail.spark.gateway import SparkGateway
 from laketail.spark.options import SinkOptions
@@ -93,7 +93,8 @@ class TaskWrite:
         self.sequences: dict[tuple[str, int], int] = {}
         self.partition_counts: dict[str, int] = {}
         self.records = 0
-        self.value_schemas: dict[str, tuple[int, Any]] = {}  # topic -> (schema id, codec), for value_struct
+        #: subject -> (schema id, codec), for value_struct and key_struct
+        self.value_schemas: dict[str, tuple[int, Any]] = {}
 
     def run(self, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
         try:
@@ -106,8 +107,9 @@ class TaskWrite:
         return SinkCommit(self.sink_id, self.batch_id, tid, self.records)
 
     def _write(self, table: pa.Table) -> None:
-        if TYPED_VALUE_COLUMN in table.column_names:
-            table = encode_values(table, self.gateway, self.value_schemas)
+        for column in TYPED_COLUMNS:  # value_struct, key_struct: encoded into value, key
+            if column in table.column_names:
+                table = encode_values(table, self.gateway, self.value_schemas, column)
         for (topic, partition), rows in self._by_partition(table):
             if self.session is None:
                 self.session = _Session(*self.gateway.enlist(

@@ -33,7 +33,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from laketail.records import TYPED_VALUE_COLUMN
+from laketail.records import TYPED_KEY_COLUMN, TYPED_VALUE_COLUMN
 from laketail.storage.table_reader import catch_up, commit_file, disjoint, files_between, log_start_app_id, tier_app_id
 
 
@@ -51,6 +51,10 @@ class TableFile:
 
 @dataclass(frozen=True)
 class TableSnapshot:
+    """One version of a topic's Delta table as the Spark reads plan it: per partition its
+    files (ordered by first offset), tiered and log start offsets, and the types of its
+    typed columns. Immutable, so shared between threads and queries."""
+
     uri: str
     version: int
     files: dict[int, tuple[TableFile, ...]]
@@ -59,6 +63,13 @@ class TableSnapshot:
     #: the type of the table's ``value_struct`` (typed columns, ``laketail.table.mode``);
     #: None for a table without it
     value_type: pa.DataType | None = None
+    #: the type of its ``key_struct`` (``laketail.table.key.mode``); None without it
+    key_type: pa.DataType | None = None
+
+    def typed_types(self) -> dict[str, pa.DataType]:
+        """Each typed column the table has (``value_struct``, ``key_struct``) and its type."""
+        pairs = ((TYPED_VALUE_COLUMN, self.value_type), (TYPED_KEY_COLUMN, self.key_type))
+        return {name: t for name, t in pairs if t is not None}
 
     def partition_files(self, partition: int) -> tuple[TableFile, ...]:
         return self.files.get(partition, ())
@@ -104,7 +115,8 @@ def read_snapshot(table: DeltaTable, uri: str, partitions: int) -> TableSnapshot
     log_start = {p: table.transaction_version(log_start_app_id(p)) or 0 for p in range(partitions)}
     schema = pa.schema(table.schema().to_arrow())
     value_type = schema.field(TYPED_VALUE_COLUMN).type if TYPED_VALUE_COLUMN in schema.names else None
-    return TableSnapshot(uri, table.version(), files, tiered, log_start, value_type)
+    key_type = schema.field(TYPED_KEY_COLUMN).type if TYPED_KEY_COLUMN in schema.names else None
+    return TableSnapshot(uri, table.version(), files, tiered, log_start, value_type, key_type)
 
 
 def log_identity(uri: str) -> tuple[int, int] | None:

@@ -75,7 +75,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window, WindowSpec
 
 from laketail.errors import UnknownTopicOrPartition
-from laketail.records import RECORD_SCHEMA, TYPED_VALUE_COLUMN
+from laketail.records import RECORD_SCHEMA
 from laketail.spark import jvm
 from laketail.spark.columns import TABLE_COLUMNS
 from laketail.spark.gateway import SparkGateway, TopicTable, parse_servers
@@ -147,39 +147,33 @@ def partition_ranges(snapshot: TableSnapshot) -> dict[int, TransactionRanges]:
     return out
 
 
-def scan(spark: SparkSession, uri: str, paths: list[str], typed: str | None = None) -> DataFrame:
+def scan(spark: SparkSession, uri: str, paths: list[str], typed: dict[str, str] | None = None) -> DataFrame:
     """These files of the table at ``uri``, through Spark's Parquet reader, in the
     record schema (``partition`` from the paths, so Spark prunes on it), plus the typed
-    value column when ``typed`` gives its DDL (:func:`typed_value_ddl`; files written
-    before it read it as null)."""
-    columns = TABLE_COLUMNS if typed is None else f"{TABLE_COLUMNS}, {typed}"
-    names = RECORD_SCHEMA.names + ([TYPED_VALUE_COLUMN] if typed is not None else [])
+    columns ``typed`` gives the DDL types of (:func:`typed_ddl`; files written before
+    them read them as null)."""
+    typed = typed or {}
+    columns = ", ".join([TABLE_COLUMNS] + [f"{name} {ddl}" for name, ddl in typed.items()])
+    names = RECORD_SCHEMA.names + list(typed)
     if not paths:
         return spark.createDataFrame([], columns)
     frame = spark.read.schema(columns).option("basePath", uri).parquet(*paths)
     return frame.select(*names)
 
 
-def typed_value_ddl(snapshot: TableSnapshot) -> str | None:
-    """``value_struct <type>`` of a table with typed columns (``laketail.table.mode``), in
-    Spark's DDL; None for a table without."""
-    value_type = value_type_ddl(snapshot)
-    return None if value_type is None else f"{TYPED_VALUE_COLUMN} {value_type}"
-
-
-def value_type_ddl(snapshot: TableSnapshot) -> str | None:
-    """The Spark DDL type of the table's ``value_struct``; None for a table without."""
-    if snapshot.value_type is None:
-        return None
+def typed_ddl(snapshot: TableSnapshot) -> dict[str, str]:
+    """The Spark DDL type of each typed column of the table (``value_struct`` with
+    ``laketail.table.mode``, ``key_struct`` with ``laketail.table.key.mode``); none for a
+    table without."""
     from pyspark.sql.pandas.types import from_arrow_type
 
-    return str(from_arrow_type(snapshot.value_type).simpleString())
+    return {name: str(from_arrow_type(t).simpleString()) for name, t in snapshot.typed_types().items()}
 
 
 def table_frame(spark: SparkSession, snapshot: TableSnapshot) -> DataFrame:
     """Every row of the table at ``snapshot``."""
     return scan(spark, snapshot.uri, [f.path for p in sorted(snapshot.files) for f in snapshot.files[p]],
-                typed_value_ddl(snapshot))
+                typed_ddl(snapshot))
 
 
 def _bounds(snapshot: TableSnapshot, ranges: dict[int, TransactionRanges], table: TopicTable | None) -> dict[int, int]:
@@ -208,24 +202,24 @@ def committed_frame(spark: SparkSession, snapshot: TableSnapshot, table: TopicTa
         for data_file in snapshot.files[partition]:
             plain = _TXN_ROWS.rows(data_file) is None and (bound is None or data_file.last_offset < bound)
             (clean if plain else mixed).append(data_file.path)
-    typed = typed_value_ddl(snapshot)
+    typed = typed_ddl(snapshot)
     if not mixed:
         return scan(spark, snapshot.uri, clean, typed)
     filtered = _without_uncommitted(spark, scan(spark, snapshot.uri, mixed, typed), ranges, bounds)
     return filtered if not clean else scan(spark, snapshot.uri, clean, typed).unionAll(filtered)
 
 
-def _live_names(value_type: str | None) -> list[str]:
-    return RECORD_SCHEMA.names + ([TYPED_VALUE_COLUMN] if value_type is not None else [])
+def _live_names(typed: dict[str, str] | None) -> list[str]:
+    return RECORD_SCHEMA.names + list(typed or {})
 
 
-def live_frame(spark: SparkSession, uri: str, value_type: str | None = None) -> DataFrame:
+def live_frame(spark: SparkSession, uri: str, typed: dict[str, str] | None = None) -> DataFrame:
     """Every row of the table at ``uri`` as of each query (``format("laketail_table")``);
-    with ``value_type`` (:func:`value_type_ddl`), its ``value_struct`` too."""
-    return jvm.topic_table(spark, uri, value_type=value_type).select(*_live_names(value_type))
+    with ``typed`` (:func:`typed_ddl`), its typed columns too."""
+    return jvm.topic_table(spark, uri, typed=typed).select(*_live_names(typed))
 
 
-def live_committed_frame(spark: SparkSession, uri: str, value_type: str | None = None) -> DataFrame:
+def live_committed_frame(spark: SparkSession, uri: str, typed: dict[str, str] | None = None) -> DataFrame:
     """Committed data of the table at ``uri`` as of each query: what read_committed may
     see of its latest version, all of it worked out by Spark while it runs the query.
 
@@ -247,9 +241,9 @@ def live_committed_frame(spark: SparkSession, uri: str, value_type: str | None =
     bounds are empty relations, which Spark's adaptive execution drops (with the
     anti-join) once it has run them, so the rows are read by a plain Parquet scan; the
     planning and the empty stages are a fixed cost per query."""
-    names = _live_names(value_type)
-    plain = jvm.topic_table(spark, uri, rows="plain", value_type=value_type).select(*names)
-    marked = jvm.topic_table(spark, uri, rows="marked", value_type=value_type).select(*names)
+    names = _live_names(typed)
+    plain = jvm.topic_table(spark, uri, rows="plain", typed=typed).select(*names)
+    marked = jvm.topic_table(spark, uri, rows="marked", typed=typed).select(*names)
     transactional = F.coalesce(F.col("transactional"), F.lit(False))
     outside = plain.unionAll(marked.where(F.col("control").isNull() & ~transactional))
     ends = marked.where(transactional | F.col("control").isNotNull()).withColumn(
@@ -444,12 +438,13 @@ class _TopicViews:
         return self.cache.latest(asked.uri, asked.partitions).version == asked.version
 
     def _refresh_live(self, topic: str, table: TopicTable) -> None:
-        # a typed table's value_struct type is read from its schema; a wider one makes the views again
-        value_type = value_type_ddl(self.cache.latest(table.uri, max(table.partitions, default=-1) + 1))
-        if self.shown.get(topic) != (table.uri, value_type):
-            live_frame(self.spark, table.uri, value_type).createOrReplaceTempView(view_name(f"{topic}_all"))
-            live_committed_frame(self.spark, table.uri, value_type).createOrReplaceTempView(view_name(topic))
-            self.shown[topic] = (table.uri, value_type)
+        # a typed table's value_struct / key_struct types are read from its schema; a wider one
+        # makes the views again
+        typed = typed_ddl(self.cache.latest(table.uri, max(table.partitions, default=-1) + 1))
+        if self.shown.get(topic) != (table.uri, typed):
+            live_frame(self.spark, table.uri, typed).createOrReplaceTempView(view_name(f"{topic}_all"))
+            live_committed_frame(self.spark, table.uri, typed).createOrReplaceTempView(view_name(topic))
+            self.shown[topic] = (table.uri, typed)
 
     def _refresh_pinned(self, topic: str, table: TopicTable, snapshot: TableSnapshot) -> bool:
         bounds = tuple(sorted(

@@ -1,8 +1,8 @@
 """Data files of a topic's Delta table: how laketail writes them.
 
 ``partition=<p>/<first:020d>-<last:020d>-<tag>.parquet``: the record schema less the
-partition column (Delta keeps it in the path), plus ``value_struct`` when the rows carry
-it (a topic with typed columns), row groups of ``ROW_GROUP_ROWS`` rows so
+partition column (Delta keeps it in the path), plus ``value_struct`` / ``key_struct`` when
+the rows carry them (a topic with typed columns), row groups of ``ROW_GROUP_ROWS`` rows so
 reads prune by offset, snappy, dictionaries for the columns that repeat
 (``DICTIONARY_COLUMNS``), and Delta statistics (min/max of ``offset``, ``timestamp``,
 ``leader_epoch`` and ``transactional``, null counts) in the add action: a file whose
@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake.transaction import AddAction
 
-from laketail.records import RECORD_SCHEMA, TYPED_VALUE_COLUMN
+from laketail.records import RECORD_SCHEMA, TYPED_COLUMNS
 from laketail.storage import object_store
 from laketail.storage.table_reader import DataFile
 
@@ -62,8 +62,9 @@ def write_data_file(
     if "partition" in rows.column_names:
         rows = rows.drop_columns(["partition"])
     schema = FILE_SCHEMA
-    if TYPED_VALUE_COLUMN in rows.column_names:  # typed columns (tierer.py): kept as typed
-        schema = schema.append(rows.schema.field(TYPED_VALUE_COLUMN))
+    for typed in TYPED_COLUMNS:  # typed columns (tierer.py): kept as typed
+        if typed in rows.column_names:
+            schema = schema.append(rows.schema.field(typed))
     body = rows.select(schema.names).cast(schema)
     # Buffered: the writer asks for its position at every page, an lseek on a bare file.
     with object_store.open_output(path, WRITE_BUFFER_BYTES) as out:

@@ -14,14 +14,17 @@ unreferenced files (never read, removed by vacuum), never duplicates.
 Files are written by :func:`laketail.storage.data_files.write_data_file`.
 
 Typed columns: for a topic with ``laketail.table.mode=value_schema_id_prefix`` the plan
-carries the live versions of its ``<topic>-value`` subject (``value_schemas``), and the
+carries the live versions of its ``<topic>-value`` subject (``typed``), and the
 pass adds ``value_struct`` (``records.TYPED_VALUE_COLUMN``): each value decoded by the
 version its wire-format prefix names, in the latest version's Arrow type
 (:func:`laketail.schemas.columns.decode_versions`); with ``value_schema_latest``, each
 value as it is (no prefix) by the latest version (``decode_unframed``); a value that does not decode is a
-null there, counted in :attr:`Tierer.undecoded_values`. Before the commit that first
-carries the column, or a wider type of it (a new schema version), the pass evolves the
-table's schema (``_evolve``): an append whose schema is wider leaves a Delta table's
+null there, counted in :attr:`Tierer.undecoded_values`. Keys the same way: with
+``laketail.table.key.mode=key_schema_id_prefix`` (``key_schema_latest``) the plan carries
+``<topic>-key``'s versions too and the pass adds ``key_struct`` (``records.TYPED_KEY_COLUMN``)
+by the same decoder; the plan's ``typed`` lists one entry per typed column. Before the
+commit that first carries a typed column, or a wider type of it (a new schema version),
+the pass evolves the table's schema (``_evolve``): an append whose schema is wider leaves a Delta table's
 schema as it is in deltalake 1.6, so an empty merge-mode write widens it first.
 
 Where the work runs: the :class:`Tierer` (in the broker, on its event loop) plans each
@@ -63,7 +66,7 @@ from deltalake.transaction import AddAction
 
 from laketail.clock import Clock
 from laketail.errors import UnknownTopicOrPartition
-from laketail.records import RECORD_SCHEMA, TYPED_VALUE_COLUMN, widen_frames
+from laketail.records import RECORD_SCHEMA, TYPED_COLUMNS, TYPED_KEY_COLUMN, TYPED_VALUE_COLUMN, widen_frames
 from laketail.storage import frame, object_store
 from laketail.storage.data_files import write_data_file
 from laketail.storage.frame import CorruptFrame
@@ -158,10 +161,10 @@ class Tierer:
         # per topic: (table version, partitions, followed partitions) last followed
         self._followed: dict[str, tuple] = {}
         self.commits = 0
-        #: the live versions of ``<topic>-value`` (oldest first, as :meth:`_plan`'s
-        #: ``value_schemas``), for topics with typed columns; set by the broker
-        self.value_schemas: Callable[[str], Awaitable[list[dict]]] | None = None
-        #: per topic, values tiered as a null ``value_struct`` because they did not decode
+        #: the live versions of a subject (``<topic>-value``, ``<topic>-key``; oldest first,
+        #: as a pass's ``typed`` carries them), for topics with typed columns; set by the broker
+        self.subject_schemas: Callable[[str], Awaitable[list[dict]]] | None = None
+        #: per topic, values (keys) tiered as a null ``value_struct`` (``key_struct``): not decodable
         self.undecoded_values: dict[str, int] = {}
         #: topics whose last pass failed (cleared by the next pass that succeeds)
         self.failing: dict[str, TierFailure] = {}
@@ -405,13 +408,17 @@ class Tierer:
                 return 0
             request, led = planned
             try:
-                mode = self.topics.topic_config(topic).laketail_table_mode
-                typed = mode != "key_value"
+                config = self.topics.topic_config(topic)
             except UnknownTopicOrPartition:  # deleted since the plan
                 return 0
-            if typed and self.value_schemas is not None:
-                request["value_schemas"] = await self.value_schemas(topic)
-                request["latest_only"] = mode == "value_schema_latest"
+            if self.subject_schemas is not None:
+                request["typed"] = [
+                    {"column": column, "source": source, "latest_only": mode.endswith("_latest"),
+                     "versions": await self.subject_schemas(f"{topic}-{source}")}
+                    for column, source, mode in ((TYPED_VALUE_COLUMN, "value", config.laketail_table_mode),
+                                                 (TYPED_KEY_COLUMN, "key", config.laketail_table_key_mode))
+                    if mode not in ("key_value", "key_raw")
+                ]
             result = await self._execute(request)
             if result.get("undecoded"):
                 self.undecoded_values[topic] = self.undecoded_values.get(topic, 0) + result["undecoded"]
@@ -488,7 +495,8 @@ def execute_pass(dt: DeltaTable, lock: threading.Lock | contextlib.nullcontext, 
     files: dict[int, dict] = {}
     ends: dict[int, int] = {}
     written_paths: list[str] = []
-    typed = _typed_value(request.get("value_schemas"), bool(request.get("latest_only")))
+    typed = [(t["column"], t["source"], decoder) for t in request.get("typed") or ()
+             if (decoder := _typed_column(t["versions"], t["latest_only"])) is not None]
     undecoded = 0
     try:
         for part in parts:
@@ -496,9 +504,9 @@ def execute_pass(dt: DeltaTable, lock: threading.Lock | contextlib.nullcontext, 
             records = read_part(part)
             if records.num_rows == 0:
                 continue
-            if typed is not None:
-                column, failed = typed(records.column("value"))
-                records = records.append_column(pa.field(TYPED_VALUE_COLUMN, column.type), column)
+            for name, source, decoder in typed:
+                column, failed = decoder(records.column(source))
+                records = records.append_column(pa.field(name, column.type), column)
                 undecoded += failed
             new_end = records.column("offset")[-1].as_py() + 1
             rel, add, data_file = write_data_file(uri, partition, records, now_ms)
@@ -512,8 +520,8 @@ def execute_pass(dt: DeltaTable, lock: threading.Lock | contextlib.nullcontext, 
             return {"version": None, "ends": {}, "files": {}, "undecoded": undecoded}
         with lock:
             catch_up(dt, uri)  # another writer's commits (our own are loaded after each commit)
-            if typed is not None:
-                _evolve(dt, typed.type)
+            if typed:
+                _evolve(dt, {name: decoder.type for name, _, decoder in typed})
             ahead = {}
             for part in parts:
                 partition = part["partition"]
@@ -536,10 +544,10 @@ def execute_pass(dt: DeltaTable, lock: threading.Lock | contextlib.nullcontext, 
     return {"version": version, "ends": ends, "files": files, "undecoded": undecoded}
 
 
-class _TypedValue:
-    """Decodes a value column into ``value_struct`` by a subject's versions: each value by
-    the version its prefix names, or (``latest_only``, ``value_schema_latest``) each
-    unframed value by the latest version."""
+class _TypedColumn:
+    """Decodes a raw column (``value`` or ``key``) into its typed column by a subject's
+    versions: each value by the version its prefix names, or (``latest_only``,
+    ``value_schema_latest`` / ``key_schema_latest``) each unframed value by the latest."""
 
     def __init__(self, versions: list[dict], latest_only: bool = False) -> None:
         from laketail.schemas import columns, wire  # only topics with typed columns pay for the import
@@ -556,10 +564,10 @@ class _TypedValue:
         return self._columns.decode_versions(values, self.codecs, self.latest)
 
 
-def _typed_value(versions: list[dict] | None, latest_only: bool = False) -> _TypedValue | None:
-    """The decoder of a pass's ``value_schemas``; None without typed columns, and when the
-    subject has no live version yet (nothing to decode by: the column waits for one)."""
-    return _TypedValue(versions, latest_only) if versions else None
+def _typed_column(versions: list[dict], latest_only: bool = False) -> _TypedColumn | None:
+    """The decoder of one of a pass's ``typed`` columns; None when the subject has no live
+    version yet (nothing to decode by: the column waits for one)."""
+    return _TypedColumn(versions, latest_only) if versions else None
 
 
 def _holds(table_type: pa.DataType, value_type: pa.DataType) -> bool:
@@ -574,13 +582,17 @@ def _holds(table_type: pa.DataType, value_type: pa.DataType) -> bool:
                for f in (value_type.field(i) for i in range(value_type.num_fields)))
 
 
-def _evolve(dt: DeltaTable, value_type: pa.DataType) -> None:
-    """Widen the table's schema to hold ``value_struct`` of ``value_type`` (added, or its
-    struct merged with the new fields) unless it holds it already. Caller holds the lock."""
+def _evolve(dt: DeltaTable, types: dict[str, pa.DataType]) -> None:
+    """Widen the table's schema to hold each typed column of ``types`` (name -> type;
+    added, or its struct merged with the new fields) unless it holds them already.
+    Caller holds the lock."""
     schema = pa.schema(dt.schema().to_arrow())
-    if TYPED_VALUE_COLUMN in schema.names and _holds(schema.field(TYPED_VALUE_COLUMN).type, value_type):
+    if all(name in schema.names and _holds(schema.field(name).type, t) for name, t in types.items()):
         return
-    wider = RECORD_SCHEMA.append(pa.field(TYPED_VALUE_COLUMN, value_type))
+    wider = RECORD_SCHEMA
+    for name in TYPED_COLUMNS:
+        if name in types:
+            wider = wider.append(pa.field(name, types[name]))
     write_deltalake(dt, wider.empty_table(), mode="append", schema_mode="merge", partition_by=["partition"])
     dt.update_incremental()
 

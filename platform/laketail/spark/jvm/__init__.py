@@ -121,12 +121,12 @@ def _loadable(spark: SparkSession) -> bool:
     return True
 
 
-def topic_table(spark: SparkSession, uri: str, rows: str = "all", value_type: str | None = None) -> DataFrame:
+def topic_table(spark: SparkSession, uri: str, rows: str = "all", typed: dict[str, str] | None = None) -> DataFrame:
     """The rows of the topic table at ``uri``, at its latest version at every query, in
     the files ``rows`` selects: ``all``; ``plain``, the files whose statistics prove they
-    hold only records outside transactions; ``marked``, the others. ``value_type``: the
-    Spark DDL type of a typed table's ``value_struct``, then read as well."""
+    hold only records outside transactions; ``marked``, the others. ``typed``: the Spark
+    DDL types of a typed table's ``value_struct`` / ``key_struct``, then read as well."""
     reader = spark.read.format(SHORT_NAME).option("rows", rows)
-    if value_type is not None:
-        reader = reader.option("value_struct", value_type)
+    for name, ddl in (typed or {}).items():
+        reader = reader.option(name, ddl)
     return reader.load(uri)

@@ -38,7 +38,6 @@ import org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation$;
 import org.apache.spark.sql.sources.BaseRelation;
 import org.apache.spark.sql.sources.TableScan;
-import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
@@ -87,8 +86,8 @@ public final class BatchPlan {
       "startingoffsets", "endingoffsets", "failondataloss", "kafka.isolation.level", "isolation.level",
       "includeheaders");
   private static final Set<String> REPLACED = Set.of("subscribe", "assign", "startingoffsets", "endingoffsets");
-  /** The typed value column (laketail.records.TYPED_VALUE_COLUMN). */
-  static final String TYPED_COLUMN = "value_struct";
+  /** The typed columns, in the order the Python source adds them (laketail.records.TYPED_COLUMNS). */
+  static final List<String> TYPED_COLUMNS = List.of("value_struct", "key_struct");
   private static final long EARLIEST = -2;
   private static final long LATEST = -1;
   private static final int MAX_LOGS = 64;
@@ -138,8 +137,12 @@ public final class BatchPlan {
       rows = python(spark, python, options);
       description = "laketail(every range by the Python source)";
     } else {
-      DataType typed = required.getFieldIndex(TYPED_COLUMN).isDefined()
-          ? required.apply(TYPED_COLUMN).dataType() : null;
+      StructType typed = new StructType();
+      for (String name : TYPED_COLUMNS) {
+        if (required.getFieldIndex(name).isDefined()) {
+          typed = typed.add(name, required.apply(name).dataType());
+        }
+      }
       rows = plan.rows(freshPython.get(), options, typed);
       description = plan.toString();
     }
@@ -192,7 +195,7 @@ public final class BatchPlan {
   }
 
   /**
-   * Whether a subscribed topic's table has typed columns ({@code value_struct}): then the Python
+   * Whether a subscribed topic's table has typed columns ({@code value_struct}, {@code key_struct}): then the Python
    * source says the schema, with the column's type (laketail.spark.typed). A topic this plan
    * cannot look at is left to the Python source too.
    */
@@ -317,8 +320,8 @@ public final class BatchPlan {
 
   // -- the rows -----------------------------------------------------------------------------------
 
-  /** The rows; {@code typed}: the type of the query's {@code value_struct}, null when it reads none. */
-  private Dataset<Row> rows(Table python, CaseInsensitiveStringMap options, DataType typed) {
+  /** The rows; {@code typed}: the query's typed columns ({@code value_struct}, {@code key_struct}), with their types. */
+  private Dataset<Row> rows(Table python, CaseInsensitiveStringMap options, StructType typed) {
     boolean headers = read.headers();
     Dataset<Row> out = null;
     Map<String, List<Head>> byTopic = new LinkedHashMap<>();
@@ -355,11 +358,11 @@ public final class BatchPlan {
   }
 
   /** The table rows of {@code files}, read by Spark's Parquet reader ({@code partition} from the paths). */
-  private Dataset<Row> tableRows(Path root, SortedMap<Integer, FileStatus[]> files, DataType typed) {
+  private Dataset<Row> tableRows(Path root, SortedMap<Integer, FileStatus[]> files, StructType typed) {
     TopicFileIndex index = new TopicFileIndex(root, () -> files, "BatchPlan(" + root + ")");
     StructType columns = TopicTableSource.recordSchema();
-    if (typed != null) { // a file without the column, or without a field of it, reads null there
-      columns = columns.add(TYPED_COLUMN, typed);
+    for (StructField field : typed.fields()) { // a file without the column, or a field of it, reads null there
+      columns = columns.add(field);
     }
     HadoopFsRelation relation = new HadoopFsRelation(index, TopicFileIndex.PARTITION_SCHEMA,
         columns, Option.empty(), new ParquetFileFormat(),
@@ -368,14 +371,14 @@ public final class BatchPlan {
   }
 
   /** Table rows in the Kafka source's columns (laketail.spark.columns.SOURCE_COLUMNS). */
-  private static Dataset<Row> sourceColumns(Dataset<Row> rows, String topic, boolean headers, DataType typed) {
+  private static Dataset<Row> sourceColumns(Dataset<Row> rows, String topic, boolean headers, StructType typed) {
     List<Column> columns = new ArrayList<>(List.of(col("key"), col("value"), lit(topic).as("topic"),
         col("partition"), col("offset"), col("timestamp"), col("timestamp_type").cast("int").as("timestampType")));
     if (headers) {
       columns.add(col("headers"));
     }
-    if (typed != null) { // after the Kafka columns, as the Python source orders them
-      columns.add(col(TYPED_COLUMN));
+    for (String name : typed.fieldNames()) { // after the Kafka columns, as the Python source orders them
+      columns.add(col(name));
     }
     return rows.select(columns.toArray(new Column[0]));
   }

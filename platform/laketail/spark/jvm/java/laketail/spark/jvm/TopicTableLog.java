@@ -106,7 +106,7 @@ final class TopicTableLog {
   private final Map<Path, DataFile> live = new HashMap<>();
   private final Map<String, Long> transactions = new HashMap<>();
   private Snapshot snapshot;
-  private boolean typed; // the schema has value_struct (typed columns, laketail.table.mode)
+  private boolean typed; // the schema has value_struct or key_struct (typed columns, laketail.table.mode)
 
   TopicTableLog(String uri, Configuration conf) throws IOException {
     Path given = new Path(uri);
@@ -121,8 +121,9 @@ final class TopicTableLog {
   }
 
   /**
-   * Whether the table's schema, as of the last version read, has the typed column {@code
-   * value_struct} (a topic with {@code laketail.table.mode}; laketail.spark.typed).
+   * Whether the table's schema, as of the last version read, has a typed column: {@code
+   * value_struct} or {@code key_struct} (a topic with {@code laketail.table.mode} or {@code
+   * laketail.table.key.mode}; laketail.spark.typed).
    */
   synchronized boolean typed() {
     return typed;
@@ -372,7 +373,7 @@ final class TopicTableLog {
   private static boolean hasTypedColumn(String schemaString) {
     try {
       for (JsonNode field : JSON.readTree(schemaString).path("fields")) {
-        if (field.path("name").asText("").equals("value_struct")) {
+        if (BatchPlan.TYPED_COLUMNS.contains(field.path("name").asText(""))) {
           return true;
         }
       }

@@ -35,8 +35,9 @@ import scala.collection.immutable.Map;
  * <p>Options: {@code path} (required; a table URI Hadoop can open); {@code rows}: {@code all}
  * (default), {@code plain} (only files whose statistics prove they hold records outside
  * transactions only) or {@code marked} (the other files); the rest go to Hadoop's configuration
- * and Spark's Parquet reader as with {@code spark.read.parquet}; {@code value_struct}: the type
- * (Spark DDL) of a typed table's {@code value_struct} column, read after the record columns.
+ * and Spark's Parquet reader as with {@code spark.read.parquet}; {@code value_struct} and {@code
+ * key_struct}: the types (Spark DDL) of a typed table's columns of those names, read after the
+ * record columns in that order.
  */
 public final class TopicTableSource implements RelationProvider, DataSourceRegister {
   public static final String SHORT_NAME = "laketail_table";
@@ -68,9 +69,11 @@ public final class TopicTableSource implements RelationProvider, DataSourceRegis
     }
     index.inputFiles(); // fail now on a wrong path, not at the first query
     StructType columns = recordSchema();
-    Option<String> typed = parameters.get("value_struct");
-    if (typed.isDefined() && !typed.get().isBlank()) { // typed columns: the table's value_struct type
-      columns = columns.add("value_struct", org.apache.spark.sql.types.DataType.fromDDL(typed.get()));
+    for (String name : BatchPlan.TYPED_COLUMNS) {
+      Option<String> typed = parameters.get(name);
+      if (typed.isDefined() && !typed.get().isBlank()) { // typed columns: the table's type of this one
+        columns = columns.add(name, org.apache.spark.sql.types.DataType.fromDDL(typed.get()));
+      }
     }
     return new HadoopFsRelation(index, TopicFileIndex.PARTITION_SCHEMA, columns, Option.empty(),
         new ParquetFileFormat(), parameters, spark);
