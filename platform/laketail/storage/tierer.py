@@ -536,7 +536,8 @@ def execute_pass(dt: DeltaTable, lock: threading.Lock | contextlib.nullcontext, 
                     ahead[partition] = tiered
             if ahead:
                 raise TableAhead(ahead, f"{topic}: the table is tiered to {ahead}, not as planned")
-            version = _commit(dt, adds, txns)
+            version = _commit(dt, adds, txns, {part["partition"]: part["start"] for part in parts
+                                                if part["partition"] in ends})
     except Exception:
         for path in written_paths:
             object_store.remove_file(path)
@@ -619,12 +620,15 @@ def epoch_app_id(partition: int) -> str:
     return f"{EPOCH_APP_PREFIX}{partition}"
 
 
-def _commit(dt, adds: list[AddAction], txns: list[Transaction]) -> int:
+def _commit(dt, adds: list[AddAction], txns: list[Transaction], starts: dict[int, int]) -> int:
     """Commit ``adds`` with the tier transactions; return the new table version.
 
-    On a conflict (another writer committed meanwhile) refresh and retry, unless the
-    refreshed table shows our transaction versions already (a retried commit that had
-    in fact succeeded)."""
+    On a conflict (another writer committed meanwhile) refresh, and retry only while the
+    table is still tiered where this pass's plan starts (``starts``: partition -> first
+    offset): the winner may be another broker tiering the same records (an old leader
+    and a new one at once), and a blind retry committed them a second time (the Jepsen
+    run: offsets 3668-3683 of jepsen-1 in two files). A refreshed table showing our
+    transaction versions already is a retried commit that had in fact succeeded."""
     for attempt in range(10):
         try:
             dt.create_write_transaction(
@@ -643,5 +647,9 @@ def _commit(dt, adds: list[AddAction], txns: list[Transaction]) -> int:
                     raise LeaderFenced(f"a leader with a newer epoch committed {t.app_id}") from None
             if all((dt.transaction_version(t.app_id) or 0) == t.version for t in txns):
                 return dt.version()
+            ahead = {p: tiered for p, start in starts.items()
+                     if (tiered := dt.transaction_version(tier_app_id(p)) or 0) != start}
+            if ahead:
+                raise TableAhead(ahead, f"the table was tiered to {ahead} meanwhile, not as planned") from None
             time.sleep(0.05 * (attempt + 1))
     raise CommitFailedError("tier commit kept conflicting")
