@@ -139,3 +139,41 @@ def test_a_sibling_that_does_not_answer_leaves_the_outcome_unknown(tmp_path):
             await server.close()
 
     asyncio.run(run())
+
+
+def test_appends_asked_for_in_one_event_loop_turn_travel_in_one_hand_off(tmp_path):
+    """A Kafka Produce answers its partitions concurrently: the appends its partitions
+    send the same sibling in one turn cost one hand-off, each caller its own outcomes,
+    errors included; appends to another topic or with other acks travel apart."""
+    async def run() -> None:
+        async def wait_leads(topic: str, partition: int) -> None:
+            if partition == 9:
+                raise NotLeaderOrFollower(f"{topic}-{partition} is led elsewhere")
+
+        async def append(topic, partition, frame, acks, max_ts, producer) -> int:
+            return 1000 * partition + frame.num_rows
+
+        server = HandoffServer(socket_path(tmp_path, 1), wait_leads, append)
+        await server.start()
+        client = HandoffClient(tmp_path, timeout_s=10)
+        try:
+            outcomes = await asyncio.gather(
+                *(client.send_gathered(1, "t", [Append(p, _frame([b"x"] * (p + 1)))], "all") for p in range(4)),
+                client.send_gathered(1, "t", [Append(9, _frame([b"x"])), Append(5, _frame([b"y"]))], "all"))
+            assert outcomes[:4] == [[1], [1002], [2003], [3004]]
+            (kind, error), base = outcomes[4]
+            assert kind == REFUSED and isinstance(error, NotLeaderOrFollower) and base == 5001
+            assert (client.sent, server.received) == (1, 1)
+            await asyncio.gather(client.send_gathered(1, "t", [Append(0, _frame([b"x"]))], "all"),
+                                 client.send_gathered(1, "u", [Append(0, _frame([b"x"]))], "all"),
+                                 client.send_gathered(1, "t", [Append(0, _frame([b"x"]))], "1"))
+            assert (client.sent, server.received) == (4, 4)
+            await server.close()
+            with pytest.raises(SiblingUnreachable):  # nothing was sent: every caller is told
+                await asyncio.gather(*(HandoffClient(tmp_path, timeout_s=10).send_gathered(
+                    1, "t", [Append(p, _frame([b"x"]))], "1") for p in range(2)))
+        finally:
+            await client.close()
+            await server.close()
+
+    asyncio.run(run())

@@ -341,7 +341,12 @@ class _Connection:
 
 class HandoffClient:
     """This request process's hand-offs to its siblings: one connection per sibling,
-    opened on first use and again after it is lost, several hand-offs in flight on it."""
+    opened on first use and again after it is lost, several hand-offs in flight on it.
+
+    Appends without a producer sent to the same sibling, topic and acks within one turn
+    of the event loop travel in one hand-off (:meth:`send_gathered`): a Kafka Produce
+    answers its partitions concurrently, each calling the produce path on its own, and
+    those a sibling leads still cost one hop together."""
 
     def __init__(self, local_dir: Path, timeout_s: float) -> None:
         self.local_dir = local_dir
@@ -349,6 +354,9 @@ class HandoffClient:
         self._connections: dict[int, _Connection] = {}
         self._connecting: dict[int, asyncio.Lock] = {}
         self._next_id = 0
+        #: appends waiting for the end of this event-loop turn, by (sibling, topic, acks)
+        self._gathering: dict[tuple[int, str, Acks], list[tuple[list[Append], asyncio.Future]]] = {}
+        self._flushing: set[asyncio.Task] = set()
         #: hand-offs sent (metrics)
         self.sent = 0
 
@@ -389,6 +397,41 @@ class HandoffClient:
             error = RequestTimedOut(f"request process {broker_id} did not answer a hand-off to {topic}: "
                                     f"{type(exc).__name__} {exc}; whether it appended is unknown")
             return [(FAILED, error) for _ in appends]
+
+    async def send_gathered(self, broker_id: int, topic: str, appends: Sequence[Append],
+                            acks: Acks) -> list[Outcome]:
+        """:meth:`send`, in one hand-off with the other appends to the same sibling, topic
+        and acks asked for in this turn of the event loop."""
+        key = (broker_id, topic, acks)
+        waiting = self._gathering.get(key)
+        if waiting is None:
+            waiting = self._gathering[key] = []
+            asyncio.get_running_loop().call_soon(self._flush, key)
+        future: asyncio.Future[list[Outcome]] = asyncio.get_running_loop().create_future()
+        waiting.append((list(appends), future))
+        return await future
+
+    def _flush(self, key: tuple[int, str, Acks]) -> None:
+        waiting = self._gathering.pop(key)
+        task = asyncio.get_running_loop().create_task(
+            self.send(key[0], key[1], [a for appends, _ in waiting for a in appends], key[2]))
+
+        def answer(done: asyncio.Task) -> None:
+            error = done.exception() if not done.cancelled() else asyncio.CancelledError()
+            outcomes = done.result() if error is None else []
+            self._flushing.discard(done)
+            start = 0
+            for appends, future in waiting:
+                mine, start = outcomes[start:start + len(appends)], start + len(appends)
+                if future.done():  # its caller was cancelled
+                    continue
+                if error is not None:
+                    future.set_exception(error)
+                else:
+                    future.set_result(mine)
+
+        self._flushing.add(task)
+        task.add_done_callback(answer)
 
     async def close(self) -> None:
         for conn in self._connections.values():

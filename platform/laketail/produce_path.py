@@ -574,7 +574,11 @@ class ProducePath:
         settle."""
         assert self.handoff is not None
         try:
-            outcomes = await self.handoff.send(sibling, topic, appends, "1" if acks == "0" else acks, producer)
+            sent_acks: Acks = "1" if acks == "0" else acks
+            if producer is None:  # with the other appends to this sibling of this event-loop turn
+                outcomes = await self.handoff.send_gathered(sibling, topic, appends, sent_acks)
+            else:
+                outcomes = await self.handoff.send(sibling, topic, appends, sent_acks, producer)
         except SiblingUnreachable as exc:
             log.info("hand-off to %s", exc)
             outcomes = [(REFUSED, LeaderNotAvailable(str(exc))) for _ in appends]
