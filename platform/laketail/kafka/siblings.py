@@ -72,8 +72,6 @@ class Siblings:
         self.members = frozenset(broker.settings.request_process_log_dirs)
         #: the broker id clients see for this process
         self.node_id = broker_id_of(broker.broker_id)
-        #: requests passed to the coordinators' process (metrics, tests)
-        self.passed = 0
 
     def is_sibling(self, member_id: int) -> bool:
         """Whether ``member_id`` is another request process of this broker."""
@@ -107,7 +105,7 @@ class Siblings:
         """The coordinators' process's answer to ``request`` (its frame, size prefix
         included), None when it answers nothing (acks=0); CloseConnection when it could
         not be asked or did not answer."""
-        self.passed += 1
+        self.broker.kafka_requests_passed += 1
         try:
             resp = await self.broker.cluster.call_controller_raw(
                 "POST", f"{PASS_PATH}/{listener_name}", content=request.frame,
