@@ -72,15 +72,15 @@ class KafkaListener:
         self.max_request_bytes = settings.socket_request_max_bytes
         self.idle_s = settings.kafka_connections_max_idle_ms / 1000
         self.frame_s = settings.request_body_timeout_ms / 1000
+        #: request processes all accept on the port, as on the HTTP one (laketail.kafka.siblings)
+        self.shared_port = settings.request_processes > 1
         self.server: asyncio.Server | None = None
         self.connections: set[asyncio.Task] = set()
 
     async def start(self) -> None:
         tls = self.security.ssl_context()
-        # request processes all accept on the port, as on the HTTP one (laketail.kafka.siblings)
-        shared = self.apis.broker.settings.request_processes > 1
         self.server = await asyncio.start_server(self._serve_connection, self.listener.host, self.listener.port,
-                                                 reuse_address=True, reuse_port=shared or None, ssl=tls,
+                                                 reuse_address=True, reuse_port=self.shared_port or None, ssl=tls,
                                                  ssl_handshake_timeout=self.frame_s if tls else None)
 
     @property
