@@ -274,6 +274,10 @@ RULES: dict[str, Rule] = {
     f"GET {_INTERNAL}/partitions/{{topic}}/{{partition}}/records": needs(cluster(Op.CLUSTER_ACTION)),
     f"GET {_INTERNAL}/partitions/{{topic}}/{{partition}}/state": needs(cluster(Op.CLUSTER_ACTION)),
     f"GET {_INTERNAL}/partitions/{{topic}}/{{partition}}/offset-for-timestamp": needs(cluster(Op.CLUSTER_ACTION)),
+    f"GET {_INTERNAL}/partitions/{{topic}}/{{partition}}/epochs": needs(cluster(Op.CLUSTER_ACTION)),
+    # only a peer reaches /internal (the cluster secret); the request it passes on is the
+    # client's, authorized API by API for the principal it names (laketail.kafka.siblings)
+    f"POST {_INTERNAL}/kafka/{{listener}}": in_handler("the Kafka APIs authorize the decoded request"),
 }
 
 

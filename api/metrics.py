@@ -39,7 +39,9 @@ How appends reach a partition this process does not lead:
 ``laketail_produce_forwards_http_total`` (over the inter-broker listener) and, with
 request processes, ``laketail_request_process_handoffs_total{process, role}`` (the local
 hand-off of :mod:`laketail.handoff`, ``sent`` and ``received``; ``process`` is the
-process's broker id, so scrapes that reach different processes tell them apart).
+process's broker id, so scrapes that reach different processes tell them apart), and
+``laketail_kafka_requests_passed_total{process}``: Kafka requests passed to the process
+that runs the coordinators (:mod:`laketail.kafka.siblings`).
 
 Consumer-group lag, in kafka-exporter's and kafka-lag-exporter's names, labels
 ``consumergroup``, ``topic``, ``partition``: ``kafka_consumergroup_lag`` (records from
@@ -273,6 +275,10 @@ class HealthCollector(Collector):
             handoffs.add_metric([process, "sent"], handoffs_sent)
             handoffs.add_metric([process, "received"], handoffs_received)
             yield handoffs
+            passed = CounterMetricFamily("laketail_kafka_requests_passed", "Kafka requests this request process "
+                                         "passed to the one running the coordinators.", labels=["process"])
+            passed.add_metric([process], self.broker.kafka_requests_passed)
+            yield passed
         failures = CounterMetricFamily("laketail_tier_pass_failures", "Tier passes of the topic that failed "
                                        "(nothing committed; retried with backoff).", labels=["topic"])
         for topic, count in sorted(self.tier.pass_failures.items()):

@@ -44,11 +44,18 @@ def _frame(values: list[bytes]) -> pa.RecordBatch:
                              headers=null_headers(n), timestamp_type=CREATE_TIME)
 
 
-def test_golden_bytes_of_a_hand_off_without_appends_and_of_an_answer():
+def test_golden_bytes_of_a_hand_off_and_of_an_answer():
+    assert encode_handoff(9, "t1", [], "all") == bytes.fromhex("0b000000" "09000000" "ff" "0200" "7431" "0000")
+    frame = _frame([b"v"])
+    message = frame.serialize().to_pybytes()
     producer = ProducerBatch(5, 2, 7, True, "COMMIT")
-    assert encode_handoff(9, "t1", [], "all", producer) == bytes.fromhex(
-        "23000000" "09000000" "ff" "0200" "7431" "01" "0500000000000000" "0200" "07000000" "01"
-        "0600" "434f4d4d4954" "0000")
+    raw = encode_handoff(9, "t1", [Append(3, frame, 123, producer), Append(4, frame)], "1")
+    head = bytes.fromhex(
+        "09000000" "01" "0200" "7431" "0200"
+        "03000000" "01" "7b00000000000000" "01" "0500000000000000" "0200" "07000000" "01" "0600" "434f4d4d4954")
+    second = bytes.fromhex("04000000" "00" "0000000000000000" "00")
+    size = len(message).to_bytes(4, "little")
+    assert raw == (len(raw) - 4).to_bytes(4, "little") + head + size + message + second + size + message
     error = NotLeaderOrFollower("x")
     assert encode_answer(3, [42, (REFUSED, error)]) == bytes.fromhex(
         "31000000" "03000000" "0200" "00" "2a00000000000000" "01" "75a40000" "19000000") + error.message.encode()
@@ -56,11 +63,13 @@ def test_golden_bytes_of_a_hand_off_without_appends_and_of_an_answer():
 
 def test_a_hand_off_and_its_answer_decode_to_what_was_encoded():
     frame = _frame([b"a", b"bb", b"ccc"])
-    raw = encode_handoff(77, "topic", [Append(1, frame), Append(3, frame, 123_456)], "1", None)
+    producer = ProducerBatch(11, 0, 4)
+    raw = encode_handoff(77, "topic", [Append(1, frame), Append(3, frame, 123_456, producer)], "1")
     assert int.from_bytes(raw[:4], "little") == len(raw) - 4
     handoff = decode_handoff(raw[4:])
-    assert (handoff.request_id, handoff.topic, handoff.acks, handoff.producer) == (77, "topic", "1", None)
-    assert [(a.partition, a.max_timestamp_us) for a in handoff.appends] == [(1, None), (3, 123_456)]
+    assert (handoff.request_id, handoff.topic, handoff.acks) == (77, "topic", "1")
+    assert [(a.partition, a.max_timestamp_us, a.producer) for a in handoff.appends] == [
+        (1, None, None), (3, 123_456, producer)]
     assert all(a.frame.equals(frame) for a in handoff.appends)
 
     answer = encode_answer(77, [10, (FAILED, RecordTooLarge("too big"))])
@@ -82,7 +91,7 @@ def test_an_error_keeps_its_class_when_a_subclass_shares_its_kafka_name():
 
 
 def test_bytes_that_are_not_a_hand_off_are_refused():
-    raw = encode_handoff(1, "t", [Append(0, _frame([b"v"]))], "1", None)
+    raw = encode_handoff(1, "t", [Append(0, _frame([b"v"]))], "1")
     for broken in (raw[4:12], raw[4:-10], b"\x00"):
         with pytest.raises(InvalidRequest):
             decode_handoff(broken)
@@ -122,7 +131,8 @@ def test_appends_cross_a_real_socket_with_their_offsets_and_kafkas_errors(tmp_pa
             assert outcomes[3][0] == FAILED and isinstance(outcomes[3][1], RecordTooLarge)
             assert appended == [("t", 0, 5, "all", 9, None), ("t", 1, 5, "all", None, None)]
             producer = ProducerBatch(11, 0, 4)
-            many = await asyncio.gather(*(client.send(1, "t", [Append(1, frame)], "1", producer) for _ in range(20)))
+            many = await asyncio.gather(*(client.send(1, "t", [Append(1, frame, None, producer)], "1")
+                                          for _ in range(20)))
             assert many == [[100]] * 20  # twenty in flight on one connection, each its own answer
             assert appended[-1] == ("t", 1, 5, "1", None, producer)
             assert (client.sent, server.received) == (21, 21)
@@ -155,6 +165,50 @@ def test_a_sibling_that_does_not_answer_leaves_the_outcome_unknown(tmp_path):
             assert kind == FAILED and isinstance(error, RequestTimedOut)
         finally:
             release.set()
+            await client.close()
+            await server.close()
+
+    asyncio.run(run())
+
+
+def test_appends_asked_for_in_one_event_loop_turn_travel_in_one_hand_off(tmp_path):
+    """A Kafka Produce answers its partitions concurrently: the appends its partitions
+    send the same sibling in one turn cost one hand-off, each caller its own outcomes,
+    errors included; appends to another topic or with other acks travel apart."""
+    async def run() -> None:
+        async def wait_leads(topic: str, partition: int) -> None:
+            if partition == 9:
+                raise NotLeaderOrFollower(f"{topic}-{partition} is led elsewhere")
+
+        producers: dict[int, ProducerBatch | None] = {}
+
+        async def append(topic, partition, frame, acks, max_ts, producer) -> int:
+            producers[partition] = producer
+            return 1000 * partition + frame.num_rows
+
+        server = HandoffServer(socket_path(tmp_path, 1), wait_leads, append)
+        await server.start()
+        client = HandoffClient(tmp_path, timeout_s=10)
+        try:
+            idempotent = {p: ProducerBatch(7, 0, 10 * p) for p in (1, 2)}  # a sequence per partition
+            outcomes = await asyncio.gather(
+                *(client.send_gathered(1, "t", [Append(p, _frame([b"x"] * (p + 1)), None, idempotent.get(p))], "all")
+                  for p in range(4)),
+                client.send_gathered(1, "t", [Append(9, _frame([b"x"])), Append(5, _frame([b"y"]))], "all"))
+            assert outcomes[:4] == [[1], [1002], [2003], [3004]]
+            (kind, error), base = outcomes[4]
+            assert kind == REFUSED and isinstance(error, NotLeaderOrFollower) and base == 5001
+            assert (client.sent, server.received) == (1, 1)
+            assert producers == {0: None, 1: idempotent[1], 2: idempotent[2], 3: None, 5: None}
+            await asyncio.gather(client.send_gathered(1, "t", [Append(0, _frame([b"x"]))], "all"),
+                                 client.send_gathered(1, "u", [Append(0, _frame([b"x"]))], "all"),
+                                 client.send_gathered(1, "t", [Append(0, _frame([b"x"]))], "1"))
+            assert (client.sent, server.received) == (4, 4)
+            await server.close()
+            with pytest.raises(SiblingUnreachable):  # nothing was sent: every caller is told
+                await asyncio.gather(*(HandoffClient(tmp_path, timeout_s=10).send_gathered(
+                    1, "t", [Append(p, _frame([b"x"]))], "1") for p in range(2)))
+        finally:
             await client.close()
             await server.close()
 

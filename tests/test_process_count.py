@@ -4,6 +4,7 @@ are under test in tests/fault/test_request_processes.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -72,21 +73,24 @@ def test_this_machines_count_is_at_most_its_affinity_mask():
 def test_the_default_is_one_process_per_core_and_a_set_number_stands():
     settings = BrokerSettings(port=8082)
     assert settings.request_processes == AUTO
-    decided, why = decide(settings, kafka_listeners=lambda: False, cores=4)
+    decided, why = decide(settings, cores=4)
     assert decided.request_processes == 4 and "usable core" in why
-    assert decide(settings, kafka_listeners=lambda: False, cores=500)[0].request_processes == 64
-    decided, _ = decide(BrokerSettings(port=8082, request_processes=1), kafka_listeners=lambda: False, cores=4)
+    assert decide(settings, cores=500)[0].request_processes == 64
+    decided, _ = decide(BrokerSettings(port=8082, request_processes=1), cores=4)
     assert decided.request_processes == 1
 
 
 def test_not_set_it_is_one_process_where_several_cannot_share_the_listeners():
-    decided, why = decide(BrokerSettings(port=0), kafka_listeners=lambda: False, cores=4)
+    decided, why = decide(BrokerSettings(port=0), cores=4)
     assert decided.request_processes == 1 and "port 0" in why
-    decided, why = decide(BrokerSettings(port=8082), kafka_listeners=lambda: True, cores=4)
-    assert decided.request_processes == 1 and "Kafka" in why
+    kafka = BrokerSettings(port=8082, listeners="KAFKA://127.0.0.1:9092",
+                           listener_security_protocol_map="KAFKA:PLAINTEXT")
+    assert decide(kafka, cores=4)[0].request_processes == 4  # every process serves the Kafka listener too
+    decided, why = decide(dataclasses.replace(kafka, listeners="KAFKA://127.0.0.1:0"), cores=4)
+    assert decided.request_processes == 1 and "port 0" in why
     for other_hosts in ({"advertised_url": "https://broker1:8082"}, {"inter_broker_listener_name": "BROKER"},
                         {"advertised_listeners": "BROKER://broker1:9093"}):
-        decided, why = decide(BrokerSettings(port=8082, **other_hosts), kafka_listeners=lambda: False, cores=4)
+        decided, why = decide(BrokerSettings(port=8082, **other_hosts), cores=4)
         assert decided.request_processes == 1 and "other hosts" in why
 
 
@@ -120,3 +124,19 @@ def test_a_member_is_shown_as_its_broker():
     assert [broker_id_of(process_id(7, k)) for k in range(3)] == [7, 7, 7]
     assert broker_id_of(-1) == -1
     assert broker_ids_of([process_id(2, 1), 0, 2, PROCESS_ID_STRIDE, 1]) == [2, 0, 1]
+
+
+def test_the_processes_of_a_broker_with_only_a_kafka_listener_keep_http_on_its_port():
+    """``make run``'s layout (only a Kafka listener named): each process serves HTTP on
+    host:port and the Kafka listener as configured, and reaches its siblings on a
+    loopback listener of its own."""
+    from laketail.request_processes import process_settings
+    from laketail.security.listeners import listener_plan
+
+    group = BrokerSettings(port=8082, request_processes=2, data="/tmp/d", listeners="KAFKA://127.0.0.1:9092",
+                           listener_security_protocol_map="KAFKA:PLAINTEXT")
+    plan = listener_plan(process_settings(group, 1))
+    assert [(k.name, k.host, k.port) for k in plan.kafka] == [("KAFKA", "127.0.0.1", 9092)]
+    client, peer = plan.listeners
+    assert (client.host, client.port, client.inter_broker) == ("127.0.0.1", 8082, False)
+    assert peer.host == "127.0.0.1" and peer.inter_broker and peer.port != 8082

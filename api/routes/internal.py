@@ -287,3 +287,37 @@ async def offset_for_timestamp(request: Request, topic: str, partition: Partitio
     await broker.wait_leads(topic, partition)
     found = await broker.offset_for_timestamp(topic, partition, timestamp)
     return json_response(None if found is None else list(found))
+
+
+@router.get("/partitions/{topic}/{partition}/epochs")
+async def epochs(request: Request, topic: str, partition: PartitionPath) -> Response:
+    """The leader's epochs of its replica, for OffsetForLeaderEpoch asked of a sibling
+    request process (``laketail.kafka.epochs``)."""
+    broker = broker_of(request)
+    await broker.wait_leads(topic, partition)
+    history, log_end_offset = broker.epoch_history(topic, partition)
+    return json_response({"leader_epoch": broker.partition_state(topic, partition).leader_epoch,
+                          "epochs": [list(e) for e in history], "log_end_offset": log_end_offset})
+
+
+@router.post("/kafka/{listener}")
+async def kafka_request(request: Request, listener: str) -> Response:
+    """A Kafka request frame a sibling request process passed on to the one running the
+    coordinators (``laketail.kafka.siblings``), answered here for the client the
+    forwarding headers name; the answer is the response frame, or 204 for none."""
+    from laketail.api.principal import principal_of
+    from laketail.kafka.apis import Session
+    from laketail.kafka.protocol import CloseConnection
+
+    apis = getattr(request.app.state, "kafka_apis", {}).get(listener)
+    if apis is None:
+        raise InvalidRequest(f"no Kafka listener {listener} here")
+    client = request.client
+    try:
+        answer = await apis.answer_passed(await read_body(request),
+                                          Session(principal_of(request), client.host if client else "*"))
+    except CloseConnection as exc:
+        raise InvalidRequest(f"not a Kafka request: {exc}") from None
+    if answer is None:
+        return Response(status_code=204)
+    return Response(answer, media_type="application/octet-stream")

@@ -214,6 +214,8 @@ class Broker:
         )
         #: request-process mode: the socket on which siblings hand this process appends (laketail.handoff)
         self.handoff_server: HandoffServer | None = None
+        #: Kafka requests passed to the sibling running the coordinators (laketail.kafka.siblings; metrics)
+        self.kafka_requests_passed = 0
         if len(settings.request_process_log_dirs) > 1:
             local = request_processes.local_dir(settings)
             self.handoff_server = HandoffServer(socket_path(local, self.broker_id), self.wait_leads, self.append)

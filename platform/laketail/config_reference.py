@@ -93,7 +93,7 @@ BROKER_KEY_DOCS: dict[str, str] = {
                                   "leading its share of the partitions "
                                   "(`laketail serve --processes N`); 0: one per usable core "
                                   "(CPU affinity and the cgroup's CPU quota), or one with "
-                                  "port 0, a Kafka-protocol listener, or an advertised URL, "
+                                  "port 0, or an advertised URL, "
                                   "advertised listeners or inter-broker listener (brokers on "
                                   "other hosts).",
     "max.connections": "Past this many open connections a new one is closed at once.",

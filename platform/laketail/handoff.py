@@ -7,7 +7,9 @@ process that leads each partition, as Kafka's request handlers hand them to the 
 They cross over a Unix domain socket in the broker's local directory
 (``request-processes/broker-<id>.sock``, mode 0600: only the broker's user connects),
 never as a second HTTP request. One request's appends to the partitions one sibling
-leads travel in one hand-off, answered with each partition's base offset or error.
+leads travel in one hand-off, answered with each partition's base offset or error;
+each append carries its own producer (an idempotent producer's batches to several
+partitions each have their sequence), so those travel together too.
 
 Bytes (little-endian). A hand-off::
 
@@ -15,12 +17,12 @@ Bytes (little-endian). A hand-off::
     u32 request id            (the answer carries it back; several are in flight per connection)
     i8  acks                  1 or -1 (all); acks=0 is handed off as 1, as forwards are
     u16 topic length, topic (UTF-8)
-    u8  producer              0: none; 1: followed by
-        i64 producer id, i16 producer epoch, i32 base sequence, u8 transactional,
-        u16 control length, control (UTF-8; empty: not a control batch)
     u16 appends, each:
         i32 partition
         u8  1 when a max timestamp follows, then i64 max timestamp (microseconds)
+        u8  producer          0: none; 1: followed by
+            i64 producer id, i16 producer epoch, i32 base sequence, u8 transactional,
+            u16 control length, control (UTF-8; empty: not a control batch)
         u32 length, one frame batch (FRAME_SCHEMA) as an Arrow IPC record batch message
 
 Its answer::
@@ -87,6 +89,8 @@ class Append:
     partition: int
     frame: pa.RecordBatch
     max_timestamp_us: int | None = None
+    #: the idempotent or transactional producer of the batch; None: none
+    producer: ProducerBatch | None = None
 
 
 #: What a hand-off answers per append: the base offset, or the error and whether
@@ -106,21 +110,21 @@ def _text(data: str) -> bytes:
     return struct.pack("<H", len(raw)) + raw
 
 
-def encode_handoff(request_id: int, topic: str, appends: Sequence[Append], acks: Acks,
-                   producer: ProducerBatch | None) -> bytes:
-    """A hand-off's bytes (the module docstring's layout), length prefix included."""
-    parts = [b"", _text(topic)]
+def _producer(producer: ProducerBatch | None) -> list[bytes]:
     if producer is None:
-        parts.append(b"\x00")
-    else:
-        parts += [b"\x01", _PRODUCER.pack(producer.producer_id, producer.producer_epoch, producer.base_sequence,
-                                          producer.transactional), _text(producer.control or "")]
-    parts.append(struct.pack("<H", len(appends)))
+        return [b"\x00"]
+    return [b"\x01", _PRODUCER.pack(producer.producer_id, producer.producer_epoch, producer.base_sequence,
+                                   producer.transactional), _text(producer.control or "")]
+
+
+def encode_handoff(request_id: int, topic: str, appends: Sequence[Append], acks: Acks) -> bytes:
+    """A hand-off's bytes (the module docstring's layout), length prefix included."""
+    parts = [b"", _text(topic), struct.pack("<H", len(appends))]
     for a in appends:
         message = a.frame.serialize()
         has_ts = a.max_timestamp_us is not None
-        parts += [_ENTRY.pack(a.partition, has_ts, a.max_timestamp_us if has_ts else 0), _U32.pack(message.size),
-                  message]
+        parts += [_ENTRY.pack(a.partition, has_ts, a.max_timestamp_us if has_ts else 0), *_producer(a.producer),
+                  _U32.pack(message.size), message]
     body_len = sum(len(p) for p in parts) + _HEAD.size - 4
     parts[0] = _HEAD.pack(body_len, request_id, -1 if acks == "all" else 1)
     return b"".join(parts)
@@ -133,7 +137,6 @@ class Handoff:
     request_id: int
     topic: str
     acks: Acks
-    producer: ProducerBatch | None
     appends: list[Append]
 
 
@@ -147,16 +150,6 @@ def decode_handoff(body: bytes) -> Handoff:
         (n,) = struct.unpack_from("<H", view, pos)
         topic = bytes(view[pos + 2:pos + 2 + n]).decode()
         pos += 2 + n
-        producer = None
-        if view[pos]:
-            pid, epoch, seq, txn = _PRODUCER.unpack_from(view, pos + 1)
-            pos += 1 + _PRODUCER.size
-            (n,) = struct.unpack_from("<H", view, pos)
-            control = bytes(view[pos + 2:pos + 2 + n]).decode() or None
-            pos += 2 + n
-            producer = ProducerBatch(pid, epoch, seq, bool(txn), control)
-        else:
-            pos += 1
         (count,) = struct.unpack_from("<H", view, pos)
         pos += 2
         buf = pa.py_buffer(body)
@@ -164,16 +157,26 @@ def decode_handoff(body: bytes) -> Handoff:
         for _ in range(count):
             partition, has_ts, max_ts = _ENTRY.unpack_from(view, pos)
             pos += _ENTRY.size
+            producer = None
+            if view[pos]:
+                pid, epoch, seq, txn = _PRODUCER.unpack_from(view, pos + 1)
+                pos += 1 + _PRODUCER.size
+                (n,) = struct.unpack_from("<H", view, pos)
+                control = bytes(view[pos + 2:pos + 2 + n]).decode() or None
+                pos += 2 + n
+                producer = ProducerBatch(pid, epoch, seq, bool(txn), control)
+            else:
+                pos += 1
             (size,) = _U32.unpack_from(view, pos)
             pos += 4
             if pos + size > len(body):
                 raise ValueError("a frame runs past the hand-off")
             frame = pa.ipc.read_record_batch(buf.slice(pos, size), FRAME_SCHEMA)
             pos += size
-            appends.append(Append(partition, frame, max_ts if has_ts else None))
+            appends.append(Append(partition, frame, max_ts if has_ts else None, producer))
     except (struct.error, ValueError, IndexError, UnicodeDecodeError, pa.ArrowException) as exc:
         raise InvalidRequest(f"not a hand-off: {type(exc).__name__}: {exc}") from None
-    return Handoff(request_id, topic, "all" if acks == -1 else "1", producer, appends)
+    return Handoff(request_id, topic, "all" if acks == -1 else "1", appends)
 
 
 def encode_answer(request_id: int, outcomes: Sequence[Outcome]) -> bytes:
@@ -292,7 +295,7 @@ class HandoffServer:
             return REFUSED, exc
         try:
             return await self._append(handoff.topic, a.partition, a.frame, handoff.acks, a.max_timestamp_us,
-                                      handoff.producer)
+                                      a.producer)
         except LaketailError as exc:
             return FAILED, exc
         except Exception as exc:  # the append's own failure (disk): Kafka's unknown server error
@@ -341,7 +344,12 @@ class _Connection:
 
 class HandoffClient:
     """This request process's hand-offs to its siblings: one connection per sibling,
-    opened on first use and again after it is lost, several hand-offs in flight on it."""
+    opened on first use and again after it is lost, several hand-offs in flight on it.
+
+    Appends sent to the same sibling, topic and acks within one turn of the event loop
+    travel in one hand-off (:meth:`send_gathered`): a Kafka Produce answers its
+    partitions concurrently, each calling the produce path on its own, and those a
+    sibling leads still cost one hop together."""
 
     def __init__(self, local_dir: Path, timeout_s: float) -> None:
         self.local_dir = local_dir
@@ -349,6 +357,9 @@ class HandoffClient:
         self._connections: dict[int, _Connection] = {}
         self._connecting: dict[int, asyncio.Lock] = {}
         self._next_id = 0
+        #: appends waiting for the end of this event-loop turn, by (sibling, topic, acks)
+        self._gathering: dict[tuple[int, str, Acks], list[tuple[list[Append], asyncio.Future]]] = {}
+        self._flushing: set[asyncio.Task] = set()
         #: hand-offs sent (metrics)
         self.sent = 0
 
@@ -368,8 +379,7 @@ class HandoffClient:
             conn = self._connections[broker_id] = _Connection(reader, writer)
             return conn
 
-    async def send(self, broker_id: int, topic: str, appends: Sequence[Append], acks: Acks,
-                   producer: ProducerBatch | None = None) -> list[Outcome]:
+    async def send(self, broker_id: int, topic: str, appends: Sequence[Append], acks: Acks) -> list[Outcome]:
         """Hand ``appends`` to the request process ``broker_id``; each one's outcome in
         order. SiblingUnreachable when nothing was sent; REQUEST_TIMED_OUT (for all)
         when the answer did not come."""
@@ -378,7 +388,7 @@ class HandoffClient:
         request_id = self._next_id
         future: asyncio.Future[list[Outcome]] = asyncio.get_running_loop().create_future()
         conn.pending[request_id] = future
-        conn.writer.write(encode_handoff(request_id, topic, appends, acks, producer))
+        conn.writer.write(encode_handoff(request_id, topic, appends, acks))
         self.sent += 1
         try:
             async with asyncio.timeout(self.timeout_s):  # no task per hand-off, unlike wait_for
@@ -389,6 +399,41 @@ class HandoffClient:
             error = RequestTimedOut(f"request process {broker_id} did not answer a hand-off to {topic}: "
                                     f"{type(exc).__name__} {exc}; whether it appended is unknown")
             return [(FAILED, error) for _ in appends]
+
+    async def send_gathered(self, broker_id: int, topic: str, appends: Sequence[Append],
+                            acks: Acks) -> list[Outcome]:
+        """:meth:`send`, in one hand-off with the other appends to the same sibling, topic
+        and acks asked for in this turn of the event loop."""
+        key = (broker_id, topic, acks)
+        waiting = self._gathering.get(key)
+        if waiting is None:
+            waiting = self._gathering[key] = []
+            asyncio.get_running_loop().call_soon(self._flush, key)
+        future: asyncio.Future[list[Outcome]] = asyncio.get_running_loop().create_future()
+        waiting.append((list(appends), future))
+        return await future
+
+    def _flush(self, key: tuple[int, str, Acks]) -> None:
+        waiting = self._gathering.pop(key)
+        task = asyncio.get_running_loop().create_task(
+            self.send(key[0], key[1], [a for appends, _ in waiting for a in appends], key[2]))
+
+        def answer(done: asyncio.Task) -> None:
+            error = done.exception() if not done.cancelled() else asyncio.CancelledError()
+            outcomes = done.result() if error is None else []
+            self._flushing.discard(done)
+            start = 0
+            for appends, future in waiting:
+                mine, start = outcomes[start:start + len(appends)], start + len(appends)
+                if future.done():  # its caller was cancelled
+                    continue
+                if error is not None:
+                    future.set_exception(error)
+                else:
+                    future.set_result(mine)
+
+        self._flushing.add(task)
+        task.add_done_callback(answer)
 
     async def close(self) -> None:
         for conn in self._connections.values():

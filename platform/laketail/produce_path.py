@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable
 
 import pyarrow as pa
@@ -581,7 +581,10 @@ class ProducePath:
         settle."""
         assert self.handoff is not None
         try:
-            outcomes = await self.handoff.send(sibling, topic, appends, "1" if acks == "0" else acks, producer)
+            # with the other appends to this sibling of this event-loop turn: one hop for them all
+            outcomes = await self.handoff.send_gathered(
+                sibling, topic, [replace(a, producer=producer) for a in appends] if producer else appends,
+                "1" if acks == "0" else acks)
         except SiblingUnreachable as exc:
             log.info("hand-off to %s", exc)
             outcomes = [(REFUSED, LeaderNotAvailable(str(exc))) for _ in appends]

@@ -178,17 +178,16 @@ def _quota_v1(directory: Path) -> float | None:
     return None if limit <= 0 or period <= 0 else limit / period
 
 
-def decide(settings: BrokerSettings, kafka_listeners: Callable[[], bool],
-           cores: int | None = None) -> tuple[BrokerSettings, str]:
+def decide(settings: BrokerSettings, cores: int | None = None) -> tuple[BrokerSettings, str]:
     """``settings`` with the number of request processes decided, and why. Set
     (``--processes``, the key), it stands (:func:`check` then refuses what cannot be
     split). Not set (:data:`AUTO`): one per usable core (:func:`usable_cores`, ``cores``
     in a test), capped at :data:`MAX_PROCESSES`; one where several cannot share what
-    the configuration asks for: a port 0 (each process would bind a port of its own), a
-    Kafka-protocol listener (served by one process), or an advertised URL, advertised
-    listeners or an inter-broker listener (brokers on other hosts would have to reach
-    every process, whose peer listeners are on loopback). ``kafka_listeners()`` says
-    whether the listeners include a Kafka-protocol one; asked only when it matters."""
+    the configuration asks for: a port 0 (each process would bind a port of its own),
+    or an advertised URL, advertised listeners or an inter-broker listener (brokers on
+    other hosts would have to reach every process, whose peer listeners are on
+    loopback). A Kafka-protocol listener is shared like the HTTP one (every process
+    serves it, :mod:`laketail.kafka.server`)."""
     if settings.request_processes != AUTO:
         return settings, "configured"
     if 0 in _ports(settings):
@@ -199,9 +198,6 @@ def decide(settings: BrokerSettings, kafka_listeners: Callable[[], bool],
         # hosts could not reach the partitions a second process leads.
         why = ("1 (laketail.request.processes not set, and advertised.url, advertised.listeners or "
                "inter.broker.listener.name says brokers on other hosts reach this one)")
-        return dataclasses.replace(settings, request_processes=1), why
-    if kafka_listeners():
-        why = "1 (laketail.request.processes not set, and a Kafka-protocol listener runs in one process)"
         return dataclasses.replace(settings, request_processes=1), why
     n = min(MAX_PROCESSES, usable_cores() if cores is None else cores)
     return dataclasses.replace(settings, request_processes=n), f"{n}, one per usable core"
@@ -247,18 +243,25 @@ def process_settings(settings: BrokerSettings, index: int) -> BrokerSettings:
         inter_broker_secret=settings.inter_broker_secret or secrets.token_urlsafe(32),
     )
     peer = f"://127.0.0.1:{_free_loopback_port()}"
-    if not settings.listeners:
+    entries = parse_entries(settings.listeners, "listeners") if settings.listeners else []
+    kafka_names = {n.strip().upper() for n in settings.kafka_listener_names.split(",") if n.strip()}
+    if all(name in kafka_names for name, _, _ in entries):
+        # No HTTP listener named (none at all, or only Kafka-protocol ones): HTTP serves
+        # host:port as the CLIENT listener, the Kafka ones stay as configured.
         host = f"[{settings.host}]" if ":" in settings.host else settings.host
+        kafka = "".join(f"{n}://{f'[{h}]' if ':' in h else h}:{p}," for n, h, p in entries)
+        protocols = settings.listener_security_protocol_map.strip().rstrip(",")
         return dataclasses.replace(
             own,
             advertised_url=settings.advertised_url or f"http://{host}:{settings.port}",
-            listeners=f"{CLIENT_LISTENER}://{host}:{settings.port},{BROKER_LISTENER}{peer}",
-            listener_security_protocol_map=f"{CLIENT_LISTENER}:PLAINTEXT,{BROKER_LISTENER}:PLAINTEXT",
+            listeners=f"{CLIENT_LISTENER}://{host}:{settings.port},{kafka}{BROKER_LISTENER}{peer}",
+            listener_security_protocol_map=(f"{protocols}," if protocols and entries else "")
+            + f"{CLIENT_LISTENER}:PLAINTEXT,{BROKER_LISTENER}:PLAINTEXT",
             inter_broker_listener_name=BROKER_LISTENER,
         )
     # Explicit listeners (TLS, SASL): every one of them is a client listener that all the
     # processes bind, and the processes reach one another on a loopback listener each.
-    names = {name for name, _, _ in parse_entries(settings.listeners, "listeners")}
+    names = {name for name, _, _ in entries}
     name = BROKER_LISTENER if BROKER_LISTENER not in names else PEER_LISTENER
     protocols = settings.listener_security_protocol_map.strip().rstrip(",")
     return dataclasses.replace(

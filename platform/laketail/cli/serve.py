@@ -60,7 +60,7 @@ DEFAULT_CONFIG = Path("conf") / "laketail.toml"
 @click.option("--processes", type=click.IntRange(1, 64),
               help="Request processes, each leading its share of the partitions on the same port "
                    "(laketail.request.processes) [default: one per usable core: CPU affinity and "
-                   "cgroup quota; 1 with port 0, a Kafka listener, or an advertised URL or inter-broker listener "
+                   "cgroup quota; 1 with port 0, or an advertised URL or inter-broker listener "
                    "for brokers on other hosts].")
 @click.option("--request-process", type=click.IntRange(min=0), default=0, hidden=True)
 @click.option(
@@ -107,7 +107,7 @@ def serve(
         from laketail import request_processes
         from laketail.security.listeners import exposure_problems, listener_plan
 
-        settings, processes_why = request_processes.decide(settings, lambda: bool(listener_plan(settings).kafka))
+        settings, processes_why = request_processes.decide(settings)
         request_processes.check(settings)
         group = settings
         if settings.request_processes > 1:
@@ -115,9 +115,6 @@ def serve(
         plan = listener_plan(settings)
     except LaketailError as exc:
         raise CommandError(exc.message) from exc
-    if plan.kafka and settings.request_processes > 1:
-        raise CommandError("a Kafka-protocol listener runs in one process: drop --processes or the "
-                           + ", ".join(lst.name for lst in plan.kafka) + " listener")
     problems = exposure_problems(plan, settings.ssl_client_auth)
     if problems and not allow_anonymous:
         raise CommandError(

@@ -34,6 +34,9 @@ Differences from Kafka's broker, on purpose or not yet done:
   cluster's controller): FindCoordinator names the controller, whichever broker is asked,
   and group requests elsewhere answer NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS on a
   new controller still loading), which sends the client back to FindCoordinator.
+* A broker served by several request processes is one broker to Kafka clients; what a
+  process does for partitions and coordinators its siblings hold is in
+  :mod:`laketail.kafka.siblings`.
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ from laketail.kafka import records, sasl
 from laketail.kafka.acl_codes import NOT_ASKED, authorized_operations
 from laketail.kafka.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchSessionCache
 from laketail.kafka.leadership import LeaderGate
-from laketail.kafka.protocol import API_VERSIONS, SUPPORTED, Request, build, ms
+from laketail.kafka.protocol import API_VERSIONS, SUPPORTED, Request, build, decode_request, encode_response, ms
+from laketail.kafka.siblings import Siblings
 from laketail.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from laketail.security.principal import KafkaPrincipal
 from laketail.storage.partition_log import ProducerBatch
@@ -124,6 +128,7 @@ class ApiPart:
         self.coordinator_error = apis.coordinator_error
         self.brokers = apis.brokers
         self.controller_id = apis.controller_id
+        self.siblings = apis.siblings
 
     def _allowed(self, session: Session, op: AclOperation, rtype: ResourceType, name: str = CLUSTER_NAME) -> bool:
         return self.authorizer.authorize(session.principal, session.host, op, rtype, name)
@@ -144,6 +149,8 @@ class KafkaApis:
         self.authorizer = authorizer
         self.host, self.port = advertised
         self.listener_name = listener_name
+        #: the other request processes of this broker (laketail.kafka.siblings)
+        self.siblings = Siblings(broker)
         self.handlers: dict[int, Callable[[Request, Session], Awaitable[dict | None]]] = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata, 8: self.offset_commit,
             9: self.offset_fetch, 10: self.find_coordinator, 11: self.join_group, 12: self.heartbeat,
@@ -171,6 +178,22 @@ class KafkaApis:
         data = await self.handlers[request.api_key](request, session)
         return None if data is None else build(request.response_type, data)
 
+    async def answer(self, request: Request, session: Session) -> bytes | None:
+        """The response frame (size prefix included), or None when the request gets no
+        answer: here, or from the sibling request process that runs the coordinators
+        (:mod:`laketail.kafka.siblings`)."""
+        if self.siblings.passes(request):
+            return await self.siblings.pass_on(request, session, self.listener_name)
+        response = await self.handle(request, session)
+        return None if response is None else encode_response(request, response)
+
+    async def answer_passed(self, frame: bytes, session: Session) -> bytes | None:
+        """A request a sibling request process passed on (:meth:`answer` there), answered
+        here and never passed again; CloseConnection when the frame does not decode."""
+        request = decode_request(frame)
+        response = await self.handle(request, session)
+        return None if response is None else encode_response(request, response)
+
     def _allowed(self, session: Session, op: AclOperation, rtype: ResourceType, name: str = CLUSTER_NAME) -> bool:
         return self.authorizer.authorize(session.principal, session.host, op, rtype, name)
 
@@ -184,22 +207,21 @@ class KafkaApis:
 
     def brokers(self) -> list[dict]:
         """The brokers Metadata and DescribeCluster list: the live ones with a Kafka
-        listener of this one's name, at its advertised address (this broker always)."""
-        out = []
+        listener of this one's name, at its advertised address (this broker always),
+        each once however many request processes serve it."""
+        me = self.siblings.node_id
+        found = {me: {"node_id": me, "host": self.host, "port": self.port, "rack": None}}
         for b in self.broker.brokers():
-            if b.broker_id == self.broker.broker_id:
-                out.append({"node_id": b.broker_id, "host": self.host, "port": self.port, "rack": None})
-            elif self.listener_name in b.endpoints:
+            node = self.siblings.outward(b.broker_id)
+            if node not in found and self.listener_name in b.endpoints:
                 host, port = b.endpoints[self.listener_name]
-                out.append({"node_id": b.broker_id, "host": host, "port": port, "rack": None})
-        if not any(b["node_id"] == self.broker.broker_id for b in out):
-            out.append({"node_id": self.broker.broker_id, "host": self.host, "port": self.port, "rack": None})
-        return out
+                found[node] = {"node_id": node, "host": host, "port": port, "rack": None}
+        return [found[node] for node in sorted(found)]
 
     def controller_id(self) -> int:
         """The cluster's controller (this broker when alone or before the first image)."""
         controller = self.broker.controller_id
-        return controller if controller != NO_LEADER else self.broker.broker_id
+        return self.siblings.outward(controller) if controller != NO_LEADER else self.siblings.node_id
 
     async def metadata(self, request: Request, session: Session) -> dict:
         body = request.body
@@ -252,8 +274,9 @@ class KafkaApis:
         as Kafka's KRaft metadata cache answers; a broker without a cluster image (no
         replica registered yet) names itself."""
         state = self.broker.partition_state(topic, partition)
-        me = self.broker.broker_id
-        leader, replicas, isr = state.leader, state.replicas, state.isr
+        me = self.siblings.node_id
+        outward, outward_all = self.siblings.outward, self.siblings.outward_all
+        leader, replicas, isr = outward(state.leader), outward_all(state.replicas), outward_all(state.isr)
         if leader == NO_LEADER and not replicas:
             leader, replicas, isr = me, [me], [me]
         code = 0 if leader in listed else LEADER_NOT_AVAILABLE
@@ -542,8 +565,9 @@ class KafkaApis:
             out.update(error_code=GROUP_AUTHORIZATION_FAILED, node_id=-1, host="", port=-1)
         elif key_type == 1 and not self._allowed(session, Op.DESCRIBE, R.TRANSACTIONAL_ID, body.key):
             out.update(error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED, node_id=-1, host="", port=-1)
-        elif key_type not in (0, 1) or found is None or (coordinator == self.broker.broker_id
-                                                          and not self.coordinates()):
+        elif key_type not in (0, 1) or found is None or (coordinator == self.siblings.node_id
+                                                          and not self.coordinates()
+                                                          and not self.siblings.coordinators_elsewhere()):
             out.update(error_code=COORDINATOR_NOT_AVAILABLE, node_id=-1, host="", port=-1,
                        error_message="the coordinator (the cluster's controller) has no Kafka listener known here")
         return out

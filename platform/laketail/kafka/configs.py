@@ -34,6 +34,7 @@ from laketail.kafka.apis import (
     error_message,
 )
 from laketail.kafka.protocol import Request
+from laketail.request_processes import broker_id_of
 from laketail.security.acl import (
     AclOperation,
     ResourceType,
@@ -94,9 +95,10 @@ class ConfigApis(ApiPart):
         elif rtype == BROKER_RESOURCE:
             if not self._allowed(session, op, R.CLUSTER):
                 return {"error_code": CLUSTER_AUTHORIZATION_FAILED, "error_message": None}
-            if name not in ("", str(self.broker.broker_id)):
+            me = broker_id_of(self.broker.broker_id)  # the configured broker.id, whichever request process
+            if name not in ("", str(me)):
                 return {"error_code": INVALID_REQUEST,
-                        "error_message": f"this is broker {self.broker.broker_id}; ask broker {name} for its configs"}
+                        "error_message": f"this is broker {me}; ask broker {name} for its configs"}
         else:
             return {"error_code": INVALID_REQUEST,
                     "error_message": f"config resource type {rtype} is not served (TOPIC 2, BROKER 4)"}

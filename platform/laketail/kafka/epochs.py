@@ -6,7 +6,8 @@ position means the log was truncated under it (an unclean election), and it rese
 rather than skip or re-read silently. The answer comes from the leader's replica: its
 leader epochs with the offset each began at (``PartitionLog.epochs``, noted by
 ``assign_epoch`` on election and by every appended frame) and its log end offset, read
-through ``Broker.epoch_history``.
+through ``Broker.epoch_history`` (from a sibling request process that leads the
+partition, its ``epochs`` over its inter-broker listener: :mod:`laketail.kafka.siblings`).
 
 :func:`epoch_end_offset` is the rule of Kafka's ``LeaderEpochFileCache.endOffsetFor``:
 
@@ -28,8 +29,10 @@ refreshes its metadata and asks again). Versions 2-4: the ones carrying
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable
+import asyncio
+from typing import Any, Awaitable, Callable
 
+from laketail.cluster.node import INTERNAL
 from laketail.kafka.apis import TOPIC_AUTHORIZATION_FAILED, ApiPart, Session, error_code
 from laketail.kafka.leadership import NOT_LEADER_OR_FOLLOWER
 from laketail.kafka.protocol import Request
@@ -76,24 +79,36 @@ class EpochApis(ApiPart):
                 denied = CLUSTER_AUTHORIZATION_FAILED
             else:
                 denied = 0 if self._allowed(session, Op.DESCRIBE, R.TOPIC, topic.topic) else TOPIC_AUTHORIZATION_FAILED
-            topics.append({"topic": topic.topic, "partitions": [
+            topics.append({"topic": topic.topic, "partitions": list(await asyncio.gather(*(
                 self._partition(topic.topic, p.partition, p.current_leader_epoch, p.leader_epoch, denied)
-                for p in topic.partitions]})
+                for p in topic.partitions)))})
         return {"throttle_time": 0, "topics": topics}
 
-    def _partition(self, topic: str, partition: int, current: int, requested: int, denied: int) -> dict:
+    async def _partition(self, topic: str, partition: int, current: int, requested: int, denied: int) -> dict:
         out = {"error_code": denied, "partition": partition, "leader_epoch": -1, "end_offset": -1}
         if denied:
             return out
         try:
             state = self.broker.partition_state(topic, partition)
             if not self.broker.leads(topic, partition):
-                return {**out, "error_code": NOT_LEADER_OR_FOLLOWER}
-            if current >= 0 and current != state.leader_epoch:
-                return {**out, "error_code": FENCED_LEADER_EPOCH if current < state.leader_epoch
+                if not self.siblings.is_sibling(state.leader):
+                    return {**out, "error_code": NOT_LEADER_OR_FOLLOWER}
+                leader_epoch, epochs, log_end_offset = await self._sibling_epochs(topic, partition)
+            else:
+                leader_epoch = state.leader_epoch
+                epochs, log_end_offset = self.broker.epoch_history(topic, partition)
+            if current >= 0 and current != leader_epoch:
+                return {**out, "error_code": FENCED_LEADER_EPOCH if current < leader_epoch
                         else UNKNOWN_LEADER_EPOCH}
-            epochs, log_end_offset = self.broker.epoch_history(topic, partition)
         except Exception as exc:  # noqa: BLE001 - unknown topic or partition, answered per partition
             return {**out, "error_code": error_code(exc)}
         epoch, end = epoch_end_offset(epochs, requested, log_end_offset)
         return {**out, "leader_epoch": epoch, "end_offset": end}
+
+    async def _sibling_epochs(self, topic: str, partition: int) -> tuple[int, list[tuple[int, int]], int]:
+        """``(leader epoch, epochs, log end offset)`` of a partition a sibling request
+        process leads, asked of it (one local hop)."""
+        resp = await self.broker.cluster.call_leader(topic, partition, "GET",
+                                                     f"{INTERNAL}/partitions/{topic}/{partition}/epochs")
+        doc: Any = resp.json()
+        return doc["leader_epoch"], [(e, o) for e, o in doc["epochs"]], doc["log_end_offset"]

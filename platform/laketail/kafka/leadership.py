@@ -22,6 +22,10 @@ no answer, so the broker forwards it as the REST path does. Produce v10+ answers
 KIP-951's hints: each refused partition's ``current_leader`` and the leaders'
 ``node_endpoints``; Fetch v16 answers carry the same ``node_endpoints`` (the fetch handler
 adds them, :meth:`LeaderGate.endpoints_of`).
+
+With request processes (:mod:`laketail.kafka.siblings`) a partition a sibling process
+leads is this broker's: it goes to the handler, which hands its append to the sibling
+or reads it from the sibling's files; the hints name brokers as clients see them.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class LeaderGate:
     def __init__(self, apis: "KafkaApis") -> None:
         self.broker = apis.broker
         self.brokers = apis.brokers
+        self.siblings = apis.siblings
 
     def leader_elsewhere(self, topic: str, partition: int) -> tuple[int, int] | None:
         """``(leader id, leader epoch)`` when another broker leads the partition (or none
@@ -58,7 +63,9 @@ class LeaderGate:
             return None
         if state.leader == self.broker.broker_id or (state.leader == NO_LEADER and not state.replicas):
             return None  # elected here a moment ago, or a broker without a cluster image
-        return state.leader, state.leader_epoch
+        if self.siblings.is_sibling(state.leader):
+            return None  # another request process of this broker: the handler reaches it
+        return self.siblings.outward(state.leader), state.leader_epoch
 
     def produce(self, handler: Handler) -> Handler:
         async def gated(request: Request, session: "Session") -> Any:
@@ -105,7 +112,7 @@ class LeaderGate:
                     continue
                 try:
                     state = self.broker.partition_state(topic["name"], part["index"])
-                    leader, epoch = state.leader, state.leader_epoch
+                    leader, epoch = self.siblings.outward(state.leader), state.leader_epoch
                 except Exception:  # noqa: BLE001 - a partition the image lacks: no hint
                     leader, epoch = NO_LEADER, -1
                 part["current_leader"] = {"leader_id": leader, "leader_epoch": epoch}

@@ -99,6 +99,9 @@ class Request:
     body: Any
     #: the response class for this version (kio)
     response_type: type
+    #: the frame as received (without its size prefix): what a request process passes
+    #: to the sibling that answers it (:mod:`laketail.kafka.siblings`)
+    frame: bytes = b""
 
 
 def decode_request(frame: bytes) -> Request:
@@ -131,7 +134,7 @@ def decode_request(frame: bytes) -> Request:
         raise CloseConnection(f"{name} v{version} does not parse: {exc}") from exc
     # Bytes after the body are ignored, as Kafka's broker ignores them: librdkafka's
     # Metadata v12 for all topics carries three (tests/kafka_listener/test_protocol.py).
-    return Request(api_key, version, header.correlation_id, header.client_id, body, response_type)
+    return Request(api_key, version, header.correlation_id, header.client_id, body, response_type, frame)
 
 
 def encode_response(request: Request, body: Any) -> bytes:

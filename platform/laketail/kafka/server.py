@@ -72,13 +72,15 @@ class KafkaListener:
         self.max_request_bytes = settings.socket_request_max_bytes
         self.idle_s = settings.kafka_connections_max_idle_ms / 1000
         self.frame_s = settings.request_body_timeout_ms / 1000
+        #: request processes all accept on the port, as on the HTTP one (laketail.kafka.siblings)
+        self.shared_port = settings.request_processes > 1
         self.server: asyncio.Server | None = None
         self.connections: set[asyncio.Task] = set()
 
     async def start(self) -> None:
         tls = self.security.ssl_context()
         self.server = await asyncio.start_server(self._serve_connection, self.listener.host, self.listener.port,
-                                                 reuse_address=True, ssl=tls,
+                                                 reuse_address=True, reuse_port=self.shared_port or None, ssl=tls,
                                                  ssl_handshake_timeout=self.frame_s if tls else None)
 
     @property
@@ -147,9 +149,9 @@ class KafkaListener:
                     if answer.close:
                         raise CloseConnection("SASL authentication failed")
                     continue
-            response = await self.apis.handle(request, session)
-            if response is not None:
-                writer.write(encode_response(request, response))
+            answer = await self.apis.answer(request, session)
+            if answer is not None:
+                writer.write(answer)
                 await writer.drain()
 
 
@@ -182,6 +184,8 @@ def kafka_listeners(app: Any, settings: "BrokerSettings") -> list[KafkaListener]
         if (lst.sasl or lst.tls) and authenticator is None:
             authenticator = Authenticator(settings)  # one credential snapshot for every Kafka listener
         out.append(KafkaListener(lst, apis, settings, ListenerSecurity(lst, settings, authenticator)))
+    # what a sibling request process passes on is answered by the listener of the same name
+    app.state.kafka_apis = {lst.listener.name: lst.apis for lst in out}
     return out
 
 
