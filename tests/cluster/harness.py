@@ -40,6 +40,8 @@ from laketail.config import load_settings
 SESSION_MS = 9_000
 HEARTBEAT_MS = 2_000
 LAG_MS = 10_000
+#: The network address of the test's own REST clients (brokers are 1, 2, 3, ...).
+CLIENT = 0
 
 
 class Network:
@@ -165,6 +167,31 @@ class Cluster:
 
     def live(self) -> list[Broker]:
         return [b for b in self.brokers.values() if b.broker_id not in self.network.isolated]
+
+    def stop(self, broker_id: int) -> None:
+        """Broker ``broker_id`` as a killed process: it reaches no one, no one reaches it,
+        and none of its rounds runs (its state stays as the kill left it)."""
+        self.network.isolated.add(broker_id)
+        self.paused.add(broker_id)
+
+    def resume(self, broker_id: int) -> None:
+        """A stopped or stalled broker runs and is reachable again (SIGCONT)."""
+        self.network.isolated.discard(broker_id)
+        self.paused.discard(broker_id)
+
+    async def restart(self, broker_id: int) -> Broker:
+        """A fresh process of broker ``broker_id`` on the same hot logs and data root,
+        the old one closed first (as a supervisor would start it after a crash)."""
+        old = self.brokers[broker_id]
+        with contextlib.suppress(Exception):
+            await old.close()
+        self.resume(broker_id)
+        return await self.start(broker_id)
+
+    def client(self, broker_id: int) -> httpx.AsyncClient:
+        """A REST client of broker ``broker_id`` over the network (the test's address is
+        ``CLIENT``: a broker isolated or stopped cannot be reached by it either)."""
+        return httpx.AsyncClient(transport=_Route(self.network, CLIENT), base_url=self.url(broker_id), timeout=60.0)
 
     async def beat(self, brokers: list[Broker] | None = None) -> None:
         """One heartbeat round on each broker not paused (the controller's tick on the controller)."""

@@ -22,10 +22,11 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 import pytest
-from conftest import WITH_TIER_CHILD
+from conftest import WITH_TIER_CHILD, BrokerProcess, running_broker
 
 from laketail.cluster.store import ClusterStore
 from laketail.partitioner import partition_for_key
@@ -44,6 +45,16 @@ def _group(broker_factory):
     broker = broker_factory(env=PROCESSES)
     _wait_for_both(broker)
     return broker
+
+
+@pytest.fixture(scope="module")
+def processes_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One two-process broker for the tests that kill, freeze and count nothing of it
+    (each adds topics of its own): a start is two request processes and two tier
+    children, done once for them instead of once per test."""
+    for broker in running_broker(tmp_path_factory, "request-processes", PROCESSES):
+        _wait_for_both(broker)
+        yield broker
 
 
 def _wait_for_both(broker) -> None:
@@ -121,8 +132,8 @@ def _request_process(broker, not_in: frozenset[int] = frozenset()) -> int:
     return wait_until(one, f"the second request process of {broker.proc.pid}")
 
 
-def test_a_connections_keyless_records_stay_on_the_partitions_its_process_leads(broker_factory):
-    broker = _group(broker_factory)
+def test_a_connections_keyless_records_stay_on_the_partitions_its_process_leads(processes_broker):
+    broker = processes_broker
     leaders = _topic(broker, "keyless", 4)
     assert sorted(leaders.values()) == [FIRST, FIRST, SECOND, SECOND], leaders  # each process leads two
     reached = []
@@ -155,12 +166,12 @@ def test_a_connections_keyless_records_stay_on_the_partitions_its_process_leads(
     assert got == sent  # every record once, on the partition its answer named
 
 
-def test_a_partition_is_served_as_soon_as_the_metadata_names_its_leader(broker_factory):
+def test_a_partition_is_served_as_soon_as_the_metadata_names_its_leader(processes_broker):
     """Once GET /topics/{t}/partitions names a leader, a produce and a fetch of the
     partition succeed from either process: a process the image names leader waits for
     its replica manager to take the partition up (it answered NOT_LEADER_OR_FOLLOWER
     naming itself before, about once in a few hundred such requests)."""
-    broker = _group(broker_factory)
+    broker = processes_broker
     for t in range(8):
         name = f"fresh-{t}"
         _topic(broker, name, 4)  # returns as soon as the metadata names every leader
@@ -171,8 +182,8 @@ def test_a_partition_is_served_as_soon_as_the_metadata_names_its_leader(broker_f
             assert _values(broker, name, p) == [(0, b"first")]
 
 
-def test_keyed_records_explicit_partitions_and_groups_work_from_either_process(broker_factory):
-    broker = _group(broker_factory)
+def test_keyed_records_explicit_partitions_and_groups_work_from_either_process(processes_broker):
+    broker = processes_broker
     _topic(broker, "routed", 4)
     expected: dict[int, list[bytes]] = {p: [] for p in range(4)}
     for i in range(24):  # a connection each: half of them reach the process that leads none of these
@@ -233,15 +244,21 @@ def _handoff_counters(broker) -> dict[str, dict[str, float]]:
     return seen
 
 
-def test_keyed_records_are_parsed_once_and_handed_to_the_leading_process(broker_factory):
+def _since(before: dict[str, dict[str, float]], now: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Each process's counters counted from ``before`` on."""
+    return {p: {k: v - before[p][k] for k, v in c.items()} for p, c in now.items()}
+
+
+def test_keyed_records_are_parsed_once_and_handed_to_the_leading_process(processes_broker):
     """A keyed batch of 100 records over 4 partitions, two led by each process: the
     process the connection reached appends its two and hands the other two to its
     sibling in one local hand-off (never an HTTP forward); every record lands on its
     key's partition, the offsets dense."""
-    broker = _group(broker_factory)
+    broker = processes_broker
     leaders = _topic(broker, "handed", 4)
     assert sorted(leaders.values()) == [FIRST, FIRST, SECOND, SECOND], leaders
     expected: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(4)}
+    before = _handoff_counters(broker)  # the shared broker's earlier tests handed off too
     requests = 10
     for r in range(requests):  # a connection each: both processes take some
         records = [{"key": f"key-{r}-{i}".encode(), "value": f"value-{r}-{i}".encode()} for i in range(100)]
@@ -251,7 +268,7 @@ def test_keyed_records_are_parsed_once_and_handed_to_the_leading_process(broker_
         for record, offset in zip(records, offsets):
             assert offset["partition"] == partition_for_key(record["key"], 4)
             expected[offset["partition"]].append((offset["offset"], record["value"]))
-    counters = _handoff_counters(broker)
+    counters = _since(before, _handoff_counters(broker))
     assert sum(c["sent"] for c in counters.values()) == requests, counters  # one per request
     assert sum(c["received"] for c in counters.values()) == requests, counters
     for p in range(4):  # explicit partitions too, to either process
@@ -262,7 +279,7 @@ def test_keyed_records_are_parsed_once_and_handed_to_the_leading_process(broker_
         stored = _values(broker, "handed", p)
         assert [o for o, _ in stored] == list(range(len(stored)))  # dense
         assert stored == sorted(expected[p])
-    counters = _handoff_counters(broker)
+    counters = _since(before, _handoff_counters(broker))
     assert all(c["http"] == 0 for c in counters.values()), counters
     assert sum(c["sent"] for c in counters.values()) == sum(c["received"] for c in counters.values()), counters
     _assert_one_broker(broker, "handed", leaders)

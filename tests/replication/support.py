@@ -26,7 +26,6 @@ from typing import Any, Callable, TypeVar
 
 import httpx
 from conftest import BINARY_V2, V2, BrokerProcess, Rest
-from deltalake import DeltaTable
 
 T = TypeVar("T")
 
@@ -53,8 +52,6 @@ SETTLE_S = 120.0
 PROBE_TIMEOUT_S = 5.0
 
 NOT_ENOUGH_REPLICAS = 50301
-LEADER_NOT_AVAILABLE = 50303
-INVALID_REPLICATION_FACTOR = 40002
 
 
 def wait_until(check: Callable[[], T], what: str, timeout_s: float = SETTLE_S, every_s: float = 0.1) -> T:
@@ -281,14 +278,6 @@ class Cluster:
                 f"leaders last seen per broker: {seen}"
             )
             time.sleep(0.05)
-
-    def replicas_table(self, topic: str) -> dict[tuple[int, int], dict]:
-        """Rows of ``ROOT/_system/replicas`` for ``topic``, keyed by (partition, broker)."""
-        try:
-            rows = DeltaTable(str(self.root / "_system" / "replicas")).to_pyarrow_table().to_pylist()
-        except Exception as exc:  # not there yet, or read mid-rewrite: polled again
-            raise AssertionError(f"reading {self.root}/_system/replicas: {exc!r}") from exc
-        return {(r["partition"], r["broker"]): r for r in rows if r["topic"] == topic}
 
     # -- topics, produce, fetch ------------------------------------------------------
 

@@ -1,5 +1,6 @@
-"""Any broker answers metadata and forwards produce and fetch to the leader; a
-replication factor above the number of live brokers is refused.
+"""Any broker answers metadata and forwards produce and fetch to the leader (a
+replication factor above the live brokers being refused is tested on the in-process
+cluster, tests/cluster/test_broker_deaths.py).
 
 The forwarding test uses replication factor 2 on three brokers, so that one broker
 holds no replica at all: a record produced through the follower and read through
@@ -12,35 +13,9 @@ import base64
 
 import pytest
 
-from .support import INVALID_REPLICATION_FACTOR, Cluster, b64, wait_until
+from .support import b64, wait_until
 
 pytestmark = pytest.mark.integration
-
-
-def _assert_invalid_replication_factor(cluster: Cluster, name: str, factor: int) -> None:
-    resp = cluster.create_topic(name, 1, factor)
-    assert resp.status_code == 400, f"replication factor {factor} on {cluster.live_ids()}: {resp.text}"
-    body = resp.json()
-    assert body["error_code"] == INVALID_REPLICATION_FACTOR, body
-    assert body["message"].startswith("INVALID_REPLICATION_FACTOR"), body
-
-
-@pytest.mark.fault
-@pytest.mark.timeout(300)
-def test_a_replication_factor_above_the_live_brokers_is_refused(cluster, unique):
-    _assert_invalid_replication_factor(cluster, unique("four"), 4)
-
-    cluster[2].kill9()
-    cluster.wait_members({0, 1})
-    name = unique("three")
-    _assert_invalid_replication_factor(cluster, name, 3)
-    for b in cluster.live():
-        resp = cluster.get(b, f"/topics/{name}")
-        assert resp.status_code == 404, f"the refused topic exists on broker {b.broker_id}: {resp.text}"
-
-    topic = cluster.make_topic(unique("two"), 2, 2)
-    for part in cluster.partitions(topic).values():
-        assert sorted(cluster.replica_ids(part)) == [0, 1], part
 
 
 @pytest.mark.timeout(300)
