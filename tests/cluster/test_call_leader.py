@@ -212,6 +212,7 @@ def test_a_heartbeat_is_not_queued_behind_requests_that_fill_the_shared_pool(tmp
                 held.append(release := asyncio.Event())
                 await release.wait()  # a long poll that holds its connection
                 writer.close()
+                await writer.wait_closed()
                 return
             length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
                               if line.lower().startswith(b"content-length")))
@@ -221,6 +222,8 @@ def test_a_heartbeat_is_not_queued_behind_requests_that_fill_the_shared_pool(tmp
                          + str(len(body)).encode() + b"\r\n\r\n" + body)
             await writer.drain()
             answered.append(head)
+            writer.close()
+            await writer.wait_closed()
 
         server = await asyncio.start_server(controller, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
