@@ -31,7 +31,7 @@ ERRORS = {
 PARAMS = {"topic": "walk-topic", "partition": "0", "group": "walk-group", "group_id": "walk-group",
           "instance": "walk-instance", "consumer_id": "walk-consumer", "transactional_id": "walk-txn",
           "sink_id": "walk-sink", "batch_id": "1", "broker_id": "0", "name": "retention.ms",
-          "subject": "walk-subject", "version": "1", "schema_id": "1"}
+          "subject": "walk-subject", "version": "1", "schema_id": "1", "listener": "KAFKA"}
 
 
 @pytest.fixture(scope="module")
