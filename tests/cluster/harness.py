@@ -264,3 +264,18 @@ class Cluster:
         reg = self.registration(topic, partition)
         assert reg.leader != NO_LEADER, f"{topic}-{partition} is offline"
         return self.brokers[reg.leader]
+
+
+def run_three(root: Path, scenario: Callable[[Cluster], Awaitable[None]]) -> None:
+    """Run ``scenario`` on brokers 1, 2 and 3 started on ``root``, closing them after."""
+
+    async def go() -> None:
+        cluster = Cluster(root)
+        try:
+            for b in (1, 2, 3):
+                await cluster.start(b)
+            await scenario(cluster)
+        finally:
+            await cluster.close()
+
+    asyncio.run(go())

@@ -25,7 +25,6 @@ old leader restarted from its files).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from typing import Any, Awaitable, Callable
 
@@ -34,7 +33,7 @@ import orjson
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from tests.cluster.harness import HEARTBEAT_MS, SESSION_MS, Cluster
+from tests.cluster.harness import HEARTBEAT_MS, SESSION_MS, Cluster, run_three
 from tests.replication.history import History, check, describe
 
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"
@@ -47,19 +46,6 @@ INVALID_REPLICATION_FACTOR = 40002
 
 #: A dead broker is declared dead by the controller within this much clock time.
 DEATH_MS = SESSION_MS + 2 * HEARTBEAT_MS
-
-
-def run(tmp_path, scenario: Callable[[Cluster], Awaitable[None]]) -> None:
-    async def go() -> None:
-        cluster = Cluster(tmp_path)
-        try:
-            for b in (1, 2, 3):
-                await cluster.start(b)
-            await scenario(cluster)
-        finally:
-            await cluster.close()
-
-    asyncio.run(go())
 
 
 def b64(text: str) -> str:
@@ -235,7 +221,7 @@ def test_a_replication_factor_above_the_live_brokers_is_refused(tmp_path):
         for part in (await partitions(c, topic, 1)).values():
             assert sorted(replica_ids(part)) == [1, 2], part
 
-    run(tmp_path, scenario)
+    run_three(tmp_path, scenario)
 
 
 # -- the ISR and min.insync.replicas -----------------------------------------------------------------------
@@ -289,7 +275,7 @@ def test_a_dead_follower_leaves_the_isr_and_a_second_one_stops_acks_all(tmp_path
         assert not problems, describe(problems, history)
         assert ends == {0: 8}, ends
 
-    run(tmp_path, scenario)
+    run_three(tmp_path, scenario)
 
 
 # -- unclean leader election -------------------------------------------------------------------------------
@@ -356,7 +342,7 @@ def test_without_unclean_election_a_partition_with_a_dead_isr_stays_offline(tmp_
         assert not problems, describe(problems, history)
         assert ends == {0: 10}, ends
 
-    run(tmp_path, scenario)
+    run_three(tmp_path, scenario)
 
 
 def test_with_unclean_election_an_out_of_sync_replica_takes_over(tmp_path):
@@ -407,7 +393,7 @@ def test_with_unclean_election_an_out_of_sync_replica_takes_over(tmp_path):
         problems = check(history, logs, ends)
         assert not problems, f"read from broker {leader} after it led again: " + describe(problems, history)
 
-    run(tmp_path, scenario)
+    run_three(tmp_path, scenario)
 
 
 # -- a produce spanning a dead partition and a live one (issue 35, item 4) ---------------------------------
@@ -477,4 +463,4 @@ def test_records_of_a_failed_partition_are_answered_per_record_and_the_rest_writ
             values = [base64.b64decode(r["value"]).decode() for r in got.json()]
             assert values == ["to-alive", "v3-alive", "arrow-alive"]
 
-    run(tmp_path, scenario)
+    run_three(tmp_path, scenario)

@@ -19,24 +19,16 @@ import pytest
 
 from laketail.coordinator.election import ShardElections
 from laketail.coordinator.groups import GroupCoordinator
-from laketail.coordinator.offsets import OFFSETS_TOPIC, CommittedOffset, OffsetStore, partition_for_group
+from laketail.coordinator.offsets import OFFSETS_TOPIC, CommittedOffset, OffsetStore
 from laketail.errors import CoordinatorLoadInProgress, LaketailError, NotCoordinator
-from tests.cluster.harness import HEARTBEAT_MS, SESSION_MS, Cluster
+from tests.cluster.harness import HEARTBEAT_MS, SESSION_MS, Cluster, run_three
+from tests.coordinator.test_shards import _groups_by_partition
 
 PARTITIONS = 3
 TP = ("t", 0)
 
 
-def _group_of_each_partition() -> dict[int, str]:
-    out: dict[int, str] = {}
-    i = 0
-    while len(out) < PARTITIONS:
-        out.setdefault(partition_for_group(f"g{i}", PARTITIONS), f"g{i}")
-        i += 1
-    return out
-
-
-GROUPS = _group_of_each_partition()
+GROUPS = _groups_by_partition()
 
 
 class _Probe:
@@ -138,16 +130,7 @@ def test_a_leadership_move_loads_the_shard_on_the_new_leader_and_unloads_it_on_t
                           lambda store=stores[leader], q=q: store.ownership.serves(q))
             assert [b for b, store in stores.items() if store.ownership.owns(q)] == [leader]
 
-    async def go() -> None:
-        cluster = Cluster(tmp_path)
-        try:
-            for b in (1, 2, 3):
-                await cluster.start(b)
-            await scenario(cluster)
-        finally:
-            await cluster.close()
-
-    asyncio.run(go())
+    run_three(tmp_path, scenario)
 
 
 def test_a_resignation_older_than_the_election_held_changes_nothing():

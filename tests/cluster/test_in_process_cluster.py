@@ -5,31 +5,16 @@ proofs stay in tests/replication."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
 from laketail.produce_path import PRODUCE_SCHEMA
-from tests.cluster.harness import HEARTBEAT_MS, LAG_MS, SESSION_MS, Cluster
+from tests.cluster.harness import HEARTBEAT_MS, LAG_MS, SESSION_MS, Cluster, run_three
 
 
 def _batch(values: list[bytes]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict({"value": values}, schema=pa.schema([PRODUCE_SCHEMA.field("value")]))
-
-
-def run(tmp_path, scenario):
-    async def go():
-        cluster = Cluster(tmp_path)
-        try:
-            for b in (1, 2, 3):
-                await cluster.start(b)
-            await scenario(cluster)
-        finally:
-            await cluster.close()
-
-    asyncio.run(go())
 
 
 def test_three_brokers_agree_on_one_controller_and_a_new_topic(tmp_path):
@@ -45,7 +30,7 @@ def test_three_brokers_agree_on_one_controller_and_a_new_topic(tmp_path):
             leaders = [b.broker_id for b in c.brokers.values() if b.cluster.replicas.leads("t", p)]
             assert leaders == [reg.leader]
 
-    run(tmp_path, scenario)
+    run_three(tmp_path, scenario)
 
 
 async def _topic(c: Cluster, name: str, partitions: int = 1) -> None:
@@ -69,7 +54,7 @@ def test_an_acks_all_produce_returns_once_every_isr_member_has_it(tmp_path):
         await c.until("the followers learn the HW", lambda: all(
             b.logs.get("t", 0).high_watermark == 3 for b in c.brokers.values()))
 
-    run(tmp_path, scenario)
+    run_three(tmp_path, scenario)
 
 
 def test_a_follower_cut_off_from_its_leader_leaves_the_isr_and_rejoins_when_caught_up(tmp_path):
@@ -105,7 +90,7 @@ def test_a_follower_cut_off_from_its_leader_leaves_the_isr_and_rejoins_when_caug
         await c.until("the ISR expands", lambda: lagging in c.registration("t", p).isr)
         assert _leo(c.brokers[lagging], "t", p) == _leo(leader, "t", p) == 1
 
-    run(tmp_path, scenario)
+    run_three(tmp_path, scenario)
 
 
 def test_a_stalled_leader_that_lost_its_session_is_fenced_and_replaced(tmp_path):
@@ -148,7 +133,7 @@ def test_a_stalled_leader_that_lost_its_session_is_fenced_and_replaced(tmp_path)
         await c.until("it catches up", lambda: _leo(cut_off, "t", p) == 2)
         await c.until("and is back in the ISR", lambda: old.leader in c.registration("t", p).isr)
 
-    run(tmp_path, scenario)
+    run_three(tmp_path, scenario)
 
 
 def test_a_stalled_controller_is_replaced_and_steps_down_when_it_wakes(tmp_path):
@@ -181,7 +166,7 @@ def test_a_stalled_controller_is_replaced_and_steps_down_when_it_wakes(tmp_path)
         await c.until("the old controller follows the new one", lambda: c.converged("t", 3) and c.converged("u"))
         assert old.cluster.image.controller_id == new.broker_id
 
-    run(tmp_path, scenario)
+    run_three(tmp_path, scenario)
 
 
 def test_a_running_controller_cut_off_from_every_broker_leaves_the_partitions_led(tmp_path):
@@ -196,7 +181,7 @@ def test_a_running_controller_cut_off_from_every_broker_leaves_the_partitions_le
             assert c.registration("t", p).leader not in (old.broker_id, -1)
         assert not old.cluster.is_controller  # it stepped down at its epoch check, having written nothing
 
-    run(tmp_path, scenario)
+    run_three(tmp_path, scenario)
 
 
 def _batch_to(partition: int, values: list[bytes]) -> pa.RecordBatch:
@@ -228,7 +213,7 @@ def test_a_topic_created_through_a_deposed_controller_is_not_controller_and_leav
         new.catalog.reload()  # the table as the store has it
         assert "late" not in {t.name for t in new.catalog.topics()}
 
-    run(tmp_path, scenario)
+    run_three(tmp_path, scenario)
 
 
 def test_a_controller_deposed_while_it_had_nothing_to_write_steps_down_and_the_cluster_heals(tmp_path):
@@ -273,7 +258,7 @@ def test_a_controller_deposed_while_it_had_nothing_to_write_steps_down_and_the_c
         await c.until("every partition led and fully in sync again", healed, step=rounds, rounds=60)
         assert old.cluster.image.controller_id == new.broker_id
 
-    run(tmp_path, scenario)
+    run_three(tmp_path, scenario)
 
 
 def test_isr_changes_sent_together_share_one_write_of_the_controller(tmp_path):
@@ -307,4 +292,4 @@ def test_isr_changes_sent_together_share_one_write_of_the_controller(tmp_path):
         assert writes <= partitions // 4, f"{writes} writes for {partitions} ISR expansions"
         await c.until("and every broker knows", lambda: c.converged("t", partitions))
 
-    run(tmp_path, scenario)
+    run_three(tmp_path, scenario)

@@ -374,7 +374,8 @@ class KafkaApis:
         by_topic: dict[str, list[dict]] = {}
         for (topic, _), part in answer.partitions:
             by_topic.setdefault(topic, []).append(part)
-        responses = [{"topic": t, "topic_id": self._topic_id(t) if by_id else None, "partitions": ps}
+        ids = {name: topic_id for topic_id, name in names.items()}  # a session's other topics: looked up
+        responses = [{"topic": t, "topic_id": (ids.get(t) or self._topic_id(t)) if by_id else None, "partitions": ps}
                      for t, ps in by_topic.items()]
         for topic_id, partition in unknown_ids:  # answered, and never kept in the session (as Kafka does)
             responses.append({"topic_id": topic_id, "partitions": [
