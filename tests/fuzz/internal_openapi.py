@@ -91,6 +91,16 @@ PATHS: dict[str, Any] = {
     "/internal/v1/partitions/{topic}/{partition}/offset-for-timestamp": {"get": {
         "parameters": [_TOPIC, _PARTITION, _query("timestamp", _INT, required=True)], "responses": _OK,
     }},
+    "/internal/v1/partitions/{topic}/{partition}/epochs": {"get": {
+        "parameters": [_TOPIC, _PARTITION], "responses": _OK,
+    }},
+    "/internal/v1/kafka/{listener}": {"post": {
+        "parameters": [{"name": "listener", "in": "path", "required": True, "schema": _STR}],
+        "responses": _OK,
+        "requestBody": {"required": True, "content": {
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+        }},
+    }},
 }
 
 

@@ -9,7 +9,7 @@ from integration.support import assert_error
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("path", ["state", "records?offset=0", "offset-for-timestamp?timestamp=0"])
+@pytest.mark.parametrize("path", ["state", "records?offset=0", "offset-for-timestamp?timestamp=0", "epochs"])
 def test_internal_partition_routes_answer_unknown_partition_with_404(broker, make_topic, path: str) -> None:
     """A partition the broker's cluster image does not have is Kafka's
     UNKNOWN_TOPIC_OR_PARTITION (404/40402), not 503 LEADER_NOT_AVAILABLE: the fuzzer's

@@ -169,3 +169,24 @@ def test_a_log_append_time_topic_stamps_the_records_itself(kafka_broker):
     attributes, = struct.unpack_from(">h", batch_out, 21)
     assert attributes & records.ATTR_LOG_APPEND_TIME
     assert min(records.decode_batch(batch_out).timestamps_ms) > 2000  # the broker's clock, not the client's
+
+
+def test_the_pass_on_route_refuses_what_is_not_a_kafka_request_and_writes_nothing(kafka_broker):
+    """``POST /internal/v1/kafka/{listener}`` (a sibling request process passing a frame on):
+    an unknown listener, bytes that are no request and a body past socket.request.max.bytes
+    are 4xx; a real frame after them is answered."""
+    topic = f"pass-{uuid.uuid4().hex[:8]}"
+    assert kafka_broker.rest.create_topic(topic, 1).status_code in (200, 201)
+    http = kafka_broker.rest.http
+    frame = request_frame(18, 3, {"client_software_name": "t", "client_software_version": "1"}, 7)
+    assert http.post("/internal/v1/kafka/NOPE", content=frame).status_code == 400
+    for junk in (b"", b"\x00\x12", struct.pack(">hhi", 1000, 0, 1) + b"\x00\x00",
+                 struct.pack(">hhi", 3, 12, 1) + b"\xff" * 64):
+        resp = http.post("/internal/v1/kafka/KAFKA", content=junk)
+        assert resp.status_code == 400, (junk, resp.status_code, resp.text)
+    produce = request_frame(0, 9, _produce_body(topic, records.encode_batch(0, [0], [1000], [None], [b"v"], [None])),
+                            8)
+    huge = produce + b"\x00" * (101 * 1024 * 1024)
+    assert http.post("/internal/v1/kafka/KAFKA", content=huge).status_code == 413
+    assert http.get(f"/topics/{topic}/partitions/0/offsets").json()["end_offset"] == 0  # nothing written
+    assert http.post("/internal/v1/kafka/KAFKA", content=frame).status_code == 200
