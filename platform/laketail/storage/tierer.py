@@ -522,7 +522,6 @@ def execute_pass(dt: DeltaTable, lock: threading.Lock | contextlib.nullcontext, 
             catch_up(dt, uri)  # another writer's commits (our own are loaded after each commit)
             if typed:
                 _evolve(dt, {name: decoder.type for name, _, decoder in typed})
-            ahead = {}
             for part in parts:
                 partition = part["partition"]
                 fenced_by = dt.transaction_version(epoch_app_id(partition)) or 0
@@ -531,10 +530,8 @@ def execute_pass(dt: DeltaTable, lock: threading.Lock | contextlib.nullcontext, 
                         f"{topic}-{partition}: the table holds leader epoch {fenced_by}, "
                         f"this broker leads at {part['epoch']}"
                     )
-                tiered = dt.transaction_version(tier_app_id(partition)) or 0
-                if tiered != part["start"]:  # a previous leader tiered more than we knew
-                    ahead[partition] = tiered
-            if ahead:
+            # a previous leader tiered more than we knew
+            if ahead := _tiered_elsewhere(dt, {part["partition"]: part["start"] for part in parts}):
                 raise TableAhead(ahead, f"{topic}: the table is tiered to {ahead}, not as planned")
             version = _commit(dt, adds, txns, {part["partition"]: part["start"] for part in parts
                                                 if part["partition"] in ends})
@@ -620,6 +617,13 @@ def epoch_app_id(partition: int) -> str:
     return f"{EPOCH_APP_PREFIX}{partition}"
 
 
+def _tiered_elsewhere(dt, starts: dict[int, int]) -> dict[int, int]:
+    """The partitions of ``starts`` (partition -> the offset a pass's plan starts at) that
+    the table is not tiered to where the plan starts, with the offset it is tiered to."""
+    return {p: tiered for p, start in starts.items()
+            if (tiered := dt.transaction_version(tier_app_id(p)) or 0) != start}
+
+
 def _commit(dt, adds: list[AddAction], txns: list[Transaction], starts: dict[int, int]) -> int:
     """Commit ``adds`` with the tier transactions; return the new table version.
 
@@ -647,9 +651,7 @@ def _commit(dt, adds: list[AddAction], txns: list[Transaction], starts: dict[int
                     raise LeaderFenced(f"a leader with a newer epoch committed {t.app_id}") from None
             if all((dt.transaction_version(t.app_id) or 0) == t.version for t in txns):
                 return dt.version()
-            ahead = {p: tiered for p, start in starts.items()
-                     if (tiered := dt.transaction_version(tier_app_id(p)) or 0) != start}
-            if ahead:
+            if ahead := _tiered_elsewhere(dt, starts):
                 raise TableAhead(ahead, f"the table was tiered to {ahead} meanwhile, not as planned") from None
             time.sleep(0.05 * (attempt + 1))
     raise CommitFailedError("tier commit kept conflicting")
